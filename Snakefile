@@ -1,0 +1,19 @@
+# hetfl: regenerate the papers' tables and figures.  `snakemake --cores N [--configfile FILE]`
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "workflow/config/quick.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/splits.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

@@ -1,0 +1,3 @@
+"""hetfl: reproducibility benchmark suite for federated learning with heterogeneous clients."""
+
+__version__ = "0.1.0"

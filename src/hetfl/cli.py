@@ -1,0 +1,161 @@
+"""`hetfl <verb>`: every step of the workflow, runnable by hand; Snakemake rules are thin calls of these."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hetfl.config import ConfigError, expand_runs, load_config
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    runs = list(expand_runs(config))
+    print(f"{args.config}: valid; {len(config['experiments'])} experiment(s), {len(runs)} run(s)")
+    return 0
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    for spec in expand_runs(load_config(args.config)):
+        print(json.dumps(spec.to_dict()) if args.json else f"{spec.experiment}/{spec.run}")
+    return 0
+
+
+def _cmd_split(args: argparse.Namespace) -> int:
+    from hetfl.pipeline import make_split
+
+    manifest = make_split(args.out, dataset=args.dataset, alpha=args.alpha, beta=args.beta, iid=args.iid,
+                          num_devices=args.num_devices, sizes=json.loads(args.sizes),
+                          test_fraction=args.test_fraction, seed=args.seed)
+    sizes = manifest["train_sizes"]
+    print(f"wrote {args.out}: {manifest['num_devices']} devices, train sizes min {min(sizes)} "
+          f"median {sorted(sizes)[len(sizes) // 2]} max {max(sizes)}, total {sum(sizes)}; "
+          f"sha256 {manifest['sha256'][:12]}", file=sys.stderr)
+    return 0
+
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from hetfl.pipeline import make_traces
+
+    tr = make_traces(args.out, traceset=args.traceset, num_devices=args.num_devices, rounds=args.rounds,
+                     seed=args.seed)
+    print(f"wrote {args.out}: traces {', '.join(tr.trace_names)}; mean fraction {tr.fractions.mean():.3f}, "
+          f"inactive {(tr.fractions == 0).mean():.3%}", file=sys.stderr)
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from hetfl import paths
+    from hetfl.pipeline import make_split, make_traces, run_training, spec_from_arg
+
+    torch.set_num_threads(args.threads)
+    if args.spec:
+        if not (args.split and args.traces and args.out):
+            raise ConfigError("hetfl train --spec needs --split, --traces and --out")
+        spec = spec_from_arg(args.spec)
+        split, trace, out = Path(args.split), Path(args.traces), Path(args.out)
+    else:
+        if not (args.config and args.experiment and args.run):
+            raise ConfigError("hetfl train needs either --spec or --config with --experiment and --run")
+        matches = [s for s in expand_runs(load_config(args.config))
+                   if s.experiment == args.experiment and s.run == args.run]
+        if not matches:
+            raise ConfigError(f"no run '{args.experiment}/{args.run}' in {args.config}; "
+                              f"list them with: hetfl runs {args.config}")
+        spec = matches[0]
+        split = paths.split_dir(spec) / "split.npz"
+        trace = paths.trace_stem(spec).with_suffix(".npz")
+        out = Path(args.out) if args.out else paths.run_dir(spec)
+        if not split.exists():
+            make_split(split, dataset=spec.dataset, alpha=spec.alpha, beta=spec.beta, iid=spec.iid,
+                       num_devices=spec.num_devices, sizes=spec.sizes, test_fraction=spec.test_fraction,
+                       seed=spec.seed)
+        if not trace.exists():
+            make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
+                        seed=spec.seed)
+    result = run_training(spec, split, trace, out, device=args.device, track=not args.no_mlflow,
+                          results_root=args.results_root)
+    print(f"{spec.experiment}/{spec.run}: {result.status} after {result.rounds_done} rounds -> {out}",
+          file=sys.stderr)
+    return 0
+
+
+def _cmd_table(args: argparse.Namespace) -> int:
+    from hetfl.reports.tables import build_table
+
+    out = build_table(args.table, [Path(p) for p in args.runs], Path(args.out))
+    print(f"wrote {out}.{{md,csv,tex}}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hetfl", description=__doc__)
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    p = sub.add_parser("validate", help="validate a workflow config and count its runs")
+    p.add_argument("config")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("runs", help="list the runs a config expands to")
+    p.add_argument("config")
+    p.add_argument("--json", action="store_true", help="print each run's full spec as JSON")
+    p.set_defaults(func=_cmd_runs)
+
+    p = sub.add_parser("split", help="generate a federation (per-device train/test data) and its manifest")
+    p.add_argument("--dataset", default="synthetic", choices=["synthetic"])
+    p.add_argument("--alpha", type=float, required=True)
+    p.add_argument("--beta", type=float, required=True)
+    p.add_argument("--iid", action="store_true", help="FedProx's SYNTHETIC-IID variant (shared W, b)")
+    p.add_argument("--num-devices", type=int, required=True)
+    p.add_argument("--sizes", default='{"distribution": "pareto"}', help="size distribution as JSON")
+    p.add_argument("--test-fraction", type=float, default=0.2)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--out", required=True, help="path of split.npz (manifest.json is written beside it)")
+    p.set_defaults(func=_cmd_split)
+
+    p = sub.add_parser("trace", help="generate participation traces s[R, N] (Ruan et al. Table 2)")
+    p.add_argument("--traceset", required=True,
+                   help="'T<k>' = the first k traces T_0, T_30, ..., T_lo; or names joined by '-' (T_0-T_hi)")
+    p.add_argument("--num-devices", type=int, required=True)
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--out", required=True, help="path of the .npz (a .csv is written beside it)")
+    p.set_defaults(func=_cmd_trace)
+
+    p = sub.add_parser("train", help="train one run; writes metrics.parquet and run.json, mirrors to MLflow")
+    p.add_argument("--spec", help="run spec as JSON, or a path to a JSON file or an earlier run.json")
+    p.add_argument("--split")
+    p.add_argument("--traces")
+    p.add_argument("--out", help="run directory")
+    p.add_argument("--config", help="instead of --spec: a workflow config ...")
+    p.add_argument("--experiment", help="... the experiment ...")
+    p.add_argument("--run", help="... and the run name (see `hetfl runs CONFIG`)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (Snakemake passes {threads})")
+    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--no-mlflow", action="store_true", help="do not mirror the run to MLflow")
+    p.add_argument("--results-root", help="directory holding the default MLflow store (default: results/)")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("table", help="build a paper table from run directories")
+    p.add_argument("table", choices=["accuracy_difference"])
+    p.add_argument("--out", required=True, help="output stem; .md, .csv and .tex are written")
+    p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
+    p.set_defaults(func=_cmd_table)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"hetfl {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""Participation traces of Ruan et al. (2021), Table 2 — a documented reconstruction.
+
+Ruan et al. §5.1 record, per round, the fraction of the E required local epochs a Raspberry Pi submits
+before a deadline (T_0…T_90: 0–90 % competing CPU load, no inactive rounds; T_hi, T_mi, T_lo: high,
+medium, low bandwidth, with inactive rounds). Only the mean and standard deviation of each trace are
+published, so each trace here is a distribution that matches those two moments:
+
+    s / E = 0                                   with probability p_inactive (T_hi, T_mi, T_lo only)
+    s / E = clip(Z, low, 1),  Z ~ N(mu, sigma²)  otherwise
+
+T_0 is the constant 1. The clip at 1 gives the point mass of complete rounds Scheme A needs; ``low``
+keeps active rounds away from 0. (mu, sigma) are fitted so the mixture's exact mean and std equal
+Table 2. Each device gets one trace drawn uniformly from the first ``num_traces`` traces and samples its
+fraction i.i.d. from it every round (Ruan et al. §5.1).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+from hetfl.io import atomic_write
+
+__all__ = [
+    "DEFAULT_LOW",
+    "DEFAULT_P_INACTIVE",
+    "TRACE_NAMES",
+    "TraceDistribution",
+    "Traces",
+    "generate_traces",
+    "load_traces",
+    "reference_moments",
+    "save_traces",
+    "trace_distribution",
+]
+
+TRACE_NAMES: tuple[str, ...] = ("T_0", "T_30", "T_50", "T_70", "T_90", "T_hi", "T_mi", "T_lo")
+DEFAULT_P_INACTIVE = 0.05  # for the traces with inactive rounds (T_hi, T_mi, T_lo)
+DEFAULT_LOW = 0.05  # lower clip of active fractions: low * E >= 1 epoch for E >= 20
+_REFERENCE_CSV = "reports/references/ruan2021_table2_traces.csv"
+_FIT_TOL = 1e-9
+
+
+@functools.lru_cache(maxsize=1)
+def _reference_table() -> pd.DataFrame:
+    path = resources.files("hetfl").joinpath(_REFERENCE_CSV)
+    with path.open("r", encoding="utf-8") as fh:
+        df = pd.read_csv(fh)
+    if tuple(df["trace"]) != TRACE_NAMES:
+        raise ValueError(f"{_REFERENCE_CSV}: traces {tuple(df['trace'])} != {TRACE_NAMES}")
+    return df
+
+
+def reference_moments() -> pd.DataFrame:
+    """Ruan et al. Table 2: columns trace, mean_pct_epochs, std_pct_epochs, has_inactive (a copy)."""
+    return _reference_table().copy()
+
+
+def _clipped_normal_moments(mu: float, sigma: float, low: float) -> tuple[float, float]:
+    """E[Y], E[Y²] for Y = clip(Z, low, 1), Z ~ N(mu, sigma²) (closed form via Φ, φ)."""
+    if sigma == 0:
+        y = min(max(mu, low), 1.0)
+        return y, y * y
+    a, b = (low - mu) / sigma, (1.0 - mu) / sigma
+    cdf_a, cdf_b = stats.norm.cdf(a), stats.norm.cdf(b)
+    pdf_a, pdf_b = stats.norm.pdf(a), stats.norm.pdf(b)
+    mass = cdf_b - cdf_a
+    upper = stats.norm.sf(b)
+    m1 = low * cdf_a + upper + mu * mass + sigma * (pdf_a - pdf_b)
+    m2 = (
+        low * low * cdf_a
+        + upper
+        + mu * mu * mass
+        + 2.0 * mu * sigma * (pdf_a - pdf_b)
+        + sigma * sigma * (mass + a * pdf_a - b * pdf_b)
+    )
+    return float(m1), float(m2)
+
+
+def _mixture_moments(p_inactive: float, mu: float, sigma: float, low: float) -> tuple[float, float]:
+    m1, m2 = _clipped_normal_moments(mu, sigma, low)
+    mean = (1.0 - p_inactive) * m1
+    var = (1.0 - p_inactive) * m2 - mean * mean
+    return mean, math.sqrt(max(var, 0.0))
+
+
+@dataclass(frozen=True)
+class TraceDistribution:
+    """One trace: 0 w.p. ``p_inactive``, else clip(N(mu, sigma²), low, 1); ``mean``, ``std``: Table 2."""
+
+    name: str
+    mean: float
+    std: float
+    p_inactive: float
+    mu: float
+    sigma: float
+    low: float
+
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+        """i.i.d. fractions in [0, 1]; exactly 0 only for inactive draws (probability ``p_inactive``)."""
+        out = np.clip(rng.normal(self.mu, self.sigma, size), self.low, 1.0)
+        if self.p_inactive > 0:
+            out[rng.random(out.shape) < self.p_inactive] = 0.0
+        return out
+
+    def moments(self) -> tuple[float, float]:
+        """Exact mean and std of the distribution (closed-form clipped-normal moments)."""
+        return _mixture_moments(self.p_inactive, self.mu, self.sigma, self.low)
+
+
+def _fit(mean: float, std: float, p_inactive: float, low: float) -> tuple[float, float]:
+    """Solve for (mu, sigma) so that the mixture's mean/std equal (mean, std)."""
+    m_act = mean / (1.0 - p_inactive)
+    var_act = (std * std - p_inactive * (1.0 - p_inactive) * m_act * m_act) / (1.0 - p_inactive)
+    if var_act <= 0:
+        raise ValueError(
+            f"p_inactive={p_inactive}: the zeros alone give a std above the target {std:.4f}; lower it"
+        )
+
+    def residual(theta: np.ndarray) -> np.ndarray:
+        got = _mixture_moments(p_inactive, float(theta[0]), math.exp(float(theta[1])), low)
+        return np.array([got[0] - mean, got[1] - std])
+
+    x0 = np.array([m_act, 0.5 * math.log(var_act)])
+    sol = optimize.least_squares(residual, x0, xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=2000)
+    if np.max(np.abs(sol.fun)) > _FIT_TOL:
+        raise ValueError(
+            f"cannot match mean={mean}, std={std} with p_inactive={p_inactive}, low={low}: residual {sol.fun}"
+        )
+    return float(sol.x[0]), math.exp(float(sol.x[1]))
+
+
+@functools.lru_cache(maxsize=64)
+def _trace_distribution(name: str, p_inactive: float) -> TraceDistribution:
+    row = _reference_table().set_index("trace").loc[name]
+    mean, std = float(row["mean_pct_epochs"]) / 100.0, float(row["std_pct_epochs"]) / 100.0
+    if std == 0:
+        return TraceDistribution(name, mean, std, p_inactive, mu=mean, sigma=0.0, low=DEFAULT_LOW)
+    mu, sigma = _fit(mean, std, p_inactive, DEFAULT_LOW)
+    return TraceDistribution(name, mean, std, p_inactive, mu=mu, sigma=sigma, low=DEFAULT_LOW)
+
+
+def trace_distribution(name: str, p_inactive: float | None = None) -> TraceDistribution:
+    """The fitted distribution of trace ``name`` (cached; pure function of its arguments).
+
+    ``p_inactive`` defaults to 0.05 for T_hi, T_mi, T_lo and must be 0 for T_0…T_90 (Table 2: no zeros).
+    """
+    if name not in TRACE_NAMES:
+        raise ValueError(f"name={name!r} is not a trace; allowed: {TRACE_NAMES}")
+    has_inactive = bool(_reference_table().set_index("trace").loc[name, "has_inactive"])
+    if p_inactive is None:
+        p_inactive = DEFAULT_P_INACTIVE if has_inactive else 0.0
+    if isinstance(p_inactive, bool) or not isinstance(p_inactive, int | float | np.floating):
+        raise ValueError(f"p_inactive={p_inactive!r} must be a number in [0, 1)")
+    p_inactive = float(p_inactive)
+    if not has_inactive and p_inactive != 0:
+        raise ValueError(
+            f"p_inactive={p_inactive} for {name}: Table 2 has no inactive rounds there; allowed: 0"
+        )
+    if not 0 <= p_inactive < 1:
+        raise ValueError(f"p_inactive={p_inactive} must be in [0, 1)")
+    return _trace_distribution(name, p_inactive)
+
+
+@dataclass
+class Traces:
+    """Per-round participation: ``fractions[τ-1, k]`` is the fraction of E device k completes in round τ."""
+
+    fractions: np.ndarray  # float64 [R, N], 0 = inactive
+    assignment: np.ndarray  # int64 [N], index into trace_names
+    trace_names: tuple[str, ...]  # the first num_traces names
+
+    @property
+    def rounds(self) -> int:
+        return int(self.fractions.shape[0])
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.fractions.shape[1])
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value > high):
+        allowed = f"an integer in {low}..{high}" if high is not None else f"an integer >= {low}"
+        raise ValueError(f"{name}={value!r} is not allowed; allowed: {allowed}")
+    return int(value)  # type: ignore[arg-type]
+
+
+def parse_traceset(traceset: str) -> tuple[str, ...]:
+    """Trace names of a trace-set label: "T3" = the first 3 of TRACE_NAMES; "T_0-T_hi" = those names."""
+    if traceset[1:].isdigit():
+        k = _check_int("traceset", int(traceset[1:]), 1, len(TRACE_NAMES))
+        return TRACE_NAMES[:k]
+    names = tuple(traceset.split("-"))
+    unknown = [n for n in names if n not in TRACE_NAMES]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(
+            f"traceset '{traceset}' is not allowed; allowed: 'T<k>' with k in 1..{len(TRACE_NAMES)}, "
+            f"or distinct names from {', '.join(TRACE_NAMES)} joined by '-'"
+        )
+    return names
+
+
+def traceset_label(names: Sequence[str]) -> str:
+    """Inverse of parse_traceset: "T<k>" when names are the first k of TRACE_NAMES."""
+    names = tuple(names)
+    return f"T{len(names)}" if names == TRACE_NAMES[: len(names)] else "-".join(names)
+
+
+def generate_traces(num_traces: int, num_devices: int, rounds: int, seed: int,
+                    names: Sequence[str] = TRACE_NAMES) -> Traces:
+    """Assign each device a trace uniformly from the first ``num_traces`` of ``names`` and sample
+    ``rounds`` fractions.
+
+    Deterministic in ``seed`` (``np.random.default_rng(seed)``): the assignment is drawn first, then each
+    trace's devices' [rounds, n_t] block in trace order.
+    """
+    names = tuple(names)
+    unknown = [n for n in names if n not in TRACE_NAMES]
+    if unknown:
+        raise ValueError(f"trace name(s) {', '.join(unknown)} unknown; allowed: {', '.join(TRACE_NAMES)}")
+    num_traces = _check_int("num_traces", num_traces, 1, len(names))
+    num_devices = _check_int("num_devices", num_devices, 1)
+    rounds = _check_int("rounds", rounds, 1)
+    seed = _check_int("seed", seed, 0)
+    rng = np.random.default_rng(seed)
+    assignment = rng.integers(0, num_traces, size=num_devices).astype(np.int64)
+    fractions = np.empty((rounds, num_devices), dtype=np.float64)
+    for t in range(num_traces):
+        cols = np.flatnonzero(assignment == t)
+        if cols.size:
+            fractions[:, cols] = trace_distribution(names[t]).sample(rng, (rounds, cols.size))
+    return Traces(fractions=fractions, assignment=assignment, trace_names=names[:num_traces])
+
+
+def save_traces(traces: Traces, npz_path: str | os.PathLike[str], csv_path: str | os.PathLike[str]) -> None:
+    """Write ``traces`` atomically as NPZ (exact) and long CSV: round (1-based), device, trace, fraction."""
+    fr, asg = np.asarray(traces.fractions, dtype=np.float64), np.asarray(traces.assignment, dtype=np.int64)
+    names = np.array(traces.trace_names, dtype=np.str_)
+    atomic_write(npz_path, lambda tmp: np.savez(tmp, fractions=fr, assignment=asg, trace_names=names))
+    r, n = fr.shape
+    long = pd.DataFrame(
+        {
+            "round": np.repeat(np.arange(1, r + 1), n),
+            "device": np.tile(np.arange(n), r),
+            "trace": np.tile(np.asarray(traces.trace_names, dtype=object)[asg], r),
+            "fraction": fr.reshape(-1),
+        }
+    )
+    atomic_write(csv_path, lambda tmp: long.to_csv(tmp, index=False))
+
+
+def load_traces(npz_path: str | os.PathLike[str]) -> Traces:
+    """Read traces written by :func:`save_traces`."""
+    with np.load(npz_path, allow_pickle=False) as z:
+        fractions = np.asarray(z["fractions"], dtype=np.float64)
+        assignment = np.asarray(z["assignment"], dtype=np.int64)
+        names = tuple(str(s) for s in z["trace_names"])
+    if fractions.ndim != 2 or assignment.shape != (fractions.shape[1],):
+        raise ValueError(
+            f"{npz_path}: fractions {fractions.shape} and assignment {assignment.shape} disagree"
+        )
+    return Traces(fractions=fractions, assignment=assignment, trace_names=names)

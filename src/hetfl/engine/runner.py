@@ -1,0 +1,120 @@
+"""The round loop: broadcast, batched local training, Scheme A/B/C aggregation, evaluation."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from hetfl.data.federation import Federation
+from hetfl.engine.evaluate import evaluate
+from hetfl.engine.local import local_sgd
+from hetfl.engine.minibatch import full_steps, minibatch_indices
+from hetfl.engine.schemes import aggregation_weights, local_steps
+from hetfl.models.base import BatchedModel
+
+LocalTrainer = Callable[..., list[torch.Tensor]]
+
+
+@dataclass
+class TrainResult:
+    records: list[tuple[int, str, float]] = field(default_factory=list)  # (round, metric, value)
+    status: str = "ok"
+    rounds_done: int = 0
+    params: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    scheme: str
+    local_epochs: int
+    batch_size: int
+    eta0: float
+    rounds: int
+    eval_every: int = 1
+    seed: int = 0
+
+
+def staircase_lr(eta0: float, tau: int) -> float:
+    """Ruan et al. §5.1: η_τ = η0 / τ (τ = 1, 2, ...), constant within a round."""
+    return eta0 / tau
+
+
+def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
+          device: torch.device | str = "cpu", progress: Callable[[int, dict[str, float]], None] | None = None,
+          local_trainer: LocalTrainer = local_sgd) -> TrainResult:
+    """Run cfg.rounds rounds of FedAvg with Scheme cfg.scheme on the federation.
+
+    fractions: [R, N] fraction of the E local epochs each device completes (the participation traces).
+    """
+    device = torch.device(device)
+    x_train = torch.from_numpy(fed.x_train).to(device)
+    y_train = torch.from_numpy(fed.y_train).to(device)
+    x_test = torch.from_numpy(fed.x_test).to(device)
+    y_test = torch.from_numpy(fed.y_test).to(device)
+    p = fed.p
+    full = full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    params = [t.to(device) for t in model.init_params(gen)]
+    result = TrainResult()
+    for tau in range(1, cfg.rounds + 1):
+        lr = staircase_lr(cfg.eta0, tau)
+        done = local_steps(fractions[tau - 1], full)
+        weights, discarded = aggregation_weights(cfg.scheme, p, done, full)
+        clients = np.flatnonzero((weights != 0) & (done > 0))
+        if not discarded and len(clients):
+            idx = minibatch_indices(fed.train_offsets, clients, done[clients], cfg.batch_size, cfg.seed, tau)
+            finals = local_trainer(model, params, x_train, y_train, idx, done[clients], lr)
+            w = torch.as_tensor(weights[clients], dtype=params[0].dtype, device=device)
+            # Eq. (2): w ← w + Σ_k p_τ^k (w_k − w)
+            params = [g + torch.tensordot(w, f - g, dims=1) for g, f in zip(params, finals, strict=True)]
+        row = {
+            "lr": lr,
+            "active_devices": float((done > 0).sum()),
+            "complete_devices": float((done == full).sum()),
+            "discarded": float(discarded),
+            "mean_fraction": float(np.mean(fractions[tau - 1])),
+        }
+        diverged = not all(bool(torch.isfinite(t).all()) for t in params)
+        if tau % cfg.eval_every == 0 or tau == cfg.rounds or diverged:
+            if diverged:
+                row.update(test_accuracy=math.nan, test_loss=math.nan, train_loss=math.nan)
+            else:
+                row["test_accuracy"], row["test_loss"] = evaluate(model, params, x_test, y_test)
+                row["train_accuracy"], row["train_loss"] = evaluate(model, params, x_train, y_train)
+        result.records.extend((tau, k, float(v)) for k, v in row.items())
+        result.rounds_done = tau
+        if progress is not None:
+            progress(tau, row)
+        if diverged:
+            result.status = "diverged"
+            break
+    result.params = [t.cpu() for t in params]
+    return result
+
+
+class ProgressLog:
+    """Rounds done, current test accuracy and an ETA, printed at most every `every_s` seconds."""
+
+    def __init__(self, total: int, label: str, every_s: float = 2.0, stream=None) -> None:
+        import sys
+
+        self.total, self.label, self.every_s = total, label, every_s
+        self.stream = stream or sys.stderr
+        self.start = self.last = time.perf_counter()
+        self.acc = math.nan
+
+    def __call__(self, tau: int, row: dict[str, float]) -> None:
+        self.acc = row.get("test_accuracy", self.acc)
+        now = time.perf_counter()
+        if now - self.last < self.every_s and tau != self.total:
+            return
+        self.last = now
+        elapsed = now - self.start
+        eta = elapsed / tau * (self.total - tau)
+        print(f"[{self.label}] round {tau}/{self.total}  test_acc={self.acc:.4f}  "
+              f"elapsed={elapsed:.1f}s  eta={eta:.1f}s", file=self.stream, flush=True)

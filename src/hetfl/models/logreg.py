@@ -1,0 +1,46 @@
+"""Multinomial logistic regression, the SYNTHETIC model of FedProx and Ruan et al."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class LogReg:
+    """logits = x·W + b with W [d, C], b [C]; zero initialisation as in FedProx.
+
+    The gradient of the mean cross-entropy is closed-form, so local training needs no autograd:
+    ∇_W = xᵀ(softmax(xW + b) − onehot(y)) / B,  ∇_b = Σ_i (softmax − onehot)_i / B.
+    """
+
+    name = "logreg"
+
+    def __init__(self, input_dim: int, num_classes: int) -> None:
+        self.input_dim = input_dim
+        self.num_classes = num_classes
+
+    def init_params(self, generator: torch.Generator) -> list[Tensor]:
+        return [torch.zeros(self.input_dim, self.num_classes), torch.zeros(self.num_classes)]
+
+    def grads(self, params: list[Tensor], x: Tensor, y: Tensor) -> list[Tensor]:
+        W, b = params
+        logits = torch.baddbmm(b.unsqueeze(1), x, W)  # [K, B, C]
+        g = torch.softmax(logits, dim=-1)
+        g.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(y, -1, dtype=g.dtype).unsqueeze(-1))
+        g.div_(x.shape[1])
+        return [torch.bmm(x.transpose(1, 2), g), g.sum(dim=1)]
+
+    def logits(self, params: list[Tensor], x: Tensor) -> Tensor:
+        W, b = params
+        return torch.addmm(b, x, W)
+
+    def make_module(self) -> nn.Module:
+        return nn.Linear(self.input_dim, self.num_classes)
+
+    def to_module(self, params: list[Tensor], module: nn.Module) -> None:
+        with torch.no_grad():
+            module.weight.copy_(params[0].T)
+            module.bias.copy_(params[1])
+
+    def from_module(self, module: nn.Module) -> list[Tensor]:
+        return [module.weight.detach().T.clone(), module.bias.detach().clone()]

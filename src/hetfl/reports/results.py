@@ -1,0 +1,110 @@
+"""Collect per-run results (``run.json`` + ``metrics.parquet``) into one summary table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["collect_runs", "load_metrics", "load_run_json"]
+
+RUN_JSON = "run.json"
+METRICS_PARQUET = "metrics.parquet"
+METRICS_COLUMNS = ("round", "metric", "value")
+
+
+def load_run_json(run_dir: Path) -> dict[str, Any]:
+    """Read and validate ``<run_dir>/run.json`` (an object with a ``spec`` object and a ``status`` string)."""
+    path = Path(run_dir) / RUN_JSON
+    if not path.is_file():
+        raise FileNotFoundError(f"missing {RUN_JSON}: {path}")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed {RUN_JSON} (not valid JSON): {path}: {exc}") from exc
+    if not isinstance(record, dict):
+        raise ValueError(f"malformed {RUN_JSON} (top level is not an object): {path}")
+    if not isinstance(record.get("spec"), dict):
+        raise ValueError(f"malformed {RUN_JSON} (no 'spec' object): {path}")
+    if not isinstance(record.get("status"), str):
+        raise ValueError(f"malformed {RUN_JSON} (no 'status' string): {path}")
+    return record
+
+
+def load_metrics(run_dir: Path) -> pd.DataFrame:
+    """Read and validate ``<run_dir>/metrics.parquet`` (long format: round, metric, value)."""
+    path = Path(run_dir) / METRICS_PARQUET
+    if not path.is_file():
+        raise FileNotFoundError(f"missing {METRICS_PARQUET}: {path}")
+    try:
+        metrics = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises a variety of error types for corrupt files
+        raise ValueError(f"malformed {METRICS_PARQUET} (unreadable): {path}: {exc}") from exc
+    missing = [c for c in METRICS_COLUMNS if c not in metrics.columns]
+    if missing:
+        raise ValueError(f"malformed {METRICS_PARQUET} (missing columns {missing}): {path}")
+    metrics = metrics.loc[:, list(METRICS_COLUMNS)]
+    rounds = pd.to_numeric(metrics["round"], errors="coerce")
+    if rounds.isna().any() or not (rounds == rounds.round()).all():
+        raise ValueError(f"malformed {METRICS_PARQUET} ('round' must be integers): {path}")
+    values = pd.to_numeric(metrics["value"], errors="coerce")
+    if (values.isna() & metrics["value"].notna()).any():
+        raise ValueError(f"malformed {METRICS_PARQUET} ('value' must be numeric): {path}")
+    if metrics["metric"].isna().any():
+        raise ValueError(f"malformed {METRICS_PARQUET} ('metric' has missing names): {path}")
+    return pd.DataFrame(
+        {"round": rounds.astype("int64"), "metric": metrics["metric"].astype(str), "value": values}
+    )
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, prefix=f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _final_values(metrics: pd.DataFrame, path: Path) -> dict[str, float]:
+    """Value of each metric at the last round at which that metric was recorded."""
+    last = metrics.loc[metrics["round"] == metrics.groupby("metric")["round"].transform("max")]
+    duplicated = last["metric"].duplicated(keep=False)
+    if duplicated.any():
+        names = sorted(set(last.loc[duplicated, "metric"]))
+        raise ValueError(
+            f"malformed {METRICS_PARQUET} (several values at the last round for {names}): {path}"
+        )
+    return {f"final_{m}": float(v) for m, v in zip(last["metric"], last["value"], strict=True)}
+
+
+def collect_runs(run_dirs: Iterable[Path]) -> pd.DataFrame:
+    """One row per run directory.
+
+    Columns: every ``spec`` field (nested objects flattened with dotted names), ``status``,
+    ``run_dir``, ``last_round`` (largest round in the metrics) and ``final_<metric>`` for each
+    metric, i.e. the value at the metric's last (largest) recorded round -- NaN stays NaN, so a
+    diverged run keeps its NaN. Raises ``FileNotFoundError``/``ValueError`` naming the offending file.
+    """
+    rows: list[dict[str, Any]] = []
+    for run_dir in map(Path, run_dirs):
+        record = load_run_json(run_dir)
+        metrics = load_metrics(run_dir)
+        row = _flatten(record["spec"])
+        extra: dict[str, Any] = {
+            "status": record["status"],
+            "run_dir": str(run_dir),
+            "last_round": int(metrics["round"].max()) if len(metrics) else pd.NA,
+            **_final_values(metrics, run_dir / METRICS_PARQUET),
+        }
+        clash = sorted(set(row) & set(extra))
+        if clash:
+            raise ValueError(f"spec fields {clash} clash with derived columns: {run_dir / RUN_JSON}")
+        row.update(extra)
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,318 @@
+"""Tests for hetfl.reports: reference loading, run collection and the Table 3 accuracy difference."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hetfl import io as hetfl_io
+from hetfl.reports.accuracy_difference import (
+    OUTPUT_COLUMNS,
+    accuracy_difference,
+    default_caption,
+    percent_improvement,
+    write_tables,
+)
+from hetfl.reports.references import available_references, load_reference
+from hetfl.reports.results import collect_runs
+
+TABLE3 = "ruan2021_table3_accuracy_difference"
+
+
+def make_run(
+    root: Path,
+    scheme: str,
+    seed: int,
+    final_acc: float,
+    *,
+    setting: str = "NIID",
+    num_traces: int = 2,
+    status: str = "ok",
+    rounds: int = 3,
+) -> Path:
+    """Write a fake run dir; test accuracy is 0.1 before the last round, ``final_acc`` at it."""
+    run = f"{setting}-T{num_traces}-{scheme}-s{seed}"
+    run_dir = root / "table3" / run
+    run_dir.mkdir(parents=True)
+    spec = {
+        "experiment": "table3",
+        "run": run,
+        "dataset": "SYNTHETIC",
+        "setting": setting,
+        "num_traces": num_traces,
+        "scheme": scheme,
+        "seed": seed,
+        "rounds": rounds,
+        "optim": {"lr": 1.0},
+    }
+    (run_dir / "run.json").write_text(json.dumps({"spec": spec, "status": status}))
+    rows = []
+    for r in reversed(range(1, rounds + 1)):  # deliberately not sorted by round
+        acc = final_acc if r == rounds else 0.1
+        rows += [(r, "test_accuracy", acc), (r, "train_loss", 1.0 / r)]
+    pd.DataFrame(rows, columns=["round", "metric", "value"]).to_parquet(run_dir / "metrics.parquet")
+    return run_dir
+
+
+@pytest.fixture()
+def run_dirs(tmp_path: Path) -> list[Path]:
+    dirs = [
+        # NIID |T|=2: B/A = +10 %, +20 %; C/B = +5 %, 0 %.
+        make_run(tmp_path, "A", 0, 0.80),
+        make_run(tmp_path, "B", 0, 0.88),
+        make_run(tmp_path, "C", 0, 0.924),
+        make_run(tmp_path, "A", 1, 0.75),
+        make_run(tmp_path, "B", 1, 0.90),
+        make_run(tmp_path, "C", 1, 0.90),
+        # IID |T|=1, seed 0: B diverged (finite accuracy, must still be excluded).
+        make_run(tmp_path, "A", 0, 0.80, setting="IID", num_traces=1),
+        make_run(tmp_path, "B", 0, 0.50, setting="IID", num_traces=1, status="diverged"),
+        make_run(tmp_path, "C", 0, 0.90, setting="IID", num_traces=1),
+        # IID |T|=1, seed 1: B/A = -2.5 %; C/B = 100 * 0.01 / 0.78.
+        make_run(tmp_path, "A", 1, 0.80, setting="IID", num_traces=1),
+        make_run(tmp_path, "B", 1, 0.78, setting="IID", num_traces=1),
+        make_run(tmp_path, "C", 1, 0.79, setting="IID", num_traces=1),
+        # IID |T|=9 (no paper value): A diverged with NaN, C missing -> B/A excluded, C/B excluded.
+        make_run(tmp_path, "A", 0, float("nan"), setting="IID", num_traces=9, status="diverged"),
+        make_run(tmp_path, "B", 0, 0.70, setting="IID", num_traces=9),
+        # IID |T|=3, one seed: C worse than B (paper C/B is 0.0) and B worse than A (paper +6.6).
+        make_run(tmp_path, "A", 0, 0.80, setting="IID", num_traces=3),
+        make_run(tmp_path, "B", 0, 0.76, setting="IID", num_traces=3),
+        make_run(tmp_path, "C", 0, 0.70, setting="IID", num_traces=3),
+    ]
+    return dirs
+
+
+@pytest.fixture()
+def table(run_dirs: list[Path]) -> pd.DataFrame:
+    return accuracy_difference(collect_runs(run_dirs), load_reference(TABLE3))
+
+
+def row(table: pd.DataFrame, setting: str, num_traces: int, comparison: str) -> pd.Series:
+    match = table[
+        (table["setting"] == setting)
+        & (table["num_traces"] == num_traces)
+        & (table["comparison"] == comparison)
+    ]
+    assert len(match) == 1
+    return match.iloc[0]
+
+
+# --- references -----------------------------------------------------------------------------------
+
+
+def test_load_reference_table3() -> None:
+    ref = load_reference(TABLE3)
+    assert list(ref.columns) == ["dataset", "setting", "num_traces", "comparison", "pct_improvement"]
+    assert len(ref) == 3 * 2 * 8 * 2
+    syn = ref[(ref.dataset == "SYNTHETIC") & (ref.setting == "NIID") & (ref.num_traces == 2)]
+    assert dict(zip(syn.comparison, syn.pct_improvement, strict=True)) == {"B_vs_A": 9.6, "C_vs_B": 1.5}
+
+
+def test_load_reference_unknown_lists_available() -> None:
+    assert TABLE3 in available_references()
+    with pytest.raises(ValueError, match="available:.*ruan2021_table3_accuracy_difference"):
+        load_reference("no_such_table")
+
+
+# --- results --------------------------------------------------------------------------------------
+
+
+def test_collect_runs_flattens_spec_and_takes_last_round(run_dirs: list[Path]) -> None:
+    runs = collect_runs(run_dirs[:2])
+    assert len(runs) == 2
+    for col in (
+        "experiment",
+        "run",
+        "dataset",
+        "setting",
+        "num_traces",
+        "scheme",
+        "seed",
+        "rounds",
+        "optim.lr",
+        "status",
+        "final_test_accuracy",
+        "final_train_loss",
+        "last_round",
+    ):
+        assert col in runs.columns
+    first = runs.iloc[0]
+    assert first["scheme"] == "A" and first["status"] == "ok" and first["last_round"] == 3
+    assert first["final_test_accuracy"] == pytest.approx(0.80)
+    assert first["final_train_loss"] == pytest.approx(1.0 / 3)
+    assert first["optim.lr"] == 1.0
+
+
+def test_collect_runs_keeps_nan_of_diverged_run(tmp_path: Path) -> None:
+    d = make_run(tmp_path, "A", 0, float("nan"), status="diverged")
+    runs = collect_runs([d])
+    assert runs.loc[0, "status"] == "diverged"
+    assert math.isnan(runs.loc[0, "final_test_accuracy"])
+
+
+def test_collect_runs_missing_run_json(tmp_path: Path) -> None:
+    d = make_run(tmp_path, "A", 0, 0.8)
+    (d / "run.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"run\.json") as info:
+        collect_runs([d])
+    assert str(d / "run.json") in str(info.value)
+
+
+def test_collect_runs_malformed_files(tmp_path: Path) -> None:
+    d = make_run(tmp_path, "A", 0, 0.8)
+    (d / "run.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"malformed run\.json") as info:
+        collect_runs([d])
+    assert str(d / "run.json") in str(info.value)
+
+    (d / "run.json").write_text(json.dumps({"status": "ok"}))
+    with pytest.raises(ValueError, match="spec"):
+        collect_runs([d])
+
+    (d / "run.json").write_text(json.dumps({"spec": {"scheme": "A"}, "status": "ok"}))
+    pd.DataFrame({"round": [1], "value": [0.5]}).to_parquet(d / "metrics.parquet")
+    with pytest.raises(ValueError, match=r"metrics\.parquet.*missing columns"):
+        collect_runs([d])
+
+    (d / "metrics.parquet").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"metrics\.parquet"):
+        collect_runs([d])
+
+    (d / "metrics.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match=r"metrics\.parquet"):
+        collect_runs([d])
+
+
+# --- percent improvement --------------------------------------------------------------------------
+
+
+def test_percent_improvement_is_relative() -> None:
+    assert percent_improvement(0.88, 0.80) == pytest.approx(10.0)  # not 8 percentage points
+    assert percent_improvement(0.78, 0.80) == pytest.approx(-2.5)
+    assert isinstance(percent_improvement(0.9, 0.9), float)
+    np.testing.assert_allclose(
+        percent_improvement(np.array([0.9, 0.6]), np.array([0.75, 0.8])), [20.0, -25.0]
+    )
+    assert math.isinf(percent_improvement(0.5, 0.0))
+
+
+# --- accuracy difference --------------------------------------------------------------------------
+
+
+def test_accuracy_difference_columns_and_order(table: pd.DataFrame) -> None:
+    assert list(table.columns) == OUTPUT_COLUMNS
+    keys = list(zip(table.setting, table.num_traces, table.comparison, strict=True))
+    assert keys == sorted(keys)
+    assert keys[:2] == [("IID", 1, "B_vs_A"), ("IID", 1, "C_vs_B")]
+    assert len(table) == 4 * 2
+
+
+def test_mean_std_over_two_seeds_and_paper_join(table: pd.DataFrame) -> None:
+    b_a = row(table, "NIID", 2, "B_vs_A")
+    assert b_a["reproduced_mean"] == pytest.approx(15.0)  # (10 + 20) / 2
+    assert b_a["reproduced_std"] == pytest.approx(math.sqrt(50.0))  # ddof=1
+    assert b_a["n_seeds"] == 2 and b_a["n_excluded"] == 0
+    assert b_a["paper"] == pytest.approx(9.6)
+    assert bool(b_a["same_sign"])  # bool(pd.NA) would raise
+
+    c_b = row(table, "NIID", 2, "C_vs_B")
+    assert c_b["reproduced_mean"] == pytest.approx(2.5)  # (5 + 0) / 2
+    assert c_b["reproduced_std"] == pytest.approx(math.sqrt(12.5))
+    assert c_b["paper"] == pytest.approx(1.5)
+
+
+def test_diverged_run_is_excluded(table: pd.DataFrame) -> None:
+    b_a = row(table, "IID", 1, "B_vs_A")
+    assert b_a["n_seeds"] == 1 and b_a["n_excluded"] == 1
+    assert b_a["reproduced_mean"] == pytest.approx(-2.5)
+    assert math.isnan(b_a["reproduced_std"])  # one seed -> no sample std
+    assert b_a["paper"] == pytest.approx(-0.6) and bool(b_a["same_sign"])
+
+    c_b = row(table, "IID", 1, "C_vs_B")
+    assert c_b["n_seeds"] == 1 and c_b["n_excluded"] == 1
+    assert c_b["reproduced_mean"] == pytest.approx(100 * 0.01 / 0.78)
+
+
+def test_missing_partner_and_absent_paper(table: pd.DataFrame) -> None:
+    for comparison in ("B_vs_A", "C_vs_B"):
+        r = row(table, "IID", 9, comparison)
+        assert r["n_seeds"] == 0 and r["n_excluded"] == 1
+        assert math.isnan(r["reproduced_mean"]) and math.isnan(r["paper"])
+        assert pd.isna(r["same_sign"])
+
+
+def test_same_sign_false_and_zero_paper(table: pd.DataFrame) -> None:
+    b_a = row(table, "IID", 3, "B_vs_A")
+    assert b_a["reproduced_mean"] == pytest.approx(-5.0) and b_a["paper"] == pytest.approx(6.6)
+    assert not bool(b_a["same_sign"])
+    c_b = row(table, "IID", 3, "C_vs_B")
+    assert c_b["paper"] == 0.0 and pd.isna(c_b["same_sign"])  # sign of 0.0 is undefined
+    assert str(table["same_sign"].dtype) == "boolean"
+
+
+def test_duplicate_runs_rejected(run_dirs: list[Path]) -> None:
+    runs = collect_runs(run_dirs)
+    with pytest.raises(ValueError, match="several runs"):
+        accuracy_difference(pd.concat([runs, runs.iloc[[0]]]), load_reference(TABLE3))
+
+
+# --- output files ---------------------------------------------------------------------------------
+
+
+def test_default_caption_states_formula_and_note() -> None:
+    caption = default_caption("IID column uses SYNTHETIC(0, 0); reduced scale.", rounds=50, n_devices=20)
+    assert "100·(acc_B − acc_A)/acc_A" in caption
+    assert "final round" in caption and "mean ± sample standard deviation" in caption
+    assert "50 rounds" in caption and "20 devices" in caption
+    assert caption.endswith("IID column uses SYNTHETIC(0, 0); reduced scale.")
+
+
+def test_write_tables(table: pd.DataFrame, tmp_path: Path) -> None:
+    caption = default_caption("Test note with 100% and SYNTHETIC_1_1.", rounds=3, n_devices=5)
+    stem = tmp_path / "out" / "table3_accuracy_difference"
+    write_tables(table, stem, caption)
+
+    csv = pd.read_csv(stem.with_name(stem.name + ".csv"))
+    assert list(csv.columns) == OUTPUT_COLUMNS and len(csv) == len(table)
+
+    md = stem.with_name(stem.name + ".md").read_text(encoding="utf-8")
+    assert md.startswith(caption)
+    for header in ("B vs A (reproduced)", "B vs A (paper)", "C vs B (reproduced)", "C vs B (paper)"):
+        assert header in md
+    lines = [line for line in md.splitlines() if "| NIID" in line and "| 2 " in line]
+    assert len(lines) == 1
+    assert "15.0 ± 7.1" in lines[0] and "2.5 ± 3.5" in lines[0] and "9.6" in lines[0] and "1.5" in lines[0]
+    assert "-2.5 (n=1, 1 excl.)" in md
+
+    tex = stem.with_name(stem.name + ".tex").read_text(encoding="utf-8")
+    assert r"\caption{" in tex and r"\begin{tabular}" in tex and r"\end{table}" in tex
+    assert r"15.0 $\pm$ 7.1" in tex
+    assert r"100\%" in tex and r"SYNTHETIC\_1\_1" in tex  # caption escaped for LaTeX
+    assert sorted(p.name for p in stem.parent.iterdir()) == [
+        "table3_accuracy_difference.csv",
+        "table3_accuracy_difference.md",
+        "table3_accuracy_difference.tex",
+    ]
+
+
+def test_write_is_atomic(table: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "atomic"
+    out.mkdir()
+    stem = out / "t3"
+    target = out / "t3.csv"
+    target.write_text("previous")
+
+    def failing_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(hetfl_io.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_tables(table, stem, "caption")
+    assert target.read_text() == "previous"  # old file untouched
+    assert [p.name for p in out.iterdir()] == ["t3.csv"]  # temp file cleaned up

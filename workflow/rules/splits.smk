@@ -1,0 +1,21 @@
+rule split:
+    output:
+        npz="data_splits/{experiment}/{setting}/seed{seed}/split.npz",
+        manifest="data_splits/{experiment}/{setting}/seed{seed}/manifest.json",
+    log:
+        "logs/split/{experiment}/{setting}/seed{seed}.log",
+    params:
+        args=split_args,
+    shell:
+        "hetfl split {params.args} --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
+
+
+rule trace:
+    output:
+        npz="data_splits/traces/{traceset}/n{n}_r{r}_seed{seed}.npz",
+        csv="data_splits/traces/{traceset}/n{n}_r{r}_seed{seed}.csv",
+    log:
+        "logs/trace/{traceset}/n{n}_r{r}_seed{seed}.log",
+    shell:
+        "hetfl trace --traceset {wildcards.traceset} --num-devices {wildcards.n} --rounds {wildcards.r}"
+        " --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
