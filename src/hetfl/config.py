@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from hetfl.data.traces import traceset_label
+from hetfl.data.tracesets import traceset_label
 
 SCHEMA_RESOURCE = "schemas/config.schema.yaml"
 

@@ -27,7 +27,10 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from hetfl.data.tracesets import TRACE_NAMES, parse_traceset, traceset_label
 from hetfl.io import atomic_write
+
+__all__ = ["TRACE_NAMES", "parse_traceset", "traceset_label"]
 
 __all__ = [
     "DEFAULT_LOW",
@@ -42,7 +45,6 @@ __all__ = [
     "trace_distribution",
 ]
 
-TRACE_NAMES: tuple[str, ...] = ("T_0", "T_30", "T_50", "T_70", "T_90", "T_hi", "T_mi", "T_lo")
 DEFAULT_P_INACTIVE = 0.05  # for the traces with inactive rounds (T_hi, T_mi, T_lo)
 DEFAULT_LOW = 0.05  # lower clip of active fractions: low * E >= 1 epoch for E >= 20
 _REFERENCE_CSV = "reports/references/ruan2021_table2_traces.csv"
@@ -193,27 +195,6 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
         allowed = f"an integer in {low}..{high}" if high is not None else f"an integer >= {low}"
         raise ValueError(f"{name}={value!r} is not allowed; allowed: {allowed}")
     return int(value)  # type: ignore[arg-type]
-
-
-def parse_traceset(traceset: str) -> tuple[str, ...]:
-    """Trace names of a trace-set label: "T3" = the first 3 of TRACE_NAMES; "T_0-T_hi" = those names."""
-    if traceset[1:].isdigit():
-        k = _check_int("traceset", int(traceset[1:]), 1, len(TRACE_NAMES))
-        return TRACE_NAMES[:k]
-    names = tuple(traceset.split("-"))
-    unknown = [n for n in names if n not in TRACE_NAMES]
-    if unknown or len(set(names)) != len(names):
-        raise ValueError(
-            f"traceset '{traceset}' is not allowed; allowed: 'T<k>' with k in 1..{len(TRACE_NAMES)}, "
-            f"or distinct names from {', '.join(TRACE_NAMES)} joined by '-'"
-        )
-    return names
-
-
-def traceset_label(names: Sequence[str]) -> str:
-    """Inverse of parse_traceset: "T<k>" when names are the first k of TRACE_NAMES."""
-    names = tuple(names)
-    return f"T{len(names)}" if names == TRACE_NAMES[: len(names)] else "-".join(names)
 
 
 def generate_traces(num_traces: int, num_devices: int, rounds: int, seed: int,

@@ -6,25 +6,38 @@ are a contiguous prefix of the stack: the step runs on that prefix only, no mask
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import Tensor
 
 from hetfl.models.base import BatchedModel
 
+# correction(params, grads, ctx) -> grads: an algorithm's change to the local gradient (prox, control
+# variates, ...), on the working prefix; ctx holds per-client tensors, sliced to the same prefix.
+Correction = Callable[[list[Tensor], list[Tensor], dict[str, list[Tensor]]], list[Tensor]]
+
 
 def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor, y_train: Tensor,
-              batch_idx: np.ndarray, steps: np.ndarray, lr: float) -> list[Tensor]:
+              batch_idx: np.ndarray, steps: np.ndarray, lr: float, correction: Correction | None = None,
+              ctx: dict[str, list[Tensor]] | None = None) -> list[Tensor]:
     """Ruan et al. Eq. (1): w_{i+1}^k = w_i^k − η_τ g_i^k for i < s_τ^k, for every client at once.
 
-    batch_idx: [K, S, B] absolute indices (see minibatch.minibatch_indices); steps: [K].
+    batch_idx: [K, S, B] absolute indices (see minibatch.minibatch_indices); steps: [K];
+    ctx: per-client tensors stacked [K, ...] in the input order, handed to `correction`.
     Returns the clients' final parameters, stacked [K, ...] in the input order.
     """
     K = len(steps)
-    order = np.argsort(-np.asarray(steps), kind="stable")
-    steps_sorted = np.asarray(steps)[order]
-    idx = torch.from_numpy(batch_idx[order])
+    steps = np.asarray(steps)
+    order = np.argsort(-steps, kind="stable")
+    steps_sorted = steps[order]
+    device = x_train.device
+    order_t = torch.from_numpy(order).to(device)
+    idx = torch.from_numpy(batch_idx[order]).to(device)
     params = [p.unsqueeze(0).repeat(K, *([1] * p.dim())) for p in global_params]
+    ctx_sorted = {k: [t.index_select(0, order_t) for t in v] for k, v in (ctx or {}).items()}
+    fused = correction is None and hasattr(model, "sgd_step")
     # active[j] = number of clients with more than j steps: the working prefix at step j.
     active = np.searchsorted(-steps_sorted, -np.arange(int(steps_sorted[0]) if K else 0), side="left")
     batch = idx.shape[2] if idx.dim() == 3 else 0
@@ -33,7 +46,13 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
         xb = x_train.index_select(0, flat).view(m, batch, *x_train.shape[1:])
         yb = y_train.index_select(0, flat).view(m, batch)
         prefix = [p[:m] for p in params]
-        for p, g in zip(prefix, model.grads(prefix, xb, yb), strict=True):
+        if fused:
+            model.sgd_step(prefix, xb, yb, lr)  # type: ignore[attr-defined]
+            continue
+        grads = model.grads(prefix, xb, yb)
+        if correction is not None:
+            grads = correction(prefix, grads, {k: [t[:m] for t in v] for k, v in ctx_sorted.items()})
+        for p, g in zip(prefix, grads, strict=True):
             p.sub_(g, alpha=lr)
-    inverse = torch.from_numpy(np.argsort(order))
+    inverse = torch.from_numpy(np.argsort(order)).to(device)
     return [p.index_select(0, inverse) for p in params]

@@ -22,7 +22,7 @@ def _synthetic_note(runs: pd.DataFrame) -> str:
     for setting, g in runs.groupby("setting", sort=True):
         a, b, iid = g["alpha"].iloc[0], g["beta"].iloc[0], bool(g["iid"].iloc[0])
         variant = ("FedProx's SYNTHETIC-IID generator (one W, b shared by all devices)" if iid else
-                   "FedProx's SYNTHETIC(α, β) generator (W_k ~ N(u_k, 1) per device, so (0,0) is not IID)")
+                   "FedProx's SYNTHETIC(α, β) generator (W_k ~ N(u_k, 1) per device: not IID even at (0,0))")
         parts.append(f"{setting} = SYNTHETIC({a:g},{b:g}) with {variant}")
     first = runs.iloc[0]
     scale = (f"Reduced scale: {int(first['rounds'])} rounds, {runs['seed'].nunique()} seed(s), "

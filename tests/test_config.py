@@ -1,0 +1,85 @@
+"""Bad configuration stops before any job, naming the key, the value and what is allowed."""
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hetfl.config import ConfigError, expand_runs, load_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = yaml.safe_load((ROOT / "workflow/config/quick.yaml").read_text())
+EXP = "ruan2021_table3_synthetic"
+
+
+def _with(path: list[str], value):
+    cfg = copy.deepcopy(QUICK)
+    node = cfg["experiments"][EXP]
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "key", "allowed"),
+    [
+        (["algorithm"], "fedsgd", f"experiments.{EXP}.algorithm", 'one of "fedavg"'),
+        (["settings", "NIID", "alpha"], -0.5, f"experiments.{EXP}.settings.NIID.alpha", ">= 0"),
+        (["local_epochs"], 0, f"experiments.{EXP}.local_epochs", ">= 1"),
+        (["num_traces"], [1, 9], f"experiments.{EXP}.num_traces.1", "<= 8"),
+        (["trace_order"], ["T_0", "T_99"], f"experiments.{EXP}.trace_order.1", '"T_hi"'),
+        (["schemes"], ["A", "D"], f"experiments.{EXP}.schemes.1", 'one of "A", "B", "C"'),
+    ],
+)
+def test_bad_value_names_key_value_and_allowed(path, value, key, allowed):
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with(path, value))
+    msg = str(err.value)
+    assert f"'{key}'" in msg
+    shown = value[-1] if isinstance(value, list) else value
+    assert str(shown).replace("'", '"') in msg.replace("'", '"')
+    assert allowed in msg
+
+
+def test_unknown_key_is_named():
+    cfg = _with(["learning_rate"], 0.1)
+    with pytest.raises(ConfigError, match=rf"'experiments.{EXP}.learning_rate' is not allowed.*eta0"):
+        validate_config(cfg)
+
+
+def test_num_traces_longer_than_trace_order():
+    cfg = _with(["trace_order"], ["T_0", "T_30"])
+    with pytest.raises(ConfigError, match=r"num_traces' has value 3.*allowed: 1..2"):
+        validate_config(cfg)
+
+
+def test_defaults_filled_and_grid_expanded():
+    cfg = validate_config({"experiments": {"x": {
+        "table": "accuracy_difference", "dataset": "synthetic", "settings": {"S": {"alpha": 1, "beta": 1}},
+        "schemes": ["A", "C"], "num_traces": [2], "seeds": [0, 1]}}})
+    exp = cfg["experiments"]["x"]
+    assert exp["rounds"] == 200 and exp["batch_size"] == 20 and exp["sizes"]["index"] == 0.5
+    runs = list(expand_runs(cfg))
+    assert [r.run for r in runs] == ["S_T2_A_s0", "S_T2_A_s1", "S_T2_C_s0", "S_T2_C_s1"]
+    assert runs[0].traceset == "T2"
+
+
+def test_paper_config_is_the_paper_grid():
+    cfg = load_config(ROOT / "workflow/config/paper/ruan2021_table3_synthetic.yaml")
+    runs = list(expand_runs(cfg))
+    seeds = len(cfg["experiments"][EXP]["seeds"])
+    assert len(runs) == 2 * 8 * 3 * seeds
+    assert {r.rounds for r in runs} == {200} and {r.num_devices for r in runs} == {50}
+
+
+def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_with(["local_epochs"], 0)))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(bad)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert f"experiments.{EXP}.local_epochs' has value 0" in proc.stderr + proc.stdout

@@ -1,0 +1,87 @@
+"""End to end: the Snakemake workflow on workflow/config/tiny.yaml, in a scratch directory."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "workflow/config/tiny.yaml"
+
+
+def _snakemake(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(TINY), "--cores", "2", *extra],
+        capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def workflow_dir(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("wf")
+    proc = _snakemake(workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return workdir
+
+
+@pytest.mark.slow
+def test_table_is_built_with_paper_values(workflow_dir):
+    table = pd.read_csv(workflow_dir / "reports/tables/accuracy_difference.csv")
+    cols = ["dataset", "setting", "num_traces", "comparison", "reproduced_mean", "reproduced_std", "paper"]
+    assert set(cols) <= set(table.columns)
+    assert len(table) == 2 * 2  # |T| ∈ {1, 6} × two comparisons
+    assert set(table["n_seeds"]) == {2}
+    row = table[(table.num_traces == 6) & (table.comparison == "B_vs_A")].iloc[0]
+    assert row["paper"] == pytest.approx(30.5)  # SYNTHETIC NIID |T| = 6, paper Table 3
+    md = (workflow_dir / "reports/tables/accuracy_difference.md").read_text()
+    assert "100·(acc_B − acc_A)/acc_A" in md and "±" in md
+
+
+@pytest.mark.slow
+def test_run_outputs_and_mlflow_mirror(workflow_dir):
+    run = workflow_dir / "results/tiny_table3/NIID_T6_C_s0"
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "ok" and info["spec"]["scheme"] == "C"
+    assert len(info["split"]["sha256"]) == 64 and len(info["traces"]["sha256"]) == 64
+    assert {"torch", "python", "hetfl"} <= set(info["versions"]) and info["wall_time_s"] > 0
+    metrics = pd.read_parquet(run / "metrics.parquet")
+    assert {"test_accuracy", "test_loss", "train_loss"} <= set(metrics["metric"])
+    assert sorted(metrics.loc[metrics.metric == "test_accuracy", "round"]) == [1, 2, 3, 4]
+    assert "mlflow_run_id" in info, info.get("mlflow_error")
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{workflow_dir / 'results/mlflow.db'}")
+    exp = client.get_experiment_by_name("tiny_table3")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    assert len(runs) == 12
+    history = client.get_metric_history(info["mlflow_run_id"], "test_accuracy")
+    assert [m.step for m in history] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_rerun_of_a_job_gives_identical_metrics(workflow_dir, tmp_path):
+    run = workflow_dir / "results/tiny_table3/NIID_T6_B_s1"
+    info = json.loads((run / "run.json").read_text())
+    out = tmp_path / "again"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hetfl.cli", "train", "--spec", str(run / "run.json"),
+         "--split", str(workflow_dir / info["split"]["path"]),
+         "--traces", str(workflow_dir / info["traces"]["path"]), "--out", str(out), "--no-mlflow"],
+        capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    again = pd.read_parquet(out / "metrics.parquet")
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "metrics.parquet"), again)
+
+
+@pytest.mark.slow
+def test_second_invocation_has_nothing_to_do(workflow_dir):
+    proc = _snakemake(workflow_dir, "-n")
+    assert proc.returncode == 0
+    assert "Nothing to be done" in proc.stdout + proc.stderr
