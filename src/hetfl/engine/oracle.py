@@ -14,8 +14,12 @@ from hetfl.models.base import BatchedModel
 
 
 def local_sgd_reference(model: BatchedModel, global_params: list[Tensor], x_train: Tensor, y_train: Tensor,
-                        batch_idx: np.ndarray, steps: np.ndarray, lr: float) -> list[Tensor]:
-    """Same contract as engine.local.local_sgd, computed client by client."""
+                        batch_idx: np.ndarray, steps: np.ndarray, lr: float, correction=None, ctx=None
+                        ) -> list[Tensor]:
+    """Same contract as engine.local.local_sgd, computed client by client (plain SGD only)."""
+    if correction is not None:
+        raise NotImplementedError("the reference loop trains plain SGD; corrected algorithms are tested "
+                                  "against their equations instead")
     module = model.make_module()
     loss_fn = nn.CrossEntropyLoss()
     finals: list[list[Tensor]] = []

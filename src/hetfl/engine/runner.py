@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from hetfl.algorithms import Algorithm, FedAvg, RoundInfo
 from hetfl.data.federation import Federation
 from hetfl.engine.evaluate import evaluate
 from hetfl.engine.local import local_sgd
@@ -46,8 +47,8 @@ def staircase_lr(eta0: float, tau: int) -> float:
 
 def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
           device: torch.device | str = "cpu", progress: Callable[[int, dict[str, float]], None] | None = None,
-          local_trainer: LocalTrainer = local_sgd) -> TrainResult:
-    """Run cfg.rounds rounds of FedAvg with Scheme cfg.scheme on the federation.
+          local_trainer: LocalTrainer = local_sgd, algorithm: Algorithm | None = None) -> TrainResult:
+    """Run cfg.rounds rounds of `algorithm` (default FedAvg) with Scheme cfg.scheme on the federation.
 
     fractions: [R, N] fraction of the E local epochs each device completes (the participation traces).
     """
@@ -60,25 +61,31 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     full = full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size)
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [t.to(device) for t in model.init_params(gen)]
+    algorithm = algorithm or FedAvg()
+    state = algorithm.init_state(params, fed.num_devices)
     result = TrainResult()
     for tau in range(1, cfg.rounds + 1):
         lr = staircase_lr(cfg.eta0, tau)
         done = local_steps(fractions[tau - 1], full)
         weights, discarded = aggregation_weights(cfg.scheme, p, done, full)
         clients = np.flatnonzero((weights != 0) & (done > 0))
+        row: dict[str, float] = {}
         if not discarded and len(clients):
-            idx = minibatch_indices(fed.train_offsets, clients, done[clients], cfg.batch_size, cfg.seed, tau)
-            finals = local_trainer(model, params, x_train, y_train, idx, done[clients], lr)
-            w = torch.as_tensor(weights[clients], dtype=params[0].dtype, device=device)
-            # Eq. (2): w ← w + Σ_k p_τ^k (w_k − w)
-            params = [g + torch.tensordot(w, f - g, dims=1) for g, f in zip(params, finals, strict=True)]
-        row = {
+            info = RoundInfo(tau=tau, lr=lr, clients=clients, done=done[clients], full=full[clients],
+                             weights=weights[clients], p=p)
+            ctx = algorithm.client_context(state, params, info)
+            idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
+            finals = local_trainer(model, params, x_train, y_train, idx, info.done, lr,
+                                   correction=algorithm.correct, ctx=ctx)
+            params, state, extra = algorithm.aggregate(state, params, finals, info)
+            row.update(extra)
+        row.update({
             "lr": lr,
             "active_devices": float((done > 0).sum()),
             "complete_devices": float((done == full).sum()),
             "discarded": float(discarded),
             "mean_fraction": float(np.mean(fractions[tau - 1])),
-        }
+        })
         diverged = not all(bool(torch.isfinite(t).all()) for t in params)
         if tau % cfg.eval_every == 0 or tau == cfg.rounds or diverged:
             if diverged:

@@ -1,0 +1,134 @@
+"""Arrivals and departures (Ruan et al. §4.2, §5.3–5.4) on tiny federations, and curve metrics."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hetfl.data.events import Event, build_schedule, fast_reboot_boost
+from hetfl.reports.curves import format_rounds, rounds_to_cross, rounds_to_recover
+
+
+def test_fast_reboot_boost_schedule():
+    # 3·p^l at τ0, then 1 + 2/(τ − τ0 + 1)²: O((τ − τ0)^−2) decay to p^l
+    assert fast_reboot_boost(10, 10) == pytest.approx(3.0)
+    assert fast_reboot_boost(11, 10) == pytest.approx(1.5)
+    assert fast_reboot_boost(12, 10) == pytest.approx(1 + 2 / 9)
+    assert fast_reboot_boost(9, 10) == 1.0
+    tail = [(fast_reboot_boost(10 + t, 10) - 1) * (t + 1) ** 2 for t in range(1, 50)]
+    assert np.allclose(tail, 2.0)
+
+
+def test_arrival_schedule_fast_reboot():
+    s = build_schedule([Event("arrival", 4, (2,), "fast_reboot")], num_devices=3, rounds=6)
+    p = np.array([0.25, 0.25, 0.5])
+    # before τ0 the arriving device is outside the objective: the others are renormalised
+    np.testing.assert_allclose(s.coefficients(p, 3), [0.5, 0.5, 0.0])
+    assert not s.sending[2, 2] and not s.test_devices[2, 2]
+    np.testing.assert_allclose(s.coefficients(p, 4), [0.25, 0.25, 1.5])  # 3·p^l
+    np.testing.assert_allclose(s.coefficients(p, 5), [0.25, 0.25, 0.75])  # (1 + 2/4)·p^l
+    assert s.sending[3, 2] and s.test_devices[3, 2]
+    # learning rate restarts: η0/(τ − τ0 + 1) from τ0 on
+    assert [s.lr(1.0, t) for t in (1, 3, 4, 5, 6)] == [1.0, 1 / 3, 1.0, 0.5, 1 / 3]
+
+
+def test_arrival_vanilla_has_no_boost_but_resets_lr():
+    s = build_schedule([Event("arrival", 4, (2,), "vanilla")], num_devices=3, rounds=6)
+    np.testing.assert_allclose(s.coefficients(np.array([0.25, 0.25, 0.5]), 4), [0.25, 0.25, 0.5])
+    assert s.lr(2.0, 4) == 2.0
+
+
+def test_departure_exclude_renormalises_and_resets_lr():
+    s = build_schedule([Event("departure", 3, (0,), "exclude")], num_devices=3, rounds=5)
+    p = np.array([0.5, 0.2, 0.3])
+    c = s.coefficients(p, 3)
+    assert c[0] == 0 and c[1:].sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(c[1:], [0.4, 0.6])
+    assert not s.sending[2, 0]
+    assert s.lr(1.0, 3) == 1.0 and s.lr(1.0, 2) == 0.5
+
+
+def test_departure_include_keeps_coefficient_sends_nothing_no_reset():
+    s = build_schedule([Event("departure", 3, (0,), "include")], num_devices=3, rounds=5)
+    p = np.array([0.5, 0.2, 0.3])
+    np.testing.assert_allclose(s.coefficients(p, 4), p)
+    assert not s.sending[3, 0]
+    assert s.lr(1.0, 4) == 0.25
+    # both options are evaluated on the same test data: the remaining devices' holdout by default
+    exc = build_schedule([Event("departure", 3, (0,), "exclude")], 3, 5)
+    np.testing.assert_array_equal(s.test_devices, exc.test_devices)
+    assert not s.test_devices[3, 0]
+    assert build_schedule([Event("departure", 3, (0,), "include")], 3, 5, "all").test_devices.all()
+
+
+def test_bad_events_refused():
+    with pytest.raises(ValueError, match="arrival policy 'boost'.*allowed: fast_reboot, vanilla"):
+        Event("arrival", 3, (0,), "boost")
+    with pytest.raises(ValueError, match="allowed: 0..2"):
+        build_schedule([Event("departure", 2, (5,), "exclude")], 3, 4)
+    with pytest.raises(ValueError, match="departure_test_set"):
+        build_schedule([], 3, 4, "mine")
+
+
+def _curve(values, start=1):
+    return pd.Series(values, index=range(start, start + len(values)), dtype=float)
+
+
+def test_recovery_on_hand_made_curves():
+    acc = _curve([0.5, 0.6, 0.7, 0.4, 0.55, 0.69, 0.71, 0.8])  # arrival at τ0 = 4; level at round 3 = 0.7
+    assert rounds_to_recover(acc, 4) == 3  # round 7
+    assert rounds_to_recover(_curve([0.5, 0.6, 0.7, 0.75]), 4) == 0  # no drop at all
+    never = _curve([0.5, 0.6, 0.7, 0.4, 0.5, 0.6])
+    assert rounds_to_recover(never, 4) is None
+    assert format_rounds(rounds_to_recover(never, 4), 2) == "> 2"
+
+
+def test_crossing_on_hand_made_curves():
+    inc = _curve([1.0, 0.9, 0.8, 0.75, 0.72, 0.70, 0.69])
+    exc = _curve([1.0, 0.9, 1.1, 0.9, 0.73, 0.69, 0.60])  # departure at τ0 = 3
+    assert rounds_to_cross(inc, exc, 3) == 3  # round 6: 0.69 < 0.70
+    assert rounds_to_cross(inc, _curve([1.0, 0.9, 0.9, 0.8, 0.8, 0.8, 0.8]), 3) is None
+    assert rounds_to_cross(inc, _curve([1.0, 0.9, 0.7, 0.7, 0.7, 0.7, 0.7]), 3) == 0
+
+
+def _fake_run(path, metric, values):
+    path.mkdir(parents=True)
+    pd.DataFrame({"round": range(1, len(values) + 1), "metric": metric, "value": values}).to_parquet(
+        path / "metrics.parquet")
+    return str(path)
+
+
+def test_fast_reboot_table_from_runs(tmp_path):
+    from hetfl.reports.event_tables import fast_reboot, layout
+
+    ref = pd.DataFrame({"dataset": ["SYNTHETIC"] * 2, "tau0": [3, 3],
+                        "method": ["fast_reboot", "vanilla_reboot"], "rounds_to_recover": [1, 2]})
+    rows = []
+    for seed, (fast, vanilla) in enumerate([([.5, .7, .4, .7, .8], [.5, .7, .4, .5, .6]),
+                                            ([.5, .7, .3, .6, .75], [.5, .7, .4, .5, .7])]):
+        for method, vals in (("fast_reboot", fast), ("vanilla", vanilla)):
+            rows.append({"dataset": "SYNTHETIC", "setting": "NIID", "event_round": 3, "event_policy": method,
+                         "seed": seed, "run_dir": _fake_run(tmp_path / f"{method}{seed}", "test_accuracy", vals)})
+    tidy = fast_reboot(pd.DataFrame(rows), ref)
+    fast = tidy[tidy.method == "fast_reboot"].iloc[0]
+    assert fast.reproduced_mean == pytest.approx(1.5) and fast.n_never == 0 and fast.paper == 1
+    van = tidy[tidy.method == "vanilla"].iloc[0]
+    # seed 0 never recovers within the 2 observed rounds; seed 1 recovers at round 5 (r = 2)
+    assert van.n_never == 1 and van.reproduced_mean == 2 and van.paper == 2
+    cells = layout(tidy, ["dataset"]).iloc[0]
+    assert cells["vanilla (reproduced)"] == "2.0 (1 of 2 > 2)"
+
+
+def test_crossing_table_from_runs(tmp_path):
+    from hetfl.reports.event_tables import crossing
+
+    ref = pd.DataFrame({"dataset": ["SYNTHETIC"], "alpha": [1.0], "beta": [1.0], "tau0": [2],
+                        "rounds_to_cross": [9]})
+    rows = []
+    curves = {"include": [1.0, .9, .8, .75, .7], "exclude": [1.0, .9, 1.0, .8, .6]}
+    for policy, vals in curves.items():
+        rows.append({"dataset": "SYNTHETIC", "setting": "S", "alpha": 1.0, "beta": 1.0, "event_round": 2,
+                     "event_policy": policy, "seed": 0,
+                     "run_dir": _fake_run(tmp_path / policy, "test_loss", vals)})
+    tidy = crossing(pd.DataFrame(rows), ref)
+    row = tidy.iloc[0]
+    assert row.reproduced_mean == 3 and row.paper == 9  # round 5: 0.6 < 0.7 (round 2 is a tie)
