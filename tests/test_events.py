@@ -106,8 +106,9 @@ def test_fast_reboot_table_from_runs(tmp_path):
     for seed, (fast, vanilla) in enumerate([([.5, .7, .4, .7, .8], [.5, .7, .4, .5, .6]),
                                             ([.5, .7, .3, .6, .75], [.5, .7, .4, .5, .7])]):
         for method, vals in (("fast_reboot", fast), ("vanilla", vanilla)):
+            run_dir = _fake_run(tmp_path / f"{method}{seed}", "test_accuracy", vals)
             rows.append({"dataset": "SYNTHETIC", "setting": "NIID", "event_round": 3, "event_policy": method,
-                         "seed": seed, "run_dir": _fake_run(tmp_path / f"{method}{seed}", "test_accuracy", vals)})
+                         "seed": seed, "run_dir": run_dir})
     tidy = fast_reboot(pd.DataFrame(rows), ref)
     fast = tidy[tidy.method == "fast_reboot"].iloc[0]
     assert fast.reproduced_mean == pytest.approx(1.5) and fast.n_never == 0 and fast.paper == 1

@@ -45,7 +45,7 @@ class Schedule:
     sending: np.ndarray  # bool: device k takes part this round (trains and uploads)
     boost: np.ndarray  # float: multiplier of p^k (fast reboot), 1 otherwise
     test_devices: np.ndarray  # bool: device k's holdout is in this round's test set
-    shift_round: np.ndarray  # int [R]: round of the last objective shift (1 if none): η_τ = η0/(τ − shift + 1)
+    shift_round: np.ndarray  # int [R]: last objective shift (1 if none); η_τ = η0/(τ − shift + 1)
 
     def coefficients(self, p: np.ndarray, tau: int) -> np.ndarray:
         """p_τ^k before the scheme: p^k renormalised over the objective's devices, times the boost."""
