@@ -7,7 +7,7 @@ import torch
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import full_steps, minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
-from hetfl.engine.runner import TrainSettings, staircase_lr, train
+from hetfl.engine.runner import TrainSettings, train
 from hetfl.models import make_model
 
 
@@ -69,8 +69,9 @@ def test_same_run_twice_gives_identical_metrics(tiny_fed):
     assert c.records != a.records  # the seed does reach the minibatch order
 
 
-def test_staircase_learning_rate():
-    assert [staircase_lr(1.0, t) for t in (1, 2, 4)] == [1.0, 0.5, 0.25]
+def test_staircase_learning_rate(tiny_fed):
+    res = train(make_model("logreg", 60, 10), tiny_fed, np.ones((4, 4)), TrainSettings("B", 1, 10, 2.0, 4))
+    assert [v for _, m, v in res.records if m == "lr"] == [2.0, 1.0, 2 / 3, 0.5]  # η0/τ
 
 
 def test_scheme_a_round_without_complete_device_keeps_model(tiny_fed):

@@ -133,3 +133,17 @@ def test_crossing_table_from_runs(tmp_path):
     tidy = crossing(pd.DataFrame(rows), ref)
     row = tidy.iloc[0]
     assert row.reproduced_mean == 3 and row.paper == 9  # round 5: 0.6 < 0.7 (round 2 is a tie)
+
+
+def test_training_with_an_arrival(tiny_fed):
+    from hetfl.engine.runner import TrainSettings, train
+    from hetfl.models import make_model
+
+    sched = build_schedule([Event("arrival", 3, (3,), "fast_reboot")], num_devices=4, rounds=4)
+    res = train(make_model("logreg", 60, 10), tiny_fed, np.ones((4, 4)), TrainSettings("C", 1, 10, 1.0, 4),
+                schedule=sched)
+    rec = pd.DataFrame(res.records, columns=["round", "metric", "value"]).pivot(
+        index="round", columns="metric", values="value")
+    assert rec["lr"].tolist() == [1.0, 0.5, 1.0, 0.5]  # reset at τ0 = 3
+    assert rec["active_devices"].tolist() == [3, 3, 4, 4]
+    assert rec["test_samples"].tolist() == [9, 9, 12, 12]  # its holdout joins the test set at τ0

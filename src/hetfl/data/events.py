@@ -54,6 +54,7 @@ class Schedule:
         return base / base.sum() * self.boost[tau - 1]
 
     def lr(self, eta0: float, tau: int) -> float:
+        """Ruan et al. §5.1 staircase η_τ = η0/τ, restarted at the last objective shift (Cor. 3.2.1)."""
         return eta0 / (tau - int(self.shift_round[tau - 1]) + 1)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from hetfl.algorithms import Algorithm, FedAvg, RoundInfo
+from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
 from hetfl.engine.evaluate import evaluate
 from hetfl.engine.local import local_sgd
@@ -40,24 +41,22 @@ class TrainSettings:
     seed: int = 0
 
 
-def staircase_lr(eta0: float, tau: int) -> float:
-    """Ruan et al. §5.1: η_τ = η0 / τ (τ = 1, 2, ...), constant within a round."""
-    return eta0 / tau
-
-
 def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
           device: torch.device | str = "cpu", progress: Callable[[int, dict[str, float]], None] | None = None,
-          local_trainer: LocalTrainer = local_sgd, algorithm: Algorithm | None = None) -> TrainResult:
+          local_trainer: LocalTrainer = local_sgd, algorithm: Algorithm | None = None,
+          schedule: Schedule | None = None) -> TrainResult:
     """Run cfg.rounds rounds of `algorithm` (default FedAvg) with Scheme cfg.scheme on the federation.
 
     fractions: [R, N] fraction of the E local epochs each device completes (the participation traces).
+    schedule: arrivals and departures (data.events); None means every device takes part throughout.
     """
     device = torch.device(device)
     x_train = torch.from_numpy(fed.x_train).to(device)
     y_train = torch.from_numpy(fed.y_train).to(device)
     x_test = torch.from_numpy(fed.x_test).to(device)
     y_test = torch.from_numpy(fed.y_test).to(device)
-    p = fed.p
+    schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
+    test_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.test_sizes)).to(device)
     full = full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size)
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [t.to(device) for t in model.init_params(gen)]
@@ -65,8 +64,9 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     state = algorithm.init_state(params, fed.num_devices)
     result = TrainResult()
     for tau in range(1, cfg.rounds + 1):
-        lr = staircase_lr(cfg.eta0, tau)
-        done = local_steps(fractions[tau - 1], full)
+        lr = schedule.lr(cfg.eta0, tau)  # staircase η0/τ, restarted at objective shifts
+        p = schedule.coefficients(fed.p, tau)
+        done = np.where(schedule.sending[tau - 1], local_steps(fractions[tau - 1], full), 0)
         weights, discarded = aggregation_weights(cfg.scheme, p, done, full)
         clients = np.flatnonzero((weights != 0) & (done > 0))
         row: dict[str, float] = {}
@@ -91,7 +91,9 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
             if diverged:
                 row.update(test_accuracy=math.nan, test_loss=math.nan, train_loss=math.nan)
             else:
-                row["test_accuracy"], row["test_loss"] = evaluate(model, params, x_test, y_test)
+                keep = torch.from_numpy(schedule.test_devices[tau - 1]).to(device)[test_device]
+                row["test_accuracy"], row["test_loss"] = evaluate(model, params, x_test[keep], y_test[keep])
+                row["test_samples"] = float(keep.sum())
                 row["train_accuracy"], row["train_loss"] = evaluate(model, params, x_train, y_train)
         result.records.extend((tau, k, float(v)) for k, v in row.items())
         result.rounds_done = tau

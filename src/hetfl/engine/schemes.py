@@ -35,7 +35,8 @@ def aggregation_weights(scheme: str, p: np.ndarray, done: np.ndarray, full: np.n
         k_tau = int(q.sum())
         if k_tau == 0:
             return np.zeros_like(p), True
-        return len(p) * p * q / k_tau, False
+        # N counts the devices in the objective (p^k > 0): arrivals not yet in it do not inflate N.
+        return int((p > 0).sum()) * p * q / k_tau, False
     if scheme == "B":
         return p.copy(), False
     if scheme == "C":
