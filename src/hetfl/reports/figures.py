@@ -1,0 +1,64 @@
+"""The papers' figures from run directories (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from hetfl.reports.event_tables import curve  # noqa: E402
+
+
+def _save(fig, out: Path) -> None:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in (".png", ".svg"):
+        tmp = out.with_name(f".{out.name}.tmp{suffix}")
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        tmp.replace(out.with_suffix(suffix))
+    plt.close(fig)
+
+
+def _mean_curve(run_dirs: list[str], metric: str) -> pd.Series:
+    return pd.concat([curve(d, metric) for d in run_dirs], axis=1).mean(axis=1)
+
+
+def scheme_curves(runs: pd.DataFrame, out: Path, num_traces: tuple[int, ...] = (1, 3, 5, 8)) -> None:
+    """Ruan et al. Figure 3: test accuracy vs rounds per scheme, one panel per (setting, |T|)."""
+    settings = sorted(runs["setting"].unique())
+    ks = [k for k in num_traces if k in set(runs["num_traces"])]
+    fig, axes = plt.subplots(len(settings), len(ks), figsize=(3.2 * len(ks), 2.6 * len(settings)),
+                             squeeze=False, sharey=True)
+    for i, setting in enumerate(settings):
+        for j, k in enumerate(ks):
+            ax = axes[i][j]
+            sel = runs[(runs["setting"] == setting) & (runs["num_traces"] == k)]
+            for scheme, g in sel.groupby("scheme"):
+                mean = _mean_curve(list(g["run_dir"]), "test_accuracy")
+                ax.plot(mean.index, mean.to_numpy(), label=f"Scheme {scheme}")
+            ax.set_title(f"{setting}, |T| = {k}", fontsize=9)
+            ax.set_xlabel("round")
+            if j == 0:
+                ax.set_ylabel("test accuracy")
+    axes[0][-1].legend(fontsize=8)
+    _save(fig, out)
+
+
+def event_curves(runs: pd.DataFrame, out: Path, metric: str, title: str) -> None:
+    """Ruan et al. Figure 4: a metric around the event, one line per policy, one panel per τ0."""
+    taus = sorted(runs["event_round"].unique())
+    fig, axes = plt.subplots(1, len(taus), figsize=(3.2 * len(taus), 2.6), squeeze=False)
+    for ax, tau0 in zip(axes[0], taus, strict=True):
+        for policy, g in runs[runs["event_round"] == tau0].groupby("event_policy"):
+            mean = _mean_curve(list(g["run_dir"]), metric)
+            ax.plot(mean.index, mean.to_numpy(), label=policy)
+        ax.axvline(tau0, linestyle="--", color="grey", linewidth=1)
+        ax.set_title(f"{title}, τ0 = {tau0}", fontsize=9)
+        ax.set_xlabel("round")
+    axes[0][0].set_ylabel(metric.replace("_", " "))
+    axes[0][-1].legend(fontsize=8)
+    _save(fig, out)
