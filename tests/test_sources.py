@@ -1,0 +1,341 @@
+"""Data sources: the offline ones for real, the hub and LEAF ones on fixtures in their on-disk formats.
+
+Every test runs with HF_HUB_OFFLINE=1 and a data directory under tmp_path: nothing is downloaded.
+"""
+
+import json
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+datasets = pytest.importorskip("datasets")
+from PIL import Image  # noqa: E402  (Pillow comes with datasets' image support)
+
+from hetfl.data import sources  # noqa: E402
+from hetfl.data.leaf import LEAF_LETTERS, encode_chars, hash_tokens, tokenize  # noqa: E402
+from hetfl.data.sources import (  # noqa: E402
+    SOURCES,
+    SourceUnavailableError,
+    data_root,
+    fetch_source,
+    list_sources,
+    load_source,
+)
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HETFL_DATA_DIR", str(tmp_path / "default_data_dir"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# registry
+
+
+def test_registry_lists_every_paper_dataset():
+    names = set(list_sources())
+    assert {"digits", "mnist5k", "mnist", "emnist-balanced", "emnist-byclass", "emnist-letters", "cifar10",
+            "cifar100", "femnist", "shakespeare", "sent140"} <= names
+    for info in SOURCES.values():
+        assert info.num_classes >= 2 and all(d > 0 for d in info.input_shape)
+        assert (info.origin == "hub") == (info.hub_id is not None)
+        assert info.natural_split == (info.client_column is not None)
+
+
+def test_data_root_resolution(monkeypatch, tmp_path):
+    assert data_root(tmp_path / "x") == tmp_path / "x"
+    assert data_root() == tmp_path / "default_data_dir"
+    monkeypatch.delenv("HETFL_DATA_DIR")
+    assert data_root().parts[-2:] == (".cache", "hetfl")
+
+
+def test_unknown_name_and_option():
+    with pytest.raises(ValueError, match="unknown source 'mnsit'.*'mnist'"):
+        load_source("mnsit")
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['colour'\]"):
+        load_source("cifar10", colour=True)
+    with pytest.raises(ValueError, match="unknown option"):
+        load_source("digits", hub_id="x/y")
+
+
+# ---------------------------------------------------------------------------------------------------
+# shipped with the dependencies: real data
+
+
+def test_digits_loads_offline():
+    train, test = load_source("digits"), load_source("digits", split="test")
+    for d in (train, test):
+        assert d.x.dtype == np.float32 and d.x.shape[1:] == (1, 8, 8) and d.input_shape == (1, 8, 8)
+        assert d.y.dtype == np.int64 and d.num_classes == 10 and d.client_ids is None
+        assert 0.0 <= d.x.min() and d.x.max() == 1.0
+    assert len(train) + len(test) == 1797 == len(load_source("digits", split="all"))
+    assert abs(len(test) - 0.2 * 1797) < 10
+    assert (np.bincount(test.y) >= 30).all()  # stratified
+
+
+def test_mnist5k_loads_offline():
+    full = load_source("mnist5k", split="all")
+    assert full.x.shape == (5000, 1, 28, 28) and full.x.dtype == np.float32
+    assert full.x.max() == 1.0 and full.x.min() == 0.0
+    np.testing.assert_array_equal(np.bincount(full.y), 500)
+    train, test = load_source("mnist5k"), load_source("mnist5k", split="test")
+    assert (len(train), len(test)) == (4000, 1000)
+    np.testing.assert_array_equal(np.bincount(test.y), 100)
+    with pytest.raises(ValueError, match="split='validation'"):
+        load_source("mnist5k", split="validation")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hugging Face image sources: fixtures with the hub's column names and features
+
+IMAGE_CASES = {
+    # name: (image column, label column, classes, pixel shape, extra columns)
+    "mnist": ("image", "label", 10, (28, 28), {}),
+    "emnist-balanced": ("image", "label", 47, (28, 28), {}),
+    "emnist-byclass": ("image", "label", 62, (28, 28), {}),
+    "emnist-letters": ("image", "label", 26, (28, 28), {}),
+    "cifar10": ("img", "label", 10, (32, 32, 3), {}),
+    "cifar100": ("img", "fine_label", 100, (32, 32, 3), {"coarse_label": 20}),
+    "femnist": ("image", "character", 62, (28, 28), {"writer_id": None, "hsf_id": None}),
+}
+
+
+def image_split(name, n, seed):
+    """(Dataset, pixels uint8, labels, writers) in the hub's schema for ``name``."""
+    xcol, ycol, n_classes, shape, extra = IMAGE_CASES[name]
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
+    pixels[0].flat[0], pixels[-1].flat[0] = 255, 0  # the extremes map to exactly 1 and 0
+    labels = rng.integers(0, n_classes, n)
+    labels[0] = n_classes - 1
+    features = {xcol: datasets.Image(), ycol: datasets.ClassLabel(num_classes=n_classes)}
+    columns = {xcol: [Image.fromarray(p) for p in pixels], ycol: labels.tolist()}
+    writers = None
+    for col, n_extra in extra.items():
+        if col == "writer_id":
+            writers = np.array([f"f{w:04d}_{w % 90:02d}" for w in rng.integers(0, 3, n)])
+            features[col], columns[col] = datasets.Value("string"), writers.tolist()
+        elif col == "hsf_id":
+            features[col], columns[col] = datasets.Value("int64"), rng.integers(0, 8, n).tolist()
+        else:
+            features[col] = datasets.ClassLabel(num_classes=n_extra)
+            columns[col] = rng.integers(0, n_extra, n).tolist()
+    ds = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+    return ds, pixels, labels, writers
+
+
+def expected_x(pixels):
+    x = pixels.astype(np.float32) / 255.0
+    return x[:, None] if x.ndim == 3 else x.transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("name", list(IMAGE_CASES))
+def test_hub_image_source_from_datasetdict(name, tmp_path):
+    splits = SOURCES[name].hub_splits
+    made = {s: image_split(name, 7 + i, seed=i) for i, s in enumerate(splits)}
+    datasets.DatasetDict({s: m[0] for s, m in made.items()}).save_to_disk(str(tmp_path / name))
+    for split, (_, pixels, labels, writers) in made.items():
+        data = load_source(name, data_dir=tmp_path, split=split)
+        assert data.x.dtype == np.float32 and data.y.dtype == np.int64
+        assert data.x.shape == (len(labels), *SOURCES[name].input_shape) == (len(labels), *data.input_shape)
+        np.testing.assert_array_equal(data.x, expected_x(pixels))
+        np.testing.assert_array_equal(data.y, labels)
+        assert data.num_classes == SOURCES[name].num_classes
+        assert "DatasetDict.save_to_disk" in data.source and data.name == name
+        if writers is None:
+            assert data.client_ids is None
+        else:
+            np.testing.assert_array_equal(data.client_ids, writers)
+
+
+def test_hub_image_source_from_per_split_dataset_and_env_dir(tmp_path, monkeypatch):
+    ds, pixels, labels, _ = image_split("cifar10", 5, seed=3)
+    ds.save_to_disk(str(tmp_path / "cifar10" / "test"))
+    monkeypatch.setenv("HETFL_DATA_DIR", str(tmp_path))
+    data = load_source("cifar10", split="test")
+    np.testing.assert_array_equal(data.x, expected_x(pixels))
+    assert data.x[0, :, 0, 0].tolist() == (pixels[0, 0, 0] / np.float32(255)).tolist()  # channels first
+    np.testing.assert_array_equal(data.y, labels)
+    assert "Dataset.save_to_disk" in data.source
+
+
+def test_column_mismatch_is_reported_and_overridable(tmp_path):
+    ds, pixels, labels, _ = image_split("mnist", 4, seed=0)
+    ds.rename_column("image", "pixels").save_to_disk(str(tmp_path / "mnist" / "train"))
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['image'\].*x_column="):
+        load_source("mnist", data_dir=tmp_path)
+    data = load_source("mnist", data_dir=tmp_path, x_column="pixels")
+    np.testing.assert_array_equal(data.x, expected_x(pixels))
+
+
+def test_missing_split_in_datasetdict(tmp_path):
+    ds, *_ = image_split("mnist", 3, seed=0)
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(tmp_path / "mnist"))
+    with pytest.raises(ValueError, match=r"holds splits \['train'\], not 'test'"):
+        load_source("mnist", data_dir=tmp_path, split="test")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hugging Face text sources
+
+
+SHAKESPEARE_LINES = [
+    "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suf",
+    "ROMEO. But soft! what light through yonder window breaks? It is the east, and Jul",
+    "Now is the winter of our discontent made glorious summer by this sun of York; and",
+]
+
+
+def test_shakespeare_from_hub_format(tmp_path):
+    xs = [s[:80] for s in SHAKESPEARE_LINES]
+    ys = ["f", "i", "~"]  # '~' is outside LEAF's alphabet
+    ids = ["HAMLET_HAMLET", "ROMEO_ROMEO", "RICHARD_GLOUCESTER"]
+    ds = datasets.Dataset.from_dict({"character_id": ids, "x": xs, "y": ys})
+    ds.save_to_disk(str(tmp_path / "shakespeare" / "train"))
+    data = load_source("shakespeare", data_dir=tmp_path)
+    assert data.x.shape == (3, 80) and data.x.dtype == np.int64
+    assert data.x[1].tolist() == [LEAF_LETTERS.index(c) for c in xs[1]]
+    assert data.y.tolist() == [LEAF_LETTERS.index("f"), LEAF_LETTERS.index("i"), LEAF_LETTERS.index(" ")]
+    assert data.num_classes == 80 and data.client_ids.tolist() == ids
+
+
+def crc_id(word, vocab=20_000):
+    return 1 + zlib.crc32(word.encode()) % (vocab - 1)
+
+
+def test_sent140_from_hub_format_drops_neutral(tmp_path):
+    ds = datasets.Dataset.from_dict(
+        {
+            "text": ["I love it!", "meh", "worst day ever", "Hello World"],
+            "date": ["Mon May 11 03:17:40 UTC 2009"] * 4,
+            "user": ["alice", "bob", "carol", "alice"],
+            "sentiment": [4, 2, 0, 4],
+            "query": ["NO_QUERY"] * 4,
+        },
+        features=datasets.Features({"text": datasets.Value("string"), "date": datasets.Value("string"),
+                                    "user": datasets.Value("string"), "sentiment": datasets.Value("int32"),
+                                    "query": datasets.Value("string")}),
+    )
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(tmp_path / "sent140"))
+    data = load_source("sent140", data_dir=tmp_path, split="test")
+    assert data.y.tolist() == [1, 0, 1] and data.client_ids.tolist() == ["alice", "carol", "alice"]
+    assert data.x.shape == (3, 25) and data.input_shape == (25,)
+    assert data.x[2, :3].tolist() == [crc_id("hello"), crc_id("world"), 0]
+    assert data.x[0, :4].tolist() == [crc_id("i"), crc_id("love"), crc_id("it"), crc_id("!")]
+    short = load_source("sent140", data_dir=tmp_path, max_words=2, vocab_size=10)
+    assert short.x.shape == (3, 2) and short.x.max() < 10 and short.x.min() >= 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# LEAF JSON
+
+
+def write_leaf(path, users, xs, ys):
+    """One LEAF file: users with their x/y lists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = {"users": users, "num_samples": [len(x) for x in xs],
+            "user_data": {u: {"x": x, "y": y} for u, x, y in zip(users, xs, ys, strict=True)}}
+    path.write_text(json.dumps(blob))
+
+
+def test_femnist_from_leaf_json(tmp_path):
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.random((n, 784)).round(4) for n in (3, 2, 4))
+    write_leaf(tmp_path / "femnist/data/train/all_data_0_niid_0_keep_0_train_9.json",
+               ["f0001_41", "f0002_08"], [a.tolist(), b.tolist()], [[1, 2, 61], [0, 5]])
+    write_leaf(tmp_path / "femnist/data/train/all_data_1_niid_0_keep_0_train_9.json",
+               ["f0003_12"], [c.tolist()], [[7, 7, 8, 9]])
+    data = load_source("femnist", data_dir=tmp_path)
+    assert data.x.shape == (9, 1, 28, 28) and data.x.dtype == np.float32
+    np.testing.assert_allclose(data.x.reshape(9, -1), np.concatenate([a, b, c]).astype(np.float32))
+    assert data.y.tolist() == [1, 2, 61, 0, 5, 7, 7, 8, 9]
+    assert data.client_ids.tolist() == ["f0001_41"] * 3 + ["f0002_08"] * 2 + ["f0003_12"] * 4
+    assert "LEAF JSON" in data.source
+    write_leaf(tmp_path / "femnist/test/t.json", ["f0001_41"], [a[:1].tolist()], [[3]])
+    assert load_source("femnist", data_dir=tmp_path, split="test").y.tolist() == [3]
+
+
+def test_shakespeare_and_sent140_from_leaf_json(tmp_path):
+    write_leaf(tmp_path / "shakespeare/train/s.json", ["THE_TEMPEST_PROSPERO"],
+               [[s[:80] for s in SHAKESPEARE_LINES]], [["f", "i", "a"]])
+    data = load_source("shakespeare", data_dir=tmp_path)
+    np.testing.assert_array_equal(data.x, encode_chars([s[:80] for s in SHAKESPEARE_LINES]))
+    assert data.y.tolist() == [LEAF_LETTERS.index(c) for c in "fia"]
+    rows = [["1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", "user_a", "Good morning!"],
+            ["1467810672", "Mon Apr 06 22:19:49 PDT 2009", "NO_QUERY", "user_a", "is upset"]]
+    write_leaf(tmp_path / "sent140/train/s.json", ["user_a"], [rows], [[1, 0]])
+    tweets = load_source("sent140", data_dir=tmp_path)
+    assert tweets.y.tolist() == [1, 0] and tweets.client_ids.tolist() == ["user_a", "user_a"]
+    np.testing.assert_array_equal(tweets.x, hash_tokens(["Good morning!", "is upset"], 20_000, 25))
+
+
+def test_malformed_leaf_file_names_key_and_file(tmp_path):
+    bad = tmp_path / "femnist/train/broken.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(json.dumps({"users": ["u"], "user_data": {}}))
+    with pytest.raises(ValueError, match=r"broken\.json is not a LEAF file: key 'num_samples'"):
+        load_source("femnist", data_dir=tmp_path)
+    write_leaf(bad, ["u"], [[[0.0] * 784]], [[1]])
+    blob = json.loads(bad.read_text())
+    blob["num_samples"] = [2]
+    bad.write_text(json.dumps(blob))
+    with pytest.raises(ValueError, match="num_samples=2 but 1 x"):
+        load_source("femnist", data_dir=tmp_path)
+
+
+def test_leaf_text_helpers():
+    assert len(LEAF_LETTERS) == 80
+    assert tokenize("Don't stop, ME now!") == ["don't", "stop", ",", "me", "now", "!"]
+    a, b = LEAF_LETTERS.index("a"), LEAF_LETTERS.index("b")
+    assert encode_chars(["ab"], length=4).tolist() == [[1, 1, a, b]]
+    with pytest.raises(ValueError, match="different lengths"):
+        encode_chars(["a", "bb"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# offline and missing: a clear error, fast, and no download
+
+
+def test_offline_missing_dataset_error_names_everything(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(SourceUnavailableError) as info:
+        load_source("mnist", data_dir=tmp_path, split="test")
+    assert time.monotonic() - start < 5
+    msg = str(info.value)
+    assert "'mnist'" in msg and "ylecun/mnist" in msg
+    assert "python -m hetfl.data.sources fetch mnist --data-dir DIR" in msg
+    assert "HETFL_DATA_DIR" in msg and str(tmp_path / "mnist" / "test") in msg
+    assert not (tmp_path / "hf_cache").exists() or not any((tmp_path / "hf_cache").rglob("*.arrow"))
+
+
+def test_offline_error_through_the_real_datasets_call(tmp_path, monkeypatch):
+    """With the libraries' own offline switches on, load_dataset is called and its error wrapped."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    start = time.monotonic()
+    with pytest.raises(SourceUnavailableError, match=r"uoft-cs/cifar100") as info:
+        load_source("cifar100", data_dir=tmp_path)
+    assert time.monotonic() - start < 5
+    assert isinstance(info.value.__cause__, OSError)
+    assert "fetch cifar100" in str(info.value)
+    hub = "stanfordnlp/sentiment140 .config sentiment140. @ refs/pr/6"
+    with pytest.raises(SourceUnavailableError, match=hub):
+        fetch_source("sent140", data_dir=tmp_path)
+
+
+def test_hub_only_train_split_is_explained(tmp_path):
+    with pytest.raises(ValueError, match="local_holdout"):
+        load_source("femnist", data_dir=tmp_path, split="test")
+    with pytest.raises(ValueError, match="nothing to fetch"):
+        fetch_source("digits")
+
+
+def test_cli_list(capsys):
+    assert sources.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "ylecun/mnist" in out and "flwrlabs/femnist" in out
