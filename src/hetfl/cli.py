@@ -26,9 +26,12 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_split(args: argparse.Namespace) -> int:
     from hetfl.pipeline import make_split
 
+    quadratic = None
+    if args.dataset == "quadratic":
+        quadratic = {k: [float(v) for v in getattr(args, k).split(",")] for k in ("a", "b")}
     manifest = make_split(args.out, dataset=args.dataset, alpha=args.alpha, beta=args.beta, iid=args.iid,
                           num_devices=args.num_devices, sizes=json.loads(args.sizes),
-                          test_fraction=args.test_fraction, seed=args.seed)
+                          test_fraction=args.test_fraction, seed=args.seed, quadratic=quadratic)
     sizes = manifest["train_sizes"]
     print(f"wrote {args.out}: {manifest['num_devices']} devices, train sizes min {min(sizes)} "
           f"median {sorted(sizes)[len(sizes) // 2]} max {max(sizes)}, total {sum(sizes)}; "
@@ -73,7 +76,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not split.exists():
             make_split(split, dataset=spec.dataset, alpha=spec.alpha, beta=spec.beta, iid=spec.iid,
                        num_devices=spec.num_devices, sizes=spec.sizes, test_fraction=spec.test_fraction,
-                       seed=spec.seed)
+                       seed=spec.seed, quadratic=spec.quadratic)
         if not trace.exists():
             make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
                         seed=spec.seed)
@@ -92,6 +95,21 @@ def _cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_algorithms(args: argparse.Namespace) -> int:
+    from hetfl.algorithms import CATALOG, describe
+
+    for name, entry in CATALOG.items():
+        if args.name and name not in args.name:
+            continue
+        print(f"{name}: {entry.paper}")
+        params = describe(name)
+        if not params:
+            print("    (no hyperparameters)")
+        for key, default, doc in params:
+            print(f"    {key} = {json.dumps(default)}: {doc}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetfl", description=__doc__)
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -105,12 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print each run's full spec as JSON")
     p.set_defaults(func=_cmd_runs)
 
+    p = sub.add_parser("algorithms", help="list the algorithms, their papers and hyperparameters")
+    p.add_argument("name", nargs="*", help="only these algorithms")
+    p.set_defaults(func=_cmd_algorithms)
+
     p = sub.add_parser("split", help="generate a federation (per-device train/test data) and its manifest")
-    p.add_argument("--dataset", default="synthetic", choices=["synthetic"])
-    p.add_argument("--alpha", type=float, required=True)
-    p.add_argument("--beta", type=float, required=True)
+    p.add_argument("--dataset", default="synthetic", choices=["synthetic", "quadratic"])
+    p.add_argument("--alpha", type=float, help="synthetic: required")
+    p.add_argument("--beta", type=float, help="synthetic: required")
+    p.add_argument("--a", default="1,2", help="quadratic: curvatures a_i, comma-separated")
+    p.add_argument("--b", default="1,5", help="quadratic: optima b_i, comma-separated")
     p.add_argument("--iid", action="store_true", help="FedProx's SYNTHETIC-IID variant (shared W, b)")
-    p.add_argument("--num-devices", type=int, required=True)
+    p.add_argument("--num-devices", type=int, default=0, help="synthetic: required")
     p.add_argument("--sizes", default='{"distribution": "pareto"}', help="size distribution as JSON")
     p.add_argument("--test-fraction", type=float, default=0.2)
     p.add_argument("--seed", type=int, required=True)

@@ -17,6 +17,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from hetfl.algorithms.hparams import parse_hyperparameters
+from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 
 SCHEMA_RESOURCE = "schemas/config.schema.yaml"
@@ -92,18 +94,69 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     Raises ConfigError listing every problem, each naming key, value and what is allowed.
     """
     config = copy.deepcopy(config)
+    # keys written in the file (before defaults are filled in): some defaults depend on other keys
+    exps = config.get("experiments")
+    given = {name: set(exp) for name, exp in exps.items() if isinstance(exp, dict)} \
+        if isinstance(exps, dict) else {}
     schema = load_schema()
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(_format_error(e) for e in errors))
-    _check_semantics(config)
+    _check_semantics(config, given)
     return config
 
 
-def _check_semantics(config: dict[str, Any]) -> None:
+def _algorithms(exp: dict[str, Any]) -> list[str]:
+    """The experiment's algorithm axis: `algorithms`, else [`algorithm`], else [fedavg]."""
+    return list(exp.get("algorithms") or [exp.get("algorithm", "fedavg")])
+
+
+def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
+    if "algorithm" in given and "algorithms" in given:
+        raise ConfigError(f"config key 'experiments.{name}.algorithms' is not allowed together with "
+                          f"'experiments.{name}.algorithm'; allowed: one of the two")
+    for algo, params in exp["algorithm_params"].items():  # also those not run: a config may trim the axis
+        try:
+            parse_hyperparameters(algo, params, key=f"experiments.{name}.algorithm_params.{algo}")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+
+def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
+    """dataset quadratic ⇔ model quadratic; num_devices = len(a) (filled in when not given)."""
+    quad = exp["dataset"] == "quadratic"
+    if quad != (exp["model"] == "quadratic"):
+        raise ConfigError(f"config key 'experiments.{name}.model' has value \"{exp['model']}\", which is not "
+                          f"allowed; allowed: \"quadratic\" exactly when dataset is \"quadratic\"")
+    for label, sv in exp["settings"].items():
+        key = f"experiments.{name}.settings.{label}"
+        if not quad:
+            for k in ("alpha", "beta"):
+                if k not in sv:
+                    raise ConfigError(f"config key '{key}.{k}' is missing; it is required for dataset "
+                                      f"{exp['dataset']}")
+            continue
+        a, b = sv.setdefault("a", list(DEFAULT_A)), sv.setdefault("b", list(DEFAULT_B))
+        if len(a) != len(b):
+            raise ConfigError(f"config key '{key}.b' has {len(b)} entries, which is not allowed; "
+                              f"allowed: as many as a ({len(a)})")
+        if "num_devices" not in given:
+            exp["num_devices"] = len(a)
+        if exp["num_devices"] != len(a):
+            raise ConfigError(f"config key 'experiments.{name}.num_devices' has value {exp['num_devices']}, "
+                              f"which is not allowed; allowed: {len(a)} (the length of {key}.a)")
+    steps = exp.get("local_steps")
+    if steps is not None and len(steps) != exp["num_devices"]:
+        raise ConfigError(f"config key 'experiments.{name}.local_steps' has {len(steps)} entries, which is "
+                          f"not allowed; allowed: one per device ({exp['num_devices']})")
+
+
+def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None) -> None:
     """Rules JSON Schema cannot express."""
     for name, exp in config["experiments"].items():
+        _check_algorithms(name, exp, (given or {}).get(name, set(exp)))
+        _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
         n_order = len(exp["trace_order"])
         for k in exp["num_traces"]:
             if k > n_order:
@@ -158,16 +211,23 @@ class RunSpec:
     eval_every: int
     seed: int
     extra: dict[str, Any] = field(default_factory=dict)
+    algorithm_params: dict[str, Any] = field(default_factory=dict)  # resolved, defaults included
+    lr_schedule: str = "staircase"
+    local_steps: tuple[int, ...] | None = None
+    quadratic: dict[str, list[float]] | None = None  # {"a": [...], "b": [...]} for dataset quadratic
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["trace_order"] = list(self.trace_order)
+        d["local_steps"] = list(self.local_steps) if self.local_steps is not None else None
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
         d = dict(d)
         d["trace_order"] = tuple(d["trace_order"])
+        if d.get("local_steps") is not None:
+            d["local_steps"] = tuple(d["local_steps"])
         return cls(**d)
 
     @property
@@ -184,32 +244,39 @@ class RunSpec:
         return f"{self.traceset}/n{self.num_devices}_r{self.rounds}_seed{self.seed}"
 
 
-def run_name(setting: str, num_traces: int, scheme: str, seed: int) -> str:
-    """Deterministic run name from the run's grid coordinates."""
-    return f"{setting}_T{num_traces}_{scheme}_s{seed}"
+def run_name(setting: str, num_traces: int, scheme: str, seed: int, algorithm: str | None = None) -> str:
+    """Deterministic run name from the run's grid coordinates (the algorithm first when the experiment
+    runs more than one)."""
+    name = f"{setting}_T{num_traces}_{scheme}_s{seed}"
+    return f"{algorithm}_{name}" if algorithm else name
 
 
 def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
     """All runs of a validated config, in a stable order."""
     for exp_name, exp in config["experiments"].items():
-        for setting, sv in exp["settings"].items():
+        algorithms = _algorithms(exp)
+        tag = len(algorithms) > 1  # run names carry the algorithm only when there is more than one
+        for algorithm, setting, sv in ((a, s, v) for a in algorithms for s, v in exp["settings"].items()):
+            hp = parse_hyperparameters(algorithm, exp["algorithm_params"].get(algorithm))
+            quad = {"a": [float(v) for v in sv["a"]], "b": [float(v) for v in sv["b"]]} \
+                if exp["dataset"] == "quadratic" else None
             for k in exp["num_traces"]:
                 for scheme in exp["schemes"]:
                     for seed in exp["seeds"]:
                         yield RunSpec(
                             experiment=exp_name,
-                            run=run_name(setting, k, scheme, seed),
+                            run=run_name(setting, k, scheme, seed, algorithm if tag else None),
                             table=exp["table"],
                             dataset=exp["dataset"],
                             setting=setting,
-                            alpha=float(sv["alpha"]),
-                            beta=float(sv["beta"]),
+                            alpha=float(sv.get("alpha", 0.0)),
+                            beta=float(sv.get("beta", 0.0)),
                             iid=bool(sv.get("iid", False)),
                             num_devices=exp["num_devices"],
                             sizes=dict(exp["sizes"]),
                             test_fraction=exp["test_fraction"],
                             model=exp["model"],
-                            algorithm=exp["algorithm"],
+                            algorithm=algorithm,
                             scheme=scheme,
                             num_traces=k,
                             trace_order=tuple(exp["trace_order"]),
@@ -219,4 +286,8 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
                             rounds=exp["rounds"],
                             eval_every=exp["eval_every"],
                             seed=seed,
+                            algorithm_params=asdict(hp),
+                            lr_schedule=exp["lr_schedule"],
+                            local_steps=tuple(exp["local_steps"]) if exp.get("local_steps") else None,
+                            quadratic=quad,
                         )

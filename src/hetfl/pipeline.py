@@ -15,13 +15,16 @@ import pandas as pd
 import torch
 
 import hetfl
+from hetfl.algorithms import make_algorithm
 from hetfl.config import RunSpec
+from hetfl.data import quadratic as quad_data
 from hetfl.data import sizes as sizes_mod
 from hetfl.data import synthetic, traces
 from hetfl.data.federation import Federation, from_device_lists, load_federation, save_federation
 from hetfl.engine.runner import ProgressLog, TrainResult, TrainSettings, train
 from hetfl.io import atomic_write, atomic_write_json, file_sha256
 from hetfl.models import make_model
+from hetfl.models.base import BatchedModel
 
 
 def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size_spec: dict[str, Any],
@@ -38,13 +41,23 @@ def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size
     return from_device_lists(*parts, num_classes=gen.b.shape[-1])
 
 
-def make_split(out_npz: str | Path, *, dataset: str, alpha: float, beta: float, iid: bool,
-               num_devices: int, sizes: dict[str, Any], test_fraction: float, seed: int) -> dict[str, Any]:
-    if dataset != "synthetic":
-        raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic")
-    fed = build_synthetic(alpha, beta, iid, num_devices, sizes, test_fraction, seed)
-    meta = {"dataset": dataset, "alpha": alpha, "beta": beta, "iid": iid, "sizes": sizes,
-            "test_fraction": test_fraction, "seed": seed}
+def make_split(out_npz: str | Path, *, dataset: str, alpha: float | None = None, beta: float | None = None,
+               iid: bool = False, num_devices: int = 0, sizes: dict[str, Any] | None = None,
+               test_fraction: float = 0.2, seed: int = 0, quadratic: dict[str, list[float]] | None = None
+               ) -> dict[str, Any]:
+    if dataset == "quadratic":
+        q = quadratic or {}
+        a, b = q.get("a", quad_data.DEFAULT_A), q.get("b", quad_data.DEFAULT_B)
+        fed = quad_data.build_quadratic(a, b)
+        meta = {"dataset": dataset, "a": list(a), "b": list(b), "seed": seed}
+    elif dataset == "synthetic":
+        if alpha is None or beta is None:
+            raise ValueError("dataset 'synthetic' needs alpha and beta")
+        fed = build_synthetic(alpha, beta, iid, num_devices, sizes or {}, test_fraction, seed)
+        meta = {"dataset": dataset, "alpha": alpha, "beta": beta, "iid": iid, "sizes": sizes,
+                "test_fraction": test_fraction, "seed": seed}
+    else:
+        raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic, quadratic")
     out_npz = Path(out_npz)
     return save_federation(fed, out_npz, out_npz.with_name("manifest.json"), meta)
 
@@ -75,6 +88,14 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def _make_model(name: str, fed: Federation) -> BatchedModel:
+    if name == "quadratic":  # the analytic test bed (not a classifier, so not in models.MODELS)
+        from hetfl.models.quadratic import Quadratic
+
+        return Quadratic(fed.x_train.shape[1])
+    return make_model(name, fed.x_train.shape[1], fed.num_classes)
+
+
 def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, out_dir: str | Path,
                  *, device: str = "cpu", results_root: str | Path | None = None, track: bool = True,
                  progress: bool = True) -> TrainResult:
@@ -86,12 +107,14 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     if tr.fractions.shape != (spec.rounds, fed.num_devices):
         raise ValueError(f"traces {traces_npz} have shape {tr.fractions.shape}; the run needs "
                          f"(rounds, num_devices) = ({spec.rounds}, {fed.num_devices})")
-    model = make_model(spec.model, fed.x_train.shape[1], fed.num_classes)
+    model = _make_model(spec.model, fed)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
-                             eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed)
+                             eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
+                             lr_schedule=spec.lr_schedule, local_steps=spec.local_steps)
+    algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
     start = time.perf_counter()
     log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}") if progress else None
-    result = train(model, fed, tr.fractions, settings, device=dev, progress=log)
+    result = train(model, fed, tr.fractions, settings, device=dev, progress=log, algorithm=algorithm)
     wall = time.perf_counter() - start
 
     metrics = pd.DataFrame(result.records, columns=["round", "metric", "value"]).astype(

@@ -13,7 +13,7 @@ config.clear()
 config.update(_validated)
 
 RUNS = {(s.experiment, s.run): s for s in expand_runs(config)}
-TABLES = sorted({s.table for s in RUNS.values()})
+TABLES = sorted({s.table for s in RUNS.values()} - {"none"})
 
 
 wildcard_constraints:
@@ -36,6 +36,9 @@ def split_spec(wc):
 
 def split_args(wc):
     s = split_spec(wc)
+    if s.dataset == "quadratic":
+        return shlex.join(["--dataset", "quadratic", "--a", ",".join(map(str, s.quadratic["a"])),
+                           "--b", ",".join(map(str, s.quadratic["b"]))])
     args = ["--dataset", s.dataset, "--alpha", str(s.alpha), "--beta", str(s.beta),
             "--num-devices", str(s.num_devices), "--sizes", json.dumps(s.sizes, sort_keys=True),
             "--test-fraction", str(s.test_fraction)]
@@ -57,4 +60,6 @@ def runs_of_table(table):
 
 
 def all_targets():
-    return [f"reports/tables/{t}.{ext}" for t in TABLES for ext in ("md", "csv", "tex")]
+    """Every table, and the runs of experiments that feed no table (table: none)."""
+    tables = [f"reports/tables/{t}.{ext}" for t in TABLES for ext in ("md", "csv", "tex")]
+    return tables + runs_of_table("none")

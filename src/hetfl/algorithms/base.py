@@ -1,9 +1,14 @@
-"""The shape every algorithm fits: four hooks over tensors stacked on the client axis.
+"""The shape every algorithm fits: hooks over tensors stacked on the client axis.
 
 The engine owns the loops. Per round it asks the algorithm for per-client tensors (`client_context`,
-e.g. SCAFFOLD's c − c_k), hands `correct` to batched local SGD as a change of the local gradient, and
-lets `aggregate` turn the clients' final parameters into the next global model (and new state).
-Algorithms never loop over clients.
+e.g. SCAFFOLD's c − c_k) and, optionally, per-client starting points (`client_start`, FedBN's local
+batch norm); it hands `correct` to batched local SGD as a change of the local gradient, and lets
+`aggregate` turn the clients' final parameters into the next global model, new state and per-round
+metrics (communication). `global_model` is what the engine evaluates (EFL keeps an exact server model
+beside the compressed one the clients hold). Algorithms never loop over clients.
+
+Client state (SCAFFOLD's c_k, FedDyn's g_k, ...) is a list of tensors [N, ...] over ALL devices, read
+with `gather` and written with `scatter` at the round's client ids.
 """
 
 from __future__ import annotations
@@ -12,7 +17,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 from torch import Tensor
+
+from hetfl.algorithms.hparams import NoParams
+from hetfl.engine import comm
+
+Params = list[Tensor]
+Context = dict[str, list[Tensor]]
 
 
 @dataclass(frozen=True)
@@ -23,41 +35,134 @@ class RoundInfo:
     lr: float
     clients: np.ndarray  # int64 [K]: ids of the clients that train this round
     done: np.ndarray  # int64 [K]: local steps each completed
-    full: np.ndarray  # int64 [K]: steps of a complete round, E·⌈n_k/B⌉
+    full: np.ndarray  # int64 [K]: steps of a complete round, E·⌈n_k/B⌉ (or the task's fixed steps)
     weights: np.ndarray  # float64 [K]: the scheme's p_τ^k (Ruan et al. Scheme A/B/C)
     p: np.ndarray  # float64 [N]: data weights p^k = n_k/n of ALL devices
     discarded: bool = False  # Scheme A with no complete device: the round changes nothing
 
 
+@dataclass(frozen=True)
+class Task:
+    """What an algorithm may know besides the round: the model and every device's training data.
+
+    x_train/y_train are the flat training arrays on the engine's device; device k owns rows
+    offsets[k]:offsets[k+1]. FedCurv and EFL read them to compute Fisher diagonals after local training.
+    """
+
+    model: Any
+    x_train: Tensor
+    y_train: Tensor
+    offsets: np.ndarray
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.offsets) - 1
+
+
 class Algorithm:
-    """Base class: FedAvg behaviour; subclasses override what their paper changes."""
+    """Base class with FedAvg's behaviour; subclasses override what their paper changes."""
 
     name: ClassVar[str] = "base"
-    paper: ClassVar[str] = ""
+    Params: ClassVar[type] = NoParams
 
-    def init_state(self, params: list[Tensor], num_devices: int) -> Any:
+    def __init__(self, **hyperparameters: Any) -> None:
+        self.hp = self.Params(**hyperparameters)
+        self.task: Task | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------------
+    def setup(self, task: Task) -> None:
+        """Called once by the engine before init_state."""
+        self.task = task
+
+    def mask(self, n: int) -> tuple[bool, ...]:
+        """Which parameter entries are trained (False for buffers such as BN running statistics).
+
+        Corrections and control variates apply to trained entries only: a prox term on a running mean
+        would move it against what the forward pass maintains.
+        """
+        flags = getattr(self.task.model, "trainable", None) if self.task is not None else None
+        return tuple(flags) if flags is not None else (True,) * n
+
+    # -- the hooks ------------------------------------------------------------------------------------
+    def init_state(self, params: Params, num_devices: int) -> Any:
         """Server and client state (client state as tensors over ALL devices)."""
         return None
 
-    def client_context(self, state: Any, params: list[Tensor], info: RoundInfo) -> dict[str, list[Tensor]]:
-        """Per-client tensors stacked [K, ...] in the order of info.clients, passed to `correct`."""
+    def client_context(self, state: Any, params: Params, info: RoundInfo) -> Context:
+        """Per-client tensors stacked [K, ...] in the order of info.clients, passed to `correct`.
+
+        `correct` may update them in place (e.g. momentum buffers): the engine hands it views.
+        """
         return {}
+
+    def client_start(self, state: Any, params: Params, info: RoundInfo) -> Params | None:
+        """Per-client starting parameters [K, ...], or None when every client starts from `params`."""
+        return None
 
     # correct(params, grads, ctx) -> grads, or None for plain SGD (lets models use a fused step)
     correct = None
 
-    def aggregate(self, state: Any, params: list[Tensor], finals: list[Tensor], info: RoundInfo
-                  ) -> tuple[list[Tensor], Any, dict[str, float]]:
+    def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
+                  ) -> tuple[Params, Any, dict[str, float]]:
         """New global params, new state and per-round metrics (communication etc.)."""
-        return weighted_update(params, finals, info.weights), state, {}
+        delta = deltas(params, finals)
+        new = weighted_update(params, finals, info.weights)
+        return new, state, comm.round_metrics(up=delta, down=params, clients=len(info.clients))
+
+    def global_model(self, state: Any, params: Params) -> Params:
+        """The model the engine evaluates and reports (default: the broadcast params)."""
+        return params
 
 
-def weighted_update(params: list[Tensor], finals: list[Tensor], weights: np.ndarray) -> list[Tensor]:
+# -- helpers over stacked tensors -----------------------------------------------------------------------
+def deltas(params: Params, finals: Params) -> Params:
+    """Δ_k = w_k − w for every client, stacked [K, ...]."""
+    return [f - g for g, f in zip(params, finals, strict=True)]
+
+
+def coef(values: np.ndarray, like: Tensor) -> Tensor:
+    """Per-client coefficients [K] as a tensor shaped to broadcast over like [K, ...]."""
+    t = torch.as_tensor(np.asarray(values, dtype=np.float64), dtype=like.dtype, device=like.device)
+    return t.view(-1, *([1] * (like.dim() - 1)))
+
+
+def weighted_sum(stacked: Params, weights: np.ndarray) -> Params:
+    """Σ_k w_k t_k over the client axis."""
+    return [torch.tensordot(torch.as_tensor(weights, dtype=t.dtype, device=t.device), t, dims=1)
+            for t in stacked]
+
+
+def weighted_update(params: Params, finals: Params, weights: np.ndarray) -> Params:
     """Ruan et al. Eq. (2): w ← w + Σ_k p_τ^k (w_k − w)."""
-    import torch
+    return [g + s for g, s in zip(params, weighted_sum(deltas(params, finals), weights), strict=True)]
 
-    out = []
-    for g, f in zip(params, finals, strict=True):
-        w = torch.as_tensor(weights, dtype=g.dtype, device=g.device)
-        out.append(g + torch.tensordot(w, f - g, dims=1))
-    return out
+
+def normalized(weights: np.ndarray) -> np.ndarray:
+    """Weights rescaled to sum to 1 over the round's clients (for averages of models, not of updates)."""
+    w = np.asarray(weights, dtype=np.float64)
+    total = w.sum()
+    return w / total if total > 0 else w
+
+
+def expand(params: Params, k: int) -> Params:
+    """The global params repeated on a client axis [K, ...] (what every client of the round receives)."""
+    return [p.unsqueeze(0).expand(k, *p.shape) for p in params]
+
+
+def zeros_state(params: Params, num_devices: int) -> Params:
+    """Per-device state [N, ...] initialised to zero."""
+    return [torch.zeros((num_devices, *p.shape), dtype=p.dtype, device=p.device) for p in params]
+
+
+def index(clients: np.ndarray, like: Tensor) -> Tensor:
+    return torch.as_tensor(np.asarray(clients, dtype=np.int64), device=like.device)
+
+
+def gather(state: Params, clients: np.ndarray) -> Params:
+    """Rows of per-device state for the round's clients, [K, ...] in info.clients order."""
+    return [s.index_select(0, index(clients, s)) for s in state]
+
+
+def scatter(state: Params, clients: np.ndarray, values: Params) -> Params:
+    """A copy of per-device state with the round's clients' rows replaced by values."""
+    return [s.index_copy(0, index(clients, s), v.to(s.dtype)) for s, v in zip(state, values, strict=True)]

@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hetfl.algorithms import Algorithm, FedAvg, RoundInfo
+from hetfl.algorithms.base import Algorithm, RoundInfo, Task
+from hetfl.algorithms.fedavg import FedAvg
 from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
 from hetfl.engine.evaluate import evaluate
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import full_steps, minibatch_indices
 from hetfl.engine.schemes import aggregation_weights, local_steps
+from hetfl.engine.start import train_from
 from hetfl.models.base import BatchedModel
 
 LocalTrainer = Callable[..., list[torch.Tensor]]
@@ -39,6 +41,8 @@ class TrainSettings:
     rounds: int
     eval_every: int = 1
     seed: int = 0
+    lr_schedule: str = "staircase"  # or "constant": η_τ = η0 (the quadratic test bed)
+    local_steps: tuple[int, ...] | None = None  # fixed steps of a complete round per device (E·⌈n/B⌉ if None)
 
 
 def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
@@ -57,14 +61,19 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     y_test = torch.from_numpy(fed.y_test).to(device)
     schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
     test_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.test_sizes)).to(device)
-    full = full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size)
+    full = (full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size) if cfg.local_steps is None
+            else np.asarray(cfg.local_steps, dtype=np.int64))
+    if len(full) != fed.num_devices:
+        raise ValueError(f"local_steps has {len(full)} entries; the federation has {fed.num_devices} devices")
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [t.to(device) for t in model.init_params(gen)]
     algorithm = algorithm or FedAvg()
+    algorithm.setup(Task(model, x_train, y_train, fed.train_offsets))
     state = algorithm.init_state(params, fed.num_devices)
     result = TrainResult()
     for tau in range(1, cfg.rounds + 1):
-        lr = schedule.lr(cfg.eta0, tau)  # staircase η0/τ, restarted at objective shifts
+        # staircase η0/τ, restarted at objective shifts; or constant
+        lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
         p = schedule.coefficients(fed.p, tau)
         done = np.where(schedule.sending[tau - 1], local_steps(fractions[tau - 1], full), 0)
         weights, discarded = aggregation_weights(cfg.scheme, p, done, full)
@@ -75,8 +84,9 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
                              weights=weights[clients], p=p)
             ctx = algorithm.client_context(state, params, info)
             idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
-            finals = local_trainer(model, params, x_train, y_train, idx, info.done, lr,
-                                   correction=algorithm.correct, ctx=ctx)
+            start = algorithm.client_start(state, params, info)
+            finals = train_from(local_trainer, start, model, params, x_train, y_train, idx, info.done, lr,
+                                correction=algorithm.correct, ctx=ctx)
             params, state, extra = algorithm.aggregate(state, params, finals, info)
             row.update(extra)
         row.update({
@@ -86,15 +96,16 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
             "discarded": float(discarded),
             "mean_fraction": float(np.mean(fractions[tau - 1])),
         })
-        diverged = not all(bool(torch.isfinite(t).all()) for t in params)
+        model_params = algorithm.global_model(state, params)  # what the server reports (EFL: exact w_G)
+        diverged = not all(bool(torch.isfinite(t).all()) for t in [*params, *model_params])
         if tau % cfg.eval_every == 0 or tau == cfg.rounds or diverged:
             if diverged:
                 row.update(test_accuracy=math.nan, test_loss=math.nan, train_loss=math.nan)
             else:
                 keep = torch.from_numpy(schedule.test_devices[tau - 1]).to(device)[test_device]
-                row["test_accuracy"], row["test_loss"] = evaluate(model, params, x_test[keep], y_test[keep])
+                row.update(_evaluate(model, model_params, x_test[keep], y_test[keep], "test"))
                 row["test_samples"] = float(keep.sum())
-                row["train_accuracy"], row["train_loss"] = evaluate(model, params, x_train, y_train)
+                row.update(_evaluate(model, model_params, x_train, y_train, "train"))
         result.records.extend((tau, k, float(v)) for k, v in row.items())
         result.rounds_done = tau
         if progress is not None:
@@ -102,8 +113,24 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
         if diverged:
             result.status = "diverged"
             break
-    result.params = [t.cpu() for t in params]
+    result.params = [t.cpu() for t in algorithm.global_model(state, params)]
     return result
+
+
+def _evaluate(model: BatchedModel, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+              split: str) -> dict[str, float]:
+    """{split}_accuracy and {split}_loss of a classifier; a model with its own `evaluate` (the analytic
+    quadratic task) reports {split}_loss and its other values as they are (e.g. x), and `objective`
+    = the training loss F(w)."""
+    custom = getattr(model, "evaluate", None)
+    if custom is None:
+        acc, loss = evaluate(model, params, x, y)
+        return {f"{split}_accuracy": acc, f"{split}_loss": loss}
+    values = dict(custom(params, x, y))
+    out = {f"{split}_loss": values.pop("loss")}
+    if split == "train":
+        out.update(objective=out["train_loss"], **values)
+    return out
 
 
 class ProgressLog:

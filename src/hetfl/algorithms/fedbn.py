@@ -1,0 +1,72 @@
+"""FedBN (Li et al. 2021): batch-norm entries stay on the clients; everything else is FedAvg.
+
+Which entries are local: the model's `local_mask` (one flag per parameter entry) when it has one; for a
+LayerNet without it, every entry of its BatchNorm layers (weights, biases and running statistics);
+otherwise none (FedBN is then FedAvg). Local entries live in per-device state [N, ...], initialised to
+the initial model's; each client trains from the shared entries of w and its own local entries and
+sends Δ of the shared entries only. The global model the engine evaluates carries, in its local entries,
+the data-weighted mean Σ_k p^k of all devices' local entries (a global BN for pooled evaluation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hetfl.algorithms.base import (
+    Algorithm,
+    Params,
+    RoundInfo,
+    expand,
+    gather,
+    normalized,
+    scatter,
+    weighted_sum,
+)
+from hetfl.engine import comm
+
+
+def local_mask(model: Any, n: int) -> tuple[bool, ...]:
+    """Per-entry flags of the parameters that stay local (batch norm)."""
+    flags = getattr(model, "local_mask", None)
+    if flags is not None:
+        return tuple(bool(f) for f in flags)
+    layers = getattr(model, "layers", None)
+    if layers is not None:
+        out = [type(layer).__name__.startswith("BatchNorm") for layer in layers
+               for _ in getattr(layer, "shapes", ())]
+        if len(out) == n:
+            return tuple(out)
+    return (False,) * n
+
+
+class FedBN(Algorithm):
+    name = "fedbn"
+
+    def local(self, n: int) -> tuple[bool, ...]:
+        return local_mask(self.task.model if self.task is not None else None, n)
+
+    def init_state(self, params: Params, num_devices: int) -> dict[int, torch.Tensor]:
+        return {i: p.unsqueeze(0).repeat(num_devices, *([1] * p.dim())).clone()
+                for i, (p, loc) in enumerate(zip(params, self.local(len(params)), strict=True)) if loc}
+
+    def client_start(self, state: Any, params: Params, info: RoundInfo) -> Params | None:
+        if not state:
+            return None
+        k = len(info.clients)
+        return [gather([state[i]], info.clients)[0] if i in state else e.contiguous()
+                for i, e in enumerate(expand(params, k))]
+
+    def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
+                  ) -> tuple[Params, Any, dict[str, float]]:
+        shared = [i for i in range(len(params)) if i not in state]
+        delta = {i: finals[i] - params[i].unsqueeze(0) for i in shared}
+        step = dict(zip(shared, weighted_sum([delta[i] for i in shared], info.weights), strict=True))
+        new_state = {i: scatter([s], info.clients, [finals[i]])[0] for i, s in state.items()}
+        p = normalized(info.p)  # the objective's coefficients may not sum to 1 (events)
+        new = [params[i] + step[i] if i in step else weighted_sum([new_state[i]], p)[0]
+               for i in range(len(params))]
+        metrics = comm.round_metrics(up=[delta[i] for i in shared], down=[params[i] for i in shared],
+                                     clients=len(info.clients))
+        return new, new_state, metrics

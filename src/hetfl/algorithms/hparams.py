@@ -1,0 +1,215 @@
+"""Hyperparameters of every algorithm: one dataclass each, plus the catalog (name → paper, class).
+
+This module imports no torch, so that validating a config (Snakemake, `hetfl validate`) and listing the
+algorithms (`hetfl algorithms`) stay fast. Each field carries its description and allowed range in its
+metadata; `parse_hyperparameters` checks a config's `algorithm_params` against them and names the key,
+the value and what is allowed when something is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def hyper(default: Any, doc: str, *, minimum: float | None = None, exclusive_minimum: float | None = None,
+          maximum: float | None = None, exclusive_maximum: float | None = None,
+          choices: tuple[Any, ...] | None = None) -> Any:
+    """A dataclass field with its description and allowed values (checked by parse_hyperparameters)."""
+    meta = {"doc": doc, "minimum": minimum, "exclusive_minimum": exclusive_minimum, "maximum": maximum,
+            "exclusive_maximum": exclusive_maximum, "choices": choices}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """The algorithm has no hyperparameters of its own."""
+
+
+@dataclass(frozen=True)
+class FedProxParams:
+    mu: float = hyper(0.01, "proximal weight μ of μ/2‖w − w_g‖²", minimum=0.0)
+    prox_step: str = hyper(
+        "gradient", "gradient: the prox term's gradient μ(w − w_g) joins each SGD step (FedProx's code); "
+        "proximal: the term is taken implicitly, (g + μ(w − w_g))/(1 + ημ), stable for any μ",
+        choices=("gradient", "proximal"))
+
+
+@dataclass(frozen=True)
+class ScaffoldParams:
+    global_lr: float = hyper(1.0, "server step size η_g of x ← x + η_g·Σ p_τ^k Δy_k", exclusive_minimum=0.0)
+
+
+@dataclass(frozen=True)
+class FedNovaParams:
+    mu: float = hyper(0.0, "proximal weight μ of the local objective (FedNova's prox variant)", minimum=0.0)
+    momentum: float = hyper(0.0, "local SGD momentum ρ (buffers reset every round)", minimum=0.0,
+                            exclusive_maximum=1.0)
+    tau_eff: str = hyper(
+        "paper", "paper: τ_eff = Σ p_i a_i; official_code: Σ p_i τ_i when μ ≠ 0 (FedNova's released code)",
+        choices=("paper", "official_code"))
+
+
+@dataclass(frozen=True)
+class FedDynParams:
+    alpha: float = hyper(0.01, "dynamic-regulariser weight α", exclusive_minimum=0.0)
+
+
+@dataclass(frozen=True)
+class FedCurvParams:
+    lam: float = hyper(0.01, "penalty weight λ of λ·Σ_{j≠k} (w − w_j)ᵀ diag(F_j) (w − w_j)", minimum=0.0)
+    fisher_samples: int = hyper(0, "local samples per client for the Fisher diagonal (0 = all)", minimum=0)
+
+
+@dataclass(frozen=True)
+class FedForParams:
+    alpha: float = hyper(5.0, "first-order regulariser weight α (the penalty is α/η·U(...), Eq. 7)",
+                         minimum=0.0)
+
+
+@dataclass(frozen=True)
+class EflParams:
+    lam: float = hyper(0.01, "elastic-term weight λ of λ/2·Σ_i (w − w_i)ᵀ diag(I_i) (w − w_i)", minimum=0.0)
+    q: float = hyper(0.01, "ST sparsity: each tensor keeps its max(⌊nq⌋, 1) largest-magnitude entries",
+                     exclusive_minimum=0.0, maximum=1.0)
+    compress: bool = hyper(True, "apply ST compression with error feedback up- and downstream")
+    fisher_samples: int = hyper(0, "local samples per client for the Fisher diagonal (0 = all)", minimum=0)
+
+
+@dataclass(frozen=True)
+class ElasticNetParams:
+    """FedElasticNet on FedAvg/FedProx (Algorithm 1): λ2 = 0 is FedAvg + ℓ1."""
+
+    lambda1: float = hyper(1e-6, "ℓ1 weight λ1 on ‖w − w_g‖₁ (sign subgradient)", minimum=0.0)
+    lambda2: float = hyper(0.01, "ℓ2 weight λ2 on ½‖w − w_g‖² (FedProx's μ)", minimum=0.0)
+    epsilon: float = hyper(1e-4, "entries of the sent update with |Δ| ≤ ε are zeroed", minimum=0.0)
+
+
+@dataclass(frozen=True)
+class ScaffoldElasticNetParams:
+    """FedElasticNet on SCAFFOLD (Algorithm 2): the control variates fight drift, so λ2 may be 0."""
+
+    global_lr: float = hyper(1.0, "server step size η_g", exclusive_minimum=0.0)
+    lambda1: float = hyper(1e-4, "ℓ1 weight λ1 on ‖w − w_g‖₁ (sign subgradient)", minimum=0.0)
+    lambda2: float = hyper(0.0, "ℓ2 weight λ2 on ½‖w − w_g‖²", minimum=0.0)
+    epsilon: float = hyper(1e-4, "entries of the sent update with |Δ| ≤ ε are zeroed", minimum=0.0)
+
+
+@dataclass(frozen=True)
+class FedDynElasticNetParams:
+    """FedElasticNet on FedDyn (Algorithm 3): λ2 plays FedDyn's α."""
+
+    lambda1: float = hyper(1e-4, "ℓ1 weight λ1 on ‖w − w_g‖₁ (sign subgradient)", minimum=0.0)
+    lambda2: float = hyper(0.01, "FedDyn's α: weight of ½‖w − w_g‖² and of the server state h",
+                           exclusive_minimum=0.0)
+    epsilon: float = hyper(1e-4, "entries of the sent update with |Δ| ≤ ε are zeroed", minimum=0.0)
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """One registered algorithm: where its class lives, its hyperparameters and its source."""
+
+    name: str
+    target: str  # "module:Class", imported on demand (torch stays out of config validation)
+    params: type
+    paper: str
+
+
+CATALOG: dict[str, AlgorithmEntry] = {e.name: e for e in (
+    AlgorithmEntry("fedavg", "hetfl.algorithms.fedavg:FedAvg", NoParams,
+                   "McMahan et al. 2017 (FedAvg); Ruan et al. 2021, seed 002 (Schemes A/B/C)"),
+    AlgorithmEntry("fedprox", "hetfl.algorithms.fedprox:FedProx", FedProxParams,
+                   "Li et al. 2020 (FedProx), compared in seeds 000, 003, 004"),
+    AlgorithmEntry("scaffold", "hetfl.algorithms.scaffold:Scaffold", ScaffoldParams,
+                   "Karimireddy et al. 2020 (SCAFFOLD, option II), compared in seeds 000, 003, 004"),
+    AlgorithmEntry("fednova", "hetfl.algorithms.fednova:FedNova", FedNovaParams,
+                   "Wang et al. 2020 (FedNova), lecture notes seed 001"),
+    AlgorithmEntry("feddyn", "hetfl.algorithms.feddyn:FedDyn", FedDynParams,
+                   "Acar et al. 2021 (FedDyn), compared in seeds 003, 004"),
+    AlgorithmEntry("fedcurv", "hetfl.algorithms.fedcurv:FedCurv", FedCurvParams,
+                   "Shoham et al. 2019 (FedCurv), compared in seed 003"),
+    AlgorithmEntry("fedbn", "hetfl.algorithms.fedbn:FedBN", NoParams,
+                   "Li et al. 2021 (FedBN), compared in seed 003"),
+    AlgorithmEntry("fedfor", "hetfl.algorithms.fedfor:FedFor", FedForParams,
+                   "Tian, Smith, Kira 2022 (FedFOR, Eq. 7), seed 003"),
+    AlgorithmEntry("efl", "hetfl.algorithms.efl:EFL", EflParams,
+                   "Ma et al. 2022 (Elastic Federated Learning, Eq. 2-6, Algorithms 1-2), seed 000"),
+    AlgorithmEntry("fedelasticnet", "hetfl.algorithms.elasticnet:FedElasticNet", ElasticNetParams,
+                   "FedElasticNet Algorithm 1 (on FedAvg/FedProx), seed 004"),
+    AlgorithmEntry("scaffold_elasticnet", "hetfl.algorithms.elasticnet:ScaffoldElasticNet",
+                   ScaffoldElasticNetParams, "FedElasticNet Algorithm 2 (on SCAFFOLD), seed 004"),
+    AlgorithmEntry("feddyn_elasticnet", "hetfl.algorithms.elasticnet:FedDynElasticNet",
+                   FedDynElasticNetParams, "FedElasticNet Algorithm 3 (on FedDyn), seed 004"),
+)}
+
+
+def _allowed(meta: dict[str, Any], typ: str) -> str:
+    if meta.get("choices"):
+        return "one of " + ", ".join(json.dumps(c) for c in meta["choices"])
+    parts = [f"a value of type {typ}"]
+    for key, op in (("minimum", ">="), ("exclusive_minimum", ">"), ("maximum", "<="),
+                    ("exclusive_maximum", "<")):
+        if meta.get(key) is not None:
+            parts.append(f"{op} {meta[key]}")
+    return ", ".join(parts)
+
+
+def _check_value(f: dataclasses.Field, value: Any, key: str) -> Any:
+    meta, typ = f.metadata, str(f.type)
+    shown = json.dumps(value) if not isinstance(value, dict) else "{...}"
+    bad = ValueError(f"config key '{key}' has value {shown}, which is not allowed; "
+                     f"allowed: {_allowed(meta, typ)}")
+    if typ == "bool":
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if typ == "str":
+        if not isinstance(value, str) or (meta.get("choices") and value not in meta["choices"]):
+            raise bad
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad
+    if typ == "int" and not float(value).is_integer():
+        raise bad
+    v = float(value)
+    if not math.isfinite(v):
+        raise bad
+    for mkey, ok in (("minimum", lambda m: v >= m), ("exclusive_minimum", lambda m: v > m),
+                     ("maximum", lambda m: v <= m), ("exclusive_maximum", lambda m: v < m)):
+        if meta.get(mkey) is not None and not ok(meta[mkey]):
+            raise bad
+    return int(v) if typ == "int" else v
+
+
+def parse_hyperparameters(algorithm: str, raw: dict[str, Any] | None, key: str = "algorithm_params") -> Any:
+    """The algorithm's hyperparameter dataclass from a config mapping (missing keys take defaults).
+
+    Raises ValueError naming the key, the value and what is allowed.
+    """
+    if algorithm not in CATALOG:
+        raise ValueError(f"config key '{key}' names algorithm '{algorithm}', which is not allowed; allowed: "
+                         f"one of {', '.join(CATALOG)}")
+    cls = CATALOG[algorithm].params
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"config key '{key}' must be a mapping of hyperparameters; allowed keys: "
+                         f"{', '.join(fields) or 'none'}")
+    values = {}
+    for name, value in raw.items():
+        if name not in fields:
+            raise ValueError(f"config key '{key}.{name}' is not allowed here; allowed: "
+                             + (f"only the keys {', '.join(fields)}" if fields else
+                                f"no keys ({algorithm} has no hyperparameters)"))
+        values[name] = _check_value(fields[name], value, f"{key}.{name}")
+    return cls(**values)
+
+
+def describe(algorithm: str) -> list[tuple[str, Any, str]]:
+    """(name, default, description with allowed values) of each hyperparameter."""
+    cls = CATALOG[algorithm].params
+    return [(f.name, f.default, f"{f.metadata['doc']} [{_allowed(f.metadata, str(f.type))}]")
+            for f in dataclasses.fields(cls)]

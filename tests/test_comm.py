@@ -1,0 +1,113 @@
+"""Communication accounting, EFL's sparse ternary compression with error feedback, and the Fisher diagonal."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hetfl.engine import comm
+from hetfl.engine.fisher import fisher_diagonal
+from hetfl.models import make_model
+
+
+def test_ternary_keeps_max_nq_1_entries_as_plus_minus_mean_magnitude():
+    g = torch.Generator().manual_seed(0)
+    t = torch.randn(3, 200, generator=g)  # continuous values: no ties
+    for q in (0.05, 0.013, 1e-6):
+        sent, kept = comm.ternary_compress(t, q)
+        k = max(int(200 * q), 1)
+        assert kept.tolist() == [k] * 3
+        for row, s in zip(t, sent, strict=True):
+            nz = s != 0
+            assert int(nz.sum()) == k
+            # the kept entries are the k largest magnitudes, sent as sign·μ with μ their mean magnitude
+            top = row.abs().topk(k).indices
+            assert set(torch.nonzero(nz).flatten().tolist()) == set(top.tolist())
+            mu = row.abs()[top].mean()
+            torch.testing.assert_close(s[nz].abs(), mu.expand(k))
+            assert torch.equal(torch.sign(s[nz]), torch.sign(row[nz]))
+            assert len(torch.unique(s)) <= 3  # ternary {−μ, 0, μ}
+
+
+def test_ternary_ranks_by_magnitude_and_keeps_ties():
+    t = torch.tensor([[0.1, -3.0, 2.0, 0.5]])
+    sent, _ = comm.ternary_compress(t, 0.25)  # k = 1: the largest magnitude is the negative entry
+    assert sent.tolist() == [[0.0, -3.0, 0.0, 0.0]]
+    tie = torch.tensor([[1.0, -1.0, 0.2, 0.0]])
+    sent, kept = comm.ternary_compress(tie, 0.25)
+    assert kept.item() == 2 and sent.tolist() == [[1.0, -1.0, 0.0, 0.0]]
+    zero, kept = comm.ternary_compress(torch.zeros(1, 5), 0.5)
+    assert kept.item() == 0 and not zero.any()
+
+
+def test_error_feedback_makes_the_sent_sum_track_the_true_sum():
+    g = torch.Generator().manual_seed(1)
+    residual = [torch.zeros(1, 100)]
+    true_sum, sent_ef, sent_plain = torch.zeros(100), torch.zeros(100), torch.zeros(100)
+    gaps_ef, gaps_plain = [], []
+    for _ in range(300):
+        u = torch.randn(1, 100, generator=g) * 0.1 + 0.05  # a drift the compressor alone keeps dropping
+        s, residual, _ = comm.ternary_with_feedback([u], residual, 0.05)
+        true_sum += u[0]
+        sent_ef += s[0][0]
+        sent_plain += comm.ternary_compress(u, 0.05)[0][0]
+        # Σ sent = Σ updates − R_T exactly (telescoping residuals)
+        torch.testing.assert_close(sent_ef + residual[0][0], true_sum, rtol=1e-4, atol=1e-3)
+        gaps_ef.append(float((sent_ef - true_sum).norm()))
+        gaps_plain.append(float((sent_plain - true_sum).norm()))
+    assert max(gaps_ef[150:]) < 2 * max(gaps_ef[:150]) + 1.0  # bounded
+    assert gaps_plain[-1] > 2 * gaps_plain[149] * 0.9 and gaps_plain[-1] > 10 * gaps_ef[-1]  # grows
+
+
+def test_ternary_bits_are_positions_signs_and_one_float():
+    assert comm.ternary_bits(1024, 10) == 10 * (10 + 1) + 32
+    _, _, bits = comm.ternary_with_feedback([torch.tensor([[3.0, 0.0, 0.0, 1.0]])],
+                                            [torch.zeros(1, 4)], 0.25)
+    assert bits.tolist() == [1 * (2 + 1) + 32]
+
+
+def test_entropy_of_binned_values():
+    # bins of width 0.01: {0.001, 0.002} share bin 0, 0.5 and −0.5 have their own: H(½, ¼, ¼) = 1.5 bits
+    t = [torch.tensor([[0.001, 0.002, 0.5, -0.5]])]
+    assert comm.entropy_bits(t) == pytest.approx(1.5)
+    assert comm.entropy_bits([torch.zeros(2, 7)]) == 0.0
+    assert comm.entropy_bits([torch.tensor([[0.0, 1e9]])]) == pytest.approx(1.0)  # wide range: sorted path
+    uniform = torch.arange(256, dtype=torch.float64).view(1, -1) * 0.01 + 0.005
+    assert comm.entropy_bits([uniform]) == pytest.approx(8.0)
+
+
+def test_round_metrics_count_float32_per_client():
+    up = [torch.tensor([[1.0, 0.0], [0.0, 0.0], [2.0, 3.0]]), torch.zeros(3, 1)]
+    m = comm.round_metrics(up=up, down=[torch.zeros(2), torch.zeros(1)], clients=3)
+    assert m["bytes_up"] == 3 * 3 * 4 and m["bytes_down"] == 3 * 3 * 4
+    assert m["nonzeros_up"] == 3
+    m = comm.round_metrics(up=up, down=[torch.zeros(2)], clients=3, up_bits=10.0, down_bits=20.0)
+    assert m["bytes_up"] == 3 * 10 / 8 and m["bytes_down"] == 3 * 20 / 8
+
+
+def test_fisher_diagonal_is_the_mean_squared_per_sample_gradient():
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.normal(size=(9, 5)).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, 3, 9))
+    offsets = np.array([0, 4, 9])
+    model = make_model("logreg", 5, 3)
+    params = [torch.from_numpy(rng.normal(size=(2, 5, 3)).astype(np.float32)),
+              torch.from_numpy(rng.normal(size=(2, 3)).astype(np.float32))]
+    clients = np.array([1, 0])  # client order of the round need not be sorted
+    got = fisher_diagonal(model, params, x, y, offsets, clients)
+    for row, k in enumerate(clients):
+        module = model.make_module()
+        model.to_module([p[row] for p in params], module)
+        acc = [torch.zeros(5, 3), torch.zeros(3)]
+        for i in range(offsets[k], offsets[k + 1]):  # autograd, one sample at a time
+            module.zero_grad()
+            torch.nn.functional.cross_entropy(module(x[i:i + 1]), y[i:i + 1]).backward()
+            g = model.from_module(type("G", (), {"weight": module.weight.grad, "bias": module.bias.grad})())
+            acc = [a + gi ** 2 for a, gi in zip(acc, g, strict=True)]
+        n = offsets[k + 1] - offsets[k]
+        for a, f in zip(acc, got, strict=True):
+            torch.testing.assert_close(f[row], a / n, rtol=1e-4, atol=1e-6)
+    capped = fisher_diagonal(model, params, x, y, offsets, clients, max_samples=2)
+    assert not torch.allclose(capped[0], got[0])
+    assert math.isfinite(float(capped[0].sum()))
