@@ -4,7 +4,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "workflow/config/quick.yaml"
+# The embedded default applies only when no --configfile is given: Snakemake would otherwise merge it
+# into the user's config and run both grids.
+if not config:
+
+    configfile: "workflow/config/quick.yaml"
 
 
 include: "workflow/rules/common.smk"

@@ -83,3 +83,16 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0
     assert f"experiments.{EXP}.local_epochs' has value 0" in proc.stderr + proc.stdout
+
+
+def test_snakemake_dry_run_lists_the_paper_grid_alone():
+    """--configfile replaces the embedded default (no merge): only the paper grid is listed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile",
+         str(ROOT / "workflow/config/paper/ruan2021_table3_synthetic.yaml")],
+        cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stats = (proc.stdout + proc.stderr).split("Job stats:")[1]
+    counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
+    assert counts["train"] == str(2 * 8 * 3 * 3)
+    assert counts["trace"] == str(8 * 3) and counts["split"] == str(2 * 3)
