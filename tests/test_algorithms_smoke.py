@@ -42,9 +42,7 @@ def test_every_algorithm_trains_and_reports_communication(tmp_path):
     for spec in runs:
         split = tmp_path / "splits" / spec.split_key / "split.npz"
         if not split.exists():
-            make_split(split, dataset=spec.dataset, alpha=spec.alpha, beta=spec.beta, iid=spec.iid,
-                       num_devices=spec.num_devices, sizes=spec.sizes, test_fraction=spec.test_fraction,
-                       seed=spec.seed, quadratic=spec.quadratic)
+            make_split(split, spec.split_spec(), spec.seed)
         trace = tmp_path / "traces" / f"{spec.trace_key}.npz"
         if not trace.exists():
             make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
@@ -72,7 +70,7 @@ def test_quadratic_runs_reach_their_fixed_points(tmp_path):
     for name in ("fedavg", "scaffold"):
         spec = runs[name]
         split, trace = tmp_path / "q/split.npz", tmp_path / f"t/{spec.trace_key}.npz"
-        make_split(split, dataset="quadratic", quadratic=spec.quadratic)
+        make_split(split, spec.split_spec(), 0)
         make_traces(trace, traceset=spec.traceset, num_devices=2, rounds=spec.rounds, seed=0)
         run_training(spec, split, trace, tmp_path / name, track=False, progress=False)
         m = pd.read_parquet(tmp_path / name / "metrics.parquet")

@@ -60,7 +60,7 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
     client = MlflowClient(tracking_uri=f"sqlite:///{workflow_dir / 'results/mlflow.db'}")
     exp = client.get_experiment_by_name("tiny_table3")
     runs = client.search_runs([exp.experiment_id], max_results=100)
-    assert len(runs) == 12
+    assert len(runs) == 12  # tiny_table3 only
     history = client.get_metric_history(info["mlflow_run_id"], "test_accuracy")
     assert [m.step for m in history] == [1, 2, 3, 4]
 
@@ -85,3 +85,19 @@ def test_second_invocation_has_nothing_to_do(workflow_dir):
     proc = _snakemake(workflow_dir, "-n")
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_event_tables_and_figures(workflow_dir):
+    fast = pd.read_csv(workflow_dir / "reports/tables/fast_reboot.csv")
+    assert set(fast["method"]) == {"fast_reboot", "vanilla"} and set(fast["tau0"]) == {3}
+    assert (fast["n_seeds"] == 2).all()
+    assert "paper" in fast.columns
+    cross = pd.read_csv(workflow_dir / "reports/tables/crossing_epochs.csv")
+    assert len(cross) == 1 and cross.iloc[0]["n_seeds"] == 2
+    md = (workflow_dir / "reports/tables/crossing_epochs.md").read_text()
+    assert "remain after the departure" in md  # the caption says which test data
+    for fig in ("scheme_curves", "arrival_curves", "departure_curves"):
+        assert (workflow_dir / f"reports/figures/{fig}.png").stat().st_size > 1000
+    run = json.loads((workflow_dir / "results/tiny_table4/NIID_T5_C_arr3_fast_reboot_s0/run.json").read_text())
+    assert run["spec"]["event"]["devices"] == [5]

@@ -26,16 +26,51 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_split(args: argparse.Namespace) -> int:
     from hetfl.pipeline import make_split
 
-    quadratic = None
-    if args.dataset == "quadratic":
-        quadratic = {k: [float(v) for v in getattr(args, k).split(",")] for k in ("a", "b")}
-    manifest = make_split(args.out, dataset=args.dataset, alpha=args.alpha, beta=args.beta, iid=args.iid,
-                          num_devices=args.num_devices, sizes=json.loads(args.sizes),
-                          test_fraction=args.test_fraction, seed=args.seed, quadratic=quadratic)
+    if args.spec:
+        text = args.spec if args.spec.lstrip().startswith("{") else Path(args.spec).read_text()
+        split_spec = json.loads(text)
+    else:
+        split_spec = {"dataset": args.dataset, "num_devices": args.num_devices,
+                      "sizes": json.loads(args.sizes), "test_fraction": args.test_fraction}
+        if args.dataset == "quadratic":
+            ab = {k: [float(v) for v in getattr(args, k).split(",")] for k in ("a", "b")}
+            split_spec = {"dataset": "quadratic", "quadratic": ab}
+        elif args.dataset == "synthetic":
+            split_spec.update(alpha=args.alpha, beta=args.beta, iid=args.iid)
+        else:
+            split_spec.update(partition=json.loads(args.partition), data_dir=args.data_dir)
+    manifest = make_split(args.out, split_spec, args.seed)
+    if args.describe:
+        _describe_split(Path(args.out), manifest)
     sizes = manifest["train_sizes"]
     print(f"wrote {args.out}: {manifest['num_devices']} devices, train sizes min {min(sizes)} "
           f"median {sorted(sizes)[len(sizes) // 2]} max {max(sizes)}, total {sum(sizes)}; "
           f"sha256 {manifest['sha256'][:12]}", file=sys.stderr)
+    return 0
+
+
+def _describe_split(npz: Path, manifest: dict) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from hetfl.reports.split_figures import plot_label_distribution
+
+    hist = np.asarray(manifest["label_histogram"])
+    table = pd.DataFrame(hist, columns=[str(c) for c in range(hist.shape[1])])
+    table.insert(0, "test", manifest["test_sizes"])
+    table.insert(0, "train", manifest["train_sizes"])
+    table.index.name = "device"
+    print(table.to_string())
+    plot_label_distribution(hist, npz.with_name("labels.png"), title=str(npz.parent))
+    print(f"label distribution: {npz.with_name('labels.png')}")
+
+
+def _cmd_datasets(args: argparse.Namespace) -> int:
+    from hetfl.data.sources import SOURCES
+
+    for name, info in SOURCES.items():
+        print(f"{name:16s} {info.task:24s} classes={info.num_classes:<4d} input={info.input_shape} "
+              f"natural_split={info.natural_split} hub={info.hub_id or '-'}")
     return 0
 
 
@@ -74,9 +109,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         trace = paths.trace_stem(spec).with_suffix(".npz")
         out = Path(args.out) if args.out else paths.run_dir(spec)
         if not split.exists():
-            make_split(split, dataset=spec.dataset, alpha=spec.alpha, beta=spec.beta, iid=spec.iid,
-                       num_devices=spec.num_devices, sizes=spec.sizes, test_fraction=spec.test_fraction,
-                       seed=spec.seed, quadratic=spec.quadratic)
+            make_split(split, spec.split_spec(), spec.seed)
         if not trace.exists():
             make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
                         seed=spec.seed)
@@ -110,6 +143,14 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_figure(args: argparse.Namespace) -> int:
+    from hetfl.reports.figures import build_figure
+
+    build_figure(args.figure, [Path(p) for p in args.runs], Path(args.out))
+    print(f"wrote {args.out}.{{png,svg}}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetfl", description=__doc__)
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -127,8 +168,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="*", help="only these algorithms")
     p.set_defaults(func=_cmd_algorithms)
 
+    p = sub.add_parser("datasets", help="list the dataset sources and where they load from")
+    p.set_defaults(func=_cmd_datasets)
+
     p = sub.add_parser("split", help="generate a federation (per-device train/test data) and its manifest")
-    p.add_argument("--dataset", default="synthetic", choices=["synthetic", "quadratic"])
+    p.add_argument("--spec", help="split spec as JSON (or a JSON file): what RunSpec.split_spec() returns; "
+                                  "replaces the flags below")
+    p.add_argument("--dataset", default="synthetic",
+                   help="synthetic | quadratic | a real source (hetfl datasets lists them)")
+    p.add_argument("--partition", default='{"label_skew": "iid"}',
+                   help='real datasets: label skew as JSON, e.g. {"label_skew": "pathological", "m": 1}')
+    p.add_argument("--data-dir", help="real datasets: cache or pre-fetched copy (default $HETFL_DATA_DIR)")
+    p.add_argument("--describe", action="store_true",
+                   help="also print per-device sizes and labels and draw labels.png beside split.npz")
     p.add_argument("--alpha", type=float, help="synthetic: required")
     p.add_argument("--beta", type=float, help="synthetic: required")
     p.add_argument("--a", default="1,2", help="quadratic: curvatures a_i, comma-separated")
@@ -165,10 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("table", help="build a paper table from run directories")
-    p.add_argument("table", choices=["accuracy_difference"])
+    p.add_argument("table", choices=["accuracy_difference", "fast_reboot", "crossing_epochs"])
     p.add_argument("--out", required=True, help="output stem; .md, .csv and .tex are written")
     p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
     p.set_defaults(func=_cmd_table)
+
+    p = sub.add_parser("figure", help="draw a paper figure from run directories")
+    p.add_argument("figure", choices=["scheme_curves", "arrival_curves", "departure_curves"])
+    p.add_argument("--out", required=True, help="output stem; .png and .svg are written")
+    p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
+    p.set_defaults(func=_cmd_figure)
     return parser
 
 

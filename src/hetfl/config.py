@@ -7,6 +7,7 @@ truth for keys, types, allowed values and defaults. Errors name the key, the val
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -131,11 +132,16 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
                           f"allowed; allowed: \"quadratic\" exactly when dataset is \"quadratic\"")
     for label, sv in exp["settings"].items():
         key = f"experiments.{name}.settings.{label}"
-        if not quad:
+        if exp["dataset"] == "synthetic":
             for k in ("alpha", "beta"):
                 if k not in sv:
                     raise ConfigError(f"config key '{key}.{k}' is missing; it is required for dataset "
                                       f"{exp['dataset']}")
+            continue
+        if not quad:
+            if "partition" not in sv:
+                raise ConfigError(f"config key '{key}.partition' is missing; it is required for dataset "
+                                  f"{exp['dataset']} (e.g. partition: {{label_skew: iid}})")
             continue
         a, b = sv.setdefault("a", list(DEFAULT_A)), sv.setdefault("b", list(DEFAULT_B))
         if len(a) != len(b):
@@ -152,9 +158,38 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
                           f"not allowed; allowed: one per device ({exp['num_devices']})")
 
 
+EVENT_POLICIES = {"arrival": ("fast_reboot", "vanilla"), "departure": ("include", "exclude")}
+EVENT_TABLES = {"fast_reboot": "arrival", "crossing_epochs": "departure"}
+
+
+def _check_event(name: str, exp: dict[str, Any]) -> None:
+    ev = exp.get("event")
+    key = f"experiments.{name}.event"
+    if exp["table"] in EVENT_TABLES and (ev is None or ev["kind"] != EVENT_TABLES[exp["table"]]):
+        raise ConfigError(f"config key '{key}' is missing or of the wrong kind; table {exp['table']} "
+                          f"needs an event of kind {EVENT_TABLES[exp['table']]}")
+    if ev is None:
+        return
+    allowed = EVENT_POLICIES[ev["kind"]]
+    for pol in ev["policies"]:
+        if pol not in allowed:
+            raise ConfigError(f"config key '{key}.policies' has value \"{pol}\", which is not allowed for "
+                              f"kind {ev['kind']}; allowed: {', '.join(allowed)}")
+    n = exp["num_devices"]
+    for d in ev.get("devices", []):
+        if d >= n:
+            raise ConfigError(f"config key '{key}.devices' has value {d}, which is not allowed; "
+                              f"allowed: 0..{n - 1} (num_devices = {n})")
+    last = max(ev["rounds"]) + ev["stagger"] * (len(ev.get("devices", [0])) - 1)
+    if last > exp["rounds"]:
+        raise ConfigError(f"config key '{key}.rounds' has value {max(ev['rounds'])}, which is not allowed; "
+                          f"allowed: events within the run's {exp['rounds']} rounds")
+
+
 def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None) -> None:
     """Rules JSON Schema cannot express."""
     for name, exp in config["experiments"].items():
+        _check_event(name, exp)
         _check_algorithms(name, exp, (given or {}).get(name, set(exp)))
         _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
         n_order = len(exp["trace_order"])
@@ -215,6 +250,10 @@ class RunSpec:
     lr_schedule: str = "staircase"
     local_steps: tuple[int, ...] | None = None
     quadratic: dict[str, list[float]] | None = None  # {"a": [...], "b": [...]} for dataset quadratic
+    partition: dict[str, Any] | None = None  # real datasets: the label skew (data.partition.PartitionSpec)
+    data_dir: str | None = None
+    model_params: dict[str, Any] = field(default_factory=dict)
+    event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -230,6 +269,18 @@ class RunSpec:
             d["local_steps"] = tuple(d["local_steps"])
         return cls(**d)
 
+    def split_spec(self) -> dict[str, Any]:
+        """What the split depends on (runs that differ only in scheme, traces or algorithm share it)."""
+        spec: dict[str, Any] = {"dataset": self.dataset, "num_devices": self.num_devices,
+                                "test_fraction": self.test_fraction, "sizes": self.sizes}
+        if self.dataset == "synthetic":
+            spec.update(alpha=self.alpha, beta=self.beta, iid=self.iid)
+        elif self.dataset == "quadratic":
+            spec = {"dataset": self.dataset, "quadratic": self.quadratic}
+        else:
+            spec.update(partition=self.partition, data_dir=self.data_dir)
+        return spec
+
     @property
     def split_key(self) -> str:
         """Runs with equal split keys share one split (the data does not depend on scheme or traces)."""
@@ -244,11 +295,23 @@ class RunSpec:
         return f"{self.traceset}/n{self.num_devices}_r{self.rounds}_seed{self.seed}"
 
 
-def run_name(setting: str, num_traces: int, scheme: str, seed: int, algorithm: str | None = None) -> str:
+def run_name(setting: str, num_traces: int, scheme: str, seed: int, algorithm: str | None = None,
+             event: dict[str, Any] | None = None) -> str:
     """Deterministic run name from the run's grid coordinates (the algorithm first when the experiment
-    runs more than one)."""
-    name = f"{setting}_T{num_traces}_{scheme}_s{seed}"
+    runs more than one; the event's round and policy when it has one)."""
+    ev = f"_{event['kind'][:3]}{event['round']}_{event['policy']}" if event else ""
+    name = f"{setting}_T{num_traces}_{scheme}{ev}_s{seed}"
     return f"{algorithm}_{name}" if algorithm else name
+
+
+def _events(exp: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """The experiment's event axis: one resolved event per (round, policy), or [None]."""
+    ev = exp.get("event")
+    if ev is None:
+        return [None]
+    devices = list(ev.get("devices") or [exp["num_devices"] - 1])
+    return [{"kind": ev["kind"], "round": r, "policy": pol, "devices": devices, "stagger": ev["stagger"],
+             "departure_test_set": ev["departure_test_set"]} for r in ev["rounds"] for pol in ev["policies"]]
 
 
 def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
@@ -260,34 +323,37 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
             hp = parse_hyperparameters(algorithm, exp["algorithm_params"].get(algorithm))
             quad = {"a": [float(v) for v in sv["a"]], "b": [float(v) for v in sv["b"]]} \
                 if exp["dataset"] == "quadratic" else None
-            for k in exp["num_traces"]:
-                for scheme in exp["schemes"]:
-                    for seed in exp["seeds"]:
-                        yield RunSpec(
-                            experiment=exp_name,
-                            run=run_name(setting, k, scheme, seed, algorithm if tag else None),
-                            table=exp["table"],
-                            dataset=exp["dataset"],
-                            setting=setting,
-                            alpha=float(sv.get("alpha", 0.0)),
-                            beta=float(sv.get("beta", 0.0)),
-                            iid=bool(sv.get("iid", False)),
-                            num_devices=exp["num_devices"],
-                            sizes=dict(exp["sizes"]),
-                            test_fraction=exp["test_fraction"],
-                            model=exp["model"],
-                            algorithm=algorithm,
-                            scheme=scheme,
-                            num_traces=k,
-                            trace_order=tuple(exp["trace_order"]),
-                            local_epochs=exp["local_epochs"],
-                            batch_size=exp["batch_size"],
-                            eta0=float(exp["eta0"]),
-                            rounds=exp["rounds"],
-                            eval_every=exp["eval_every"],
-                            seed=seed,
-                            algorithm_params=asdict(hp),
-                            lr_schedule=exp["lr_schedule"],
-                            local_steps=tuple(exp["local_steps"]) if exp.get("local_steps") else None,
-                            quadratic=quad,
-                        )
+            for k, scheme, event, seed in itertools.product(exp["num_traces"], exp["schemes"], _events(exp),
+                                                            exp["seeds"]):
+                yield RunSpec(
+                    experiment=exp_name,
+                    run=run_name(setting, k, scheme, seed, algorithm if tag else None, event),
+                    table=exp["table"],
+                    dataset=exp["dataset"],
+                    setting=setting,
+                    alpha=float(sv.get("alpha", 0.0)),
+                    beta=float(sv.get("beta", 0.0)),
+                    iid=bool(sv.get("iid", False)),
+                    num_devices=exp["num_devices"],
+                    sizes=dict(exp["sizes"]),
+                    test_fraction=exp["test_fraction"],
+                    model=exp["model"],
+                    algorithm=algorithm,
+                    scheme=scheme,
+                    num_traces=k,
+                    trace_order=tuple(exp["trace_order"]),
+                    local_epochs=exp["local_epochs"],
+                    batch_size=exp["batch_size"],
+                    eta0=float(exp["eta0"]),
+                    rounds=exp["rounds"],
+                    eval_every=exp["eval_every"],
+                    seed=seed,
+                    algorithm_params=asdict(hp),
+                    lr_schedule=exp["lr_schedule"],
+                    local_steps=tuple(exp["local_steps"]) if exp.get("local_steps") else None,
+                    quadratic=quad,
+                    partition=dict(sv["partition"]) if "partition" in sv else None,
+                    data_dir=exp.get("data_dir"),
+                    model_params=dict(exp["model_params"]),
+                    event=event,
+                )

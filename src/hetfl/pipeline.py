@@ -17,9 +17,8 @@ import torch
 import hetfl
 from hetfl.algorithms import make_algorithm
 from hetfl.config import RunSpec
-from hetfl.data import quadratic as quad_data
-from hetfl.data import sizes as sizes_mod
-from hetfl.data import synthetic, traces
+from hetfl.data import traces
+from hetfl.data.events import Event, Schedule, build_schedule
 from hetfl.data.federation import Federation, from_device_lists, load_federation, save_federation
 from hetfl.engine.runner import ProgressLog, TrainResult, TrainSettings, train
 from hetfl.io import atomic_write, atomic_write_json, file_sha256
@@ -30,6 +29,9 @@ from hetfl.models.base import BatchedModel
 def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size_spec: dict[str, Any],
                     test_fraction: float, seed: int) -> Federation:
     """SYNTHETIC(α, β) with per-device counts from the size distribution and a local train/test holdout."""
+    from hetfl.data import sizes as sizes_mod
+    from hetfl.data import synthetic
+
     rng = np.random.default_rng([seed, 0])
     n = sizes_mod.sample_sizes(num_devices, sizes_mod.SizeSpec(**size_spec), rng)
     gen = synthetic.generate_synthetic(alpha, beta, n, rng, iid=iid)
@@ -41,25 +43,51 @@ def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size
     return from_device_lists(*parts, num_classes=gen.b.shape[-1])
 
 
-def make_split(out_npz: str | Path, *, dataset: str, alpha: float | None = None, beta: float | None = None,
-               iid: bool = False, num_devices: int = 0, sizes: dict[str, Any] | None = None,
-               test_fraction: float = 0.2, seed: int = 0, quadratic: dict[str, list[float]] | None = None
-               ) -> dict[str, Any]:
+def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: int,
+                      sizes: dict[str, Any] | None, test_fraction: float, seed: int,
+                      data_dir: str | None = None) -> Federation:
+    """A real dataset dealt to devices: label skew × size skew, then a local train/test holdout each.
+
+    `sizes` with distribution "equal" means the partitioner's own equal split of all samples.
+    """
+    from hetfl.data import sizes as sizes_mod
+    from hetfl.data.partition import PartitionSpec, local_holdout, partition
+    from hetfl.data.sources import load_source
+
+    src = load_source(name, data_dir=data_dir, split="train")
+    size_spec = None if not sizes or sizes.get("distribution") == "equal" else sizes_mod.SizeSpec(**sizes)
+    spec = PartitionSpec(**partition_spec, sizes=size_spec)
+    parts = partition(src.y, spec, num_devices, seed, client_ids=src.client_ids)
+    train_parts, test_parts = local_holdout(parts, test_fraction, seed)
+    return from_device_lists([src.x[i] for i in train_parts], [src.y[i] for i in train_parts],
+                             [src.x[i] for i in test_parts], [src.y[i] for i in test_parts],
+                             num_classes=src.num_classes)
+
+
+def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Write split.npz and manifest.json for a split spec (RunSpec.split_spec())."""
+    from hetfl.data import quadratic as quad_data
+    from hetfl.data.sources import SOURCES
+
+    s = dict(split_spec)
+    dataset = s.get("dataset")
     if dataset == "quadratic":
-        q = quadratic or {}
+        q = s.get("quadratic") or {}
         a, b = q.get("a", quad_data.DEFAULT_A), q.get("b", quad_data.DEFAULT_B)
         fed = quad_data.build_quadratic(a, b)
-        meta = {"dataset": dataset, "a": list(a), "b": list(b), "seed": seed}
     elif dataset == "synthetic":
-        if alpha is None or beta is None:
+        if s.get("alpha") is None or s.get("beta") is None:
             raise ValueError("dataset 'synthetic' needs alpha and beta")
-        fed = build_synthetic(alpha, beta, iid, num_devices, sizes or {}, test_fraction, seed)
-        meta = {"dataset": dataset, "alpha": alpha, "beta": beta, "iid": iid, "sizes": sizes,
-                "test_fraction": test_fraction, "seed": seed}
+        fed = build_synthetic(s["alpha"], s["beta"], s.get("iid", False), s["num_devices"],
+                              s.get("sizes") or {}, s.get("test_fraction", 0.2), seed)
+    elif dataset in SOURCES:
+        fed = build_from_source(dataset, s.get("partition") or {"label_skew": "iid"}, s["num_devices"],
+                                s.get("sizes"), s.get("test_fraction", 0.2), seed, s.get("data_dir"))
     else:
-        raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic, quadratic")
+        raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic, quadratic, "
+                         f"{', '.join(SOURCES)}")
     out_npz = Path(out_npz)
-    return save_federation(fed, out_npz, out_npz.with_name("manifest.json"), meta)
+    return save_federation(fed, out_npz, out_npz.with_name("manifest.json"), {**s, "seed": seed})
 
 
 def make_traces(out_npz: str | Path, *, traceset: str, num_devices: int, rounds: int, seed: int
@@ -88,12 +116,28 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _make_model(name: str, fed: Federation) -> BatchedModel:
+def _make_model(name: str, fed: Federation, params: dict[str, Any] | None = None) -> BatchedModel:
     if name == "quadratic":  # the analytic test bed (not a classifier, so not in models.MODELS)
         from hetfl.models.quadratic import Quadratic
 
         return Quadratic(fed.x_train.shape[1])
-    return make_model(name, fed.x_train.shape[1], fed.num_classes)
+    shape = fed.x_train.shape[1:]
+    input_dim = int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in (params or {}).items()}
+    return make_model(name, input_dim, fed.num_classes, **kwargs)
+
+
+def event_schedule(spec: RunSpec, num_devices: int) -> Schedule | None:
+    """The run's arrivals/departures as a per-round schedule (data.events); None without an event."""
+    ev = spec.event
+    if not ev:
+        return None
+    if ev.get("stagger"):
+        events = [Event(ev["kind"], ev["round"] + i * ev["stagger"], (d,), ev["policy"])
+                  for i, d in enumerate(ev["devices"])]
+    else:
+        events = [Event(ev["kind"], ev["round"], tuple(ev["devices"]), ev["policy"])]
+    return build_schedule(events, num_devices, spec.rounds, ev.get("departure_test_set", "remaining"))
 
 
 def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, out_dir: str | Path,
@@ -107,14 +151,15 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     if tr.fractions.shape != (spec.rounds, fed.num_devices):
         raise ValueError(f"traces {traces_npz} have shape {tr.fractions.shape}; the run needs "
                          f"(rounds, num_devices) = ({spec.rounds}, {fed.num_devices})")
-    model = _make_model(spec.model, fed)
+    model = _make_model(spec.model, fed, spec.model_params)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
                              lr_schedule=spec.lr_schedule, local_steps=spec.local_steps)
     algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
     start = time.perf_counter()
     log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}") if progress else None
-    result = train(model, fed, tr.fractions, settings, device=dev, progress=log, algorithm=algorithm)
+    result = train(model, fed, tr.fractions, settings, device=dev, progress=log, algorithm=algorithm,
+                   schedule=event_schedule(spec, fed.num_devices))
     wall = time.perf_counter() - start
 
     metrics = pd.DataFrame(result.records, columns=["round", "metric", "value"]).astype(

@@ -1,6 +1,5 @@
 # Config validation and grid expansion only; the logic lives in hetfl.config.
 import json
-import shlex
 import sys
 
 from hetfl.config import ConfigError, expand_runs, validate_config
@@ -34,17 +33,8 @@ def split_spec(wc):
     return next(s for s in RUNS.values() if s.split_key == key)
 
 
-def split_args(wc):
-    s = split_spec(wc)
-    if s.dataset == "quadratic":
-        return shlex.join(["--dataset", "quadratic", "--a", ",".join(map(str, s.quadratic["a"])),
-                           "--b", ",".join(map(str, s.quadratic["b"]))])
-    args = ["--dataset", s.dataset, "--alpha", str(s.alpha), "--beta", str(s.beta),
-            "--num-devices", str(s.num_devices), "--sizes", json.dumps(s.sizes, sort_keys=True),
-            "--test-fraction", str(s.test_fraction)]
-    if s.iid:
-        args.append("--iid")
-    return shlex.join(args)
+def split_spec_json(wc):
+    return json.dumps(split_spec(wc).split_spec(), sort_keys=True)
 
 
 def train_inputs(wc):
@@ -59,7 +49,13 @@ def runs_of_table(table):
     return [f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values() if s.table == table]
 
 
+# figure -> the table whose runs draw it (hetfl.reports.figures)
+FIGURES = {f: t for f, t in {"scheme_curves": "accuracy_difference", "arrival_curves": "fast_reboot",
+                             "departure_curves": "crossing_epochs"}.items() if t in TABLES}
+
+
 def all_targets():
-    """Every table, and the runs of experiments that feed no table (table: none)."""
-    tables = [f"reports/tables/{t}.{ext}" for t in TABLES for ext in ("md", "csv", "tex")]
-    return tables + runs_of_table("none")
+    """Every table and figure, and the runs of experiments that feed no table (table: none)."""
+    tables = [f"reports/tables/{t}.{ext}" for t in TABLES if t != "none" for ext in ("md", "csv", "tex")]
+    figures = [f"reports/figures/{f}.png" for f in FIGURES]
+    return tables + figures + runs_of_table("none")

@@ -5,9 +5,9 @@ rule split:
     log:
         "logs/split/{experiment}/{setting}/seed{seed}.log",
     params:
-        args=split_args,
+        spec=split_spec_json,
     shell:
-        "hetfl split {params.args} --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
+        "hetfl split --spec {params.spec:q} --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
 
 
 rule trace:

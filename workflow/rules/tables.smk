@@ -1,11 +1,27 @@
-rule table_accuracy_difference:
+rule table:
     input:
-        runs=runs_of_table("accuracy_difference"),
+        runs=lambda wc: runs_of_table(wc.table),
     output:
-        md="reports/tables/accuracy_difference.md",
-        csv="reports/tables/accuracy_difference.csv",
-        tex="reports/tables/accuracy_difference.tex",
+        md="reports/tables/{table}.md",
+        csv="reports/tables/{table}.csv",
+        tex="reports/tables/{table}.tex",
     log:
-        "logs/tables/accuracy_difference.log",
+        "logs/tables/{table}.log",
+    wildcard_constraints:
+        table="accuracy_difference|fast_reboot|crossing_epochs",
     shell:
-        "hetfl table accuracy_difference --out reports/tables/accuracy_difference {input.runs} > {log} 2>&1"
+        "hetfl table {wildcards.table} --out reports/tables/{wildcards.table} {input.runs} > {log} 2>&1"
+
+
+rule figure:
+    input:
+        runs=lambda wc: runs_of_table(FIGURES[wc.figure]),
+    output:
+        png="reports/figures/{figure}.png",
+        svg="reports/figures/{figure}.svg",
+    log:
+        "logs/figures/{figure}.log",
+    wildcard_constraints:
+        figure="|".join(FIGURES) or "none",
+    shell:
+        "hetfl figure {wildcards.figure} --out reports/figures/{wildcards.figure} {input.runs} > {log} 2>&1"

@@ -25,7 +25,6 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
 
 from hetfl.data.tracesets import TRACE_NAMES, parse_traceset, traceset_label
 from hetfl.io import atomic_write
@@ -67,6 +66,8 @@ def reference_moments() -> pd.DataFrame:
 
 
 def _clipped_normal_moments(mu: float, sigma: float, low: float) -> tuple[float, float]:
+    from scipy import stats  # lazily: loading traces for training needs no scipy
+
     """E[Y], E[Y²] for Y = clip(Z, low, 1), Z ~ N(mu, sigma²) (closed form via Φ, φ)."""
     if sigma == 0:
         y = min(max(mu, low), 1.0)
@@ -132,6 +133,8 @@ def _fit(mean: float, std: float, p_inactive: float, low: float) -> tuple[float,
         return np.array([got[0] - mean, got[1] - std])
 
     x0 = np.array([m_act, 0.5 * math.log(var_act)])
+    from scipy import optimize
+
     sol = optimize.least_squares(residual, x0, xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=2000)
     if np.max(np.abs(sol.fun)) > _FIT_TOL:
         raise ValueError(

@@ -49,16 +49,43 @@ def scheme_curves(runs: pd.DataFrame, out: Path, num_traces: tuple[int, ...] = (
 
 
 def event_curves(runs: pd.DataFrame, out: Path, metric: str, title: str) -> None:
-    """Ruan et al. Figure 4: a metric around the event, one line per policy, one panel per τ0."""
+    """Ruan et al. Figure 4: a metric around the event, one line per policy; a panel per τ0 (columns) and
+    per dataset/setting (rows), averaged over seeds."""
+    runs = runs.copy()
+    if "dataset" not in runs:
+        runs["dataset"] = ""
+    if "setting" not in runs:
+        runs["setting"] = ""
+    groups = list(runs.groupby(["dataset", "setting"], sort=True))
     taus = sorted(runs["event_round"].unique())
-    fig, axes = plt.subplots(1, len(taus), figsize=(3.2 * len(taus), 2.6), squeeze=False)
-    for ax, tau0 in zip(axes[0], taus, strict=True):
-        for policy, g in runs[runs["event_round"] == tau0].groupby("event_policy"):
-            mean = _mean_curve(list(g["run_dir"]), metric)
-            ax.plot(mean.index, mean.to_numpy(), label=policy)
-        ax.axvline(tau0, linestyle="--", color="grey", linewidth=1)
-        ax.set_title(f"{title}, τ0 = {tau0}", fontsize=9)
-        ax.set_xlabel("round")
-    axes[0][0].set_ylabel(metric.replace("_", " "))
+    fig, axes = plt.subplots(len(groups), len(taus), figsize=(3.2 * len(taus), 2.6 * len(groups)),
+                             squeeze=False)
+    for i, ((dataset, setting), g) in enumerate(groups):
+        for j, tau0 in enumerate(taus):
+            ax = axes[i][j]
+            for policy, gp in g[g["event_round"] == tau0].groupby("event_policy"):
+                mean = _mean_curve(list(gp["run_dir"]), metric)
+                ax.plot(mean.index, mean.to_numpy(), label=policy)
+            ax.axvline(tau0, linestyle="--", color="grey", linewidth=1)
+            ax.set_title(f"{dataset} {setting} {title}, τ0 = {tau0}".strip(), fontsize=9)
+            ax.set_xlabel("round")
+        axes[i][0].set_ylabel(metric.replace("_", " "))
     axes[0][-1].legend(fontsize=8)
     _save(fig, out)
+
+
+def build_figure(name: str, run_dirs: list[Path], out: Path) -> None:
+    """Draw one named figure from run directories (the Snakemake `figure` rule calls this)."""
+    from hetfl.reports.tables import _load
+
+    runs = _load(run_dirs).rename(columns={"event.round": "event_round", "event.policy": "event_policy"})
+    if name == "scheme_curves":
+        for (dataset, setting), g in runs.groupby(["dataset", "setting"]):
+            runs.loc[g.index, "setting"] = f"{dataset} {setting}"
+        scheme_curves(runs, out)
+    elif name == "arrival_curves":
+        event_curves(runs, out, "test_accuracy", "arrival")
+    elif name == "departure_curves":
+        event_curves(runs, out, "test_loss", "departure")
+    else:
+        raise ValueError(f"figure '{name}' is unknown; allowed: scheme_curves, arrival_curves, departure_curves")

