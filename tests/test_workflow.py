@@ -99,5 +99,6 @@ def test_event_tables_and_figures(workflow_dir):
     assert "remain after the departure" in md  # the caption says which test data
     for fig in ("scheme_curves", "arrival_curves", "departure_curves"):
         assert (workflow_dir / f"reports/figures/{fig}.png").stat().st_size > 1000
-    run = json.loads((workflow_dir / "results/tiny_table4/NIID_T5_C_arr3_fast_reboot_s0/run.json").read_text())
+    run_json = workflow_dir / "results/tiny_table4/NIID_T5_C_arr3_fast_reboot_s0/run.json"
+    run = json.loads(run_json.read_text())
     assert run["spec"]["event"]["devices"] == [5]
