@@ -34,10 +34,10 @@ def test_mnist5k_one_label_per_device_split_and_training(tmp_path):
 
 def test_split_describe_prints_and_draws(tmp_path):
     out = tmp_path / "d" / "split.npz"
-    proc = subprocess.run([sys.executable, "-m", "hetfl.cli", "split", "--dataset", "digits", "--partition",
-                           '{"label_skew": "dirichlet", "alpha": 0.3}', "--sizes", '{"distribution": "equal"}',
-                           "--num-devices", "5", "--seed", "1", "--out", str(out), "--describe"],
-                          capture_output=True, text=True)
+    args = ["split", "--dataset", "digits", "--partition", '{"label_skew": "dirichlet", "alpha": 0.3}',
+            "--sizes", '{"distribution": "equal"}', "--num-devices", "5", "--seed", "1", "--out", str(out),
+            "--describe"]
+    proc = subprocess.run([sys.executable, "-m", "hetfl.cli", *args], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "device" in proc.stdout and "train" in proc.stdout
     assert (tmp_path / "d" / "labels.png").read_bytes()[:4] == b"\x89PNG"

@@ -151,6 +151,9 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     if tr.fractions.shape != (spec.rounds, fed.num_devices):
         raise ValueError(f"traces {traces_npz} have shape {tr.fractions.shape}; the run needs "
                          f"(rounds, num_devices) = ({spec.rounds}, {fed.num_devices})")
+    if spec.model == "logreg" and fed.x_train.ndim > 2:  # a linear model sees images as flat vectors
+        fed.x_train = fed.x_train.reshape(len(fed.x_train), -1)
+        fed.x_test = fed.x_test.reshape(len(fed.x_test), -1)
     model = _make_model(spec.model, fed, spec.model_params)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
