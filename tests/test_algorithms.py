@@ -21,7 +21,6 @@ from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
 from hetfl.engine.runner import TrainSettings, train
-from hetfl.engine.start import train_from
 from hetfl.models import make_model
 from hetfl.models.quadratic import Quadratic
 
@@ -57,7 +56,7 @@ def one_round(alg, x0: float, steps, lr: float, state=None, weights=None, traine
     ctx = alg.client_context(state, params, info)
     idx = minibatch_indices(fed.train_offsets, clients, done, 1, 0, 1)
     start = alg.client_start(state, params, info)
-    finals = train_from(trainer, start, model, params, x, y, idx, done, lr, correction=alg.correct, ctx=ctx)
+    finals = trainer(model, params, x, y, idx, done, lr, correction=alg.correct, ctx=ctx, start=start)
     new, state, metrics = alg.aggregate(state, params, finals, info)
     return new, state, metrics, finals
 

@@ -21,11 +21,14 @@ Correction = Callable[[list[Tensor], list[Tensor], dict[str, list[Tensor]]], lis
 
 def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor, y_train: Tensor,
               batch_idx: np.ndarray, steps: np.ndarray, lr: float, correction: Correction | None = None,
-              ctx: dict[str, list[Tensor]] | None = None) -> list[Tensor]:
+              ctx: dict[str, list[Tensor]] | None = None, start: list[Tensor] | None = None
+              ) -> list[Tensor]:
     """Ruan et al. Eq. (1): w_{i+1}^k = w_i^k − η_τ g_i^k for i < s_τ^k, for every client at once.
 
     batch_idx: [K, S, B] absolute indices (see minibatch.minibatch_indices); steps: [K];
-    ctx: per-client tensors stacked [K, ...] in the input order, handed to `correction`.
+    ctx: per-client tensors stacked [K, ...] in the input order, handed to `correction` as views (an
+    algorithm may update them in place, e.g. FedNova's momentum buffers).
+    start: per-client starting parameters [K, ...] (FedBN's local batch norm); None = the broadcast.
     Returns the clients' final parameters, stacked [K, ...] in the input order.
     """
     K = len(steps)
@@ -35,7 +38,10 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     device = x_train.device
     order_t = torch.from_numpy(order).to(device)
     idx = torch.from_numpy(batch_idx[order]).to(device)
-    params = [p.unsqueeze(0).repeat(K, *([1] * p.dim())) for p in global_params]
+    if start is None:
+        params = [p.unsqueeze(0).repeat(K, *([1] * p.dim())) for p in global_params]
+    else:
+        params = [s.index_select(0, order_t) for s in start]  # index_select copies: start is not touched
     ctx_sorted = {k: [t.index_select(0, order_t) for t in v] for k, v in (ctx or {}).items()}
     fused = correction is None and hasattr(model, "sgd_step")
     # active[j] = number of clients with more than j steps: the working prefix at step j.

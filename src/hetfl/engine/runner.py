@@ -18,7 +18,6 @@ from hetfl.engine.evaluate import evaluate
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import full_steps, minibatch_indices
 from hetfl.engine.schemes import aggregation_weights, local_steps
-from hetfl.engine.start import train_from
 from hetfl.models.base import BatchedModel
 
 LocalTrainer = Callable[..., list[torch.Tensor]]
@@ -85,8 +84,8 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
             ctx = algorithm.client_context(state, params, info)
             idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
             start = algorithm.client_start(state, params, info)
-            finals = train_from(local_trainer, start, model, params, x_train, y_train, idx, info.done, lr,
-                                correction=algorithm.correct, ctx=ctx)
+            finals = local_trainer(model, params, x_train, y_train, idx, info.done, lr,
+                                   correction=algorithm.correct, ctx=ctx, start=start)
             params, state, extra = algorithm.aggregate(state, params, finals, info)
             row.update(extra)
         row.update({
