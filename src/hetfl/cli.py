@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="*", help="only these algorithms")
     p.set_defaults(func=_cmd_algorithms)
 
+    sub.add_parser("bench", add_help=False,
+                   help="time the batched engine against the per-client loop (hetfl bench --help)")
+
     p = sub.add_parser("datasets", help="list the dataset sources and where they load from")
     p.set_defaults(func=_cmd_datasets)
 
@@ -231,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # its own parser: `hetfl bench --help`
+        from hetfl.bench import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -2,6 +2,7 @@
 
 Clients are sorted by their number of local steps (descending), so at step j the clients still working
 are a contiguous prefix of the stack: the step runs on that prefix only, no masked-out work is done.
+See docs/engine.md.
 """
 
 from __future__ import annotations
@@ -47,18 +48,31 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     # active[j] = number of clients with more than j steps: the working prefix at step j.
     active = np.searchsorted(-steps_sorted, -np.arange(int(steps_sorted[0]) if K else 0), side="left")
     batch = idx.shape[2] if idx.dim() == 3 else 0
-    for j, m in enumerate(active.tolist()):
-        flat = idx[:m, j].reshape(-1)
-        xb = x_train.index_select(0, flat).view(m, batch, *x_train.shape[1:])
-        yb = y_train.index_select(0, flat).view(m, batch)
-        prefix = [p[:m] for p in params]
-        if fused:
-            model.sgd_step(prefix, xb, yb, lr)  # type: ignore[attr-defined]
-            continue
-        grads = model.grads(prefix, xb, yb)
-        if correction is not None:
-            grads = correction(prefix, grads, {k: [t[:m] for t in v] for k, v in ctx_sorted.items()})
-        for p, g in zip(prefix, grads, strict=True):
-            p.sub_(g, alpha=lr)
+    # Clients in blocks whose working set fits in cache (models say how many via client_block); each block
+    # runs all its steps before the next, so its weights stay in cache between steps. Clients are
+    # independent, so the result is the same as one block of K.
+    block = K
+    if hasattr(model, "client_block") and K:
+        block = max(1, int(model.client_block(params, x_train[:batch].unsqueeze(0))))
+    for lo in range(0, K, block):
+        hi = min(K, lo + block)
+        for j, a in enumerate(active.tolist()):
+            m = min(a, hi) - lo
+            if m <= 0:
+                break
+            flat = idx[lo:lo + m, j].reshape(-1)
+            xb = x_train.index_select(0, flat).view(m, batch, *x_train.shape[1:])
+            yb = y_train.index_select(0, flat).view(m, batch)
+            rows = [p[lo:lo + m] for p in params]
+            if fused:
+                model.sgd_step(rows, xb, yb, lr)  # type: ignore[attr-defined]
+                continue
+            grads = model.grads(rows, xb, yb)
+            if correction is not None:
+                grads = correction(rows, grads, {k: [t[lo:lo + m] for t in v] for k, v in ctx_sorted.items()})
+            for p, g in zip(rows, grads, strict=True):
+                p.sub_(g, alpha=lr)
+    if np.array_equal(order, np.arange(K)):  # already in input order: skip a full copy of the stack
+        return params
     inverse = torch.from_numpy(np.argsort(order)).to(device)
     return [p.index_select(0, inverse) for p in params]

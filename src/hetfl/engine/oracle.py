@@ -23,7 +23,7 @@ def local_sgd_reference(model: BatchedModel, global_params: list[Tensor], x_trai
     the model's parameter list through the model's own to_module/from_module (both linear), on a twin
     module whose buffers are zero. start: per-client starting parameters [K, ...] (FedBN).
     """
-    module = model.make_module()
+    module = model.make_module().to(x_train.device)
     twin = model.make_module() if correction is not None else None
     loss_fn = getattr(model, "loss", None) or nn.CrossEntropyLoss()
     finals: list[list[Tensor]] = []

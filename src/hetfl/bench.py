@@ -1,0 +1,328 @@
+"""`hetfl bench`: the batched engine against the per-client reference loop on fixed workloads.
+
+Each workload trains `clients` clients for `steps` local SGD steps on random data of the right shapes,
+once with engine.local.local_sgd (all clients as one batched computation) and once with
+engine.oracle.local_sgd_reference (torch.nn + autograd + torch.optim.SGD, one client after another, how
+research code trains). Rates are client steps per second, best of `repeat` timed runs after a warm-up.
+
+The machine's matmul GFLOP/s and copy bandwidth give a roofline bound per workload: a client step needs
+`flops` FLOPs (the model's matmuls/convolutions, forward + backward) and must at least read and write
+every parameter once, 2·4·P bytes, so no engine beats min(peak / flops, bandwidth / bytes) steps/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from hetfl.engine.local import local_sgd
+from hetfl.engine.minibatch import minibatch_indices
+from hetfl.engine.oracle import local_sgd_reference
+from hetfl.models import BatchedModel, LogReg, make_model
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A fixed training workload: model, data shape, clients and minibatch size."""
+
+    name: str
+    model: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    clients: int
+    batch: int
+    lr: float = 0.05
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in [
+    Workload("logreg-synthetic", "logreg", (60,), 10, clients=50, batch=20),
+    Workload("mlp-mnist", "mlp", (784,), 10, clients=100, batch=10, kwargs={"hidden": (200, 200)}),
+    Workload("cnn-mnist", "cnn", (1, 28, 28), 10, clients=100, batch=10),
+    # Not run by default: FedDyn's variants and the BN model.
+    Workload("mlp-feddyn", "mlp", (784,), 10, clients=100, batch=50, kwargs={"hidden": (200, 100)}),
+    Workload("cnn-cifar", "cnn_cifar", (3, 32, 32), 10, clients=100, batch=50),
+    Workload("cnn-bn-mnist", "cnn_bn", (1, 28, 28), 10, clients=100, batch=10),
+]}
+DEFAULT_WORKLOADS = ("logreg-synthetic", "mlp-mnist", "cnn-mnist")
+ENGINES = ("batched", "reference")
+
+
+# -- the machine ------------------------------------------------------------------------------------
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_time(fn: Callable[[], object], device: torch.device, repeat: int) -> float:
+    """Best wall time of `repeat` calls (the least disturbed by other load), seconds."""
+    best = math.inf
+    for _ in range(repeat):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def matmul_gflops(device: torch.device, n: int = 2048, repeat: int = 5) -> float:
+    """Measured float32 GEMM rate, GFLOP/s (n×n by n×n: 2n³ FLOPs)."""
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    c = torch.empty(n, n, device=device)
+    torch.mm(a, b, out=c)  # warm-up: thread pool, kernel selection
+    return 2 * n ** 3 / best_time(lambda: torch.mm(a, b, out=c), device, repeat) / 1e9
+
+
+def copy_gbps(device: torch.device, mbytes: int = 256, repeat: int = 5) -> float:
+    """Measured memory bandwidth of a large tensor copy, GB/s (bytes read + bytes written)."""
+    src = torch.ones(mbytes * 2 ** 20 // 4, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up: fault the pages in
+    return 2 * src.numel() * 4 / best_time(lambda: dst.copy_(src), device, repeat) / 1e9
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's resident-set high-water mark (Linux ≥ 4.0) so a peak is per phase."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size since the last reset (VmHWM), else since the process started."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2 ** 20 if sys.platform == "darwin" else rss / 1024
+
+
+# -- the work ---------------------------------------------------------------------------------------
+def train_flops(model: BatchedModel, batch: int) -> int:
+    """FLOPs of one client step: forward + backward matmuls/convolutions, 2 per multiply-add."""
+    if isinstance(model, LogReg):
+        return 2 * 2 * batch * model.input_dim * model.num_classes  # logits and ∇W; no input gradient
+    return model.train_flops(batch)  # type: ignore[attr-defined]
+
+
+def param_bytes(params: Sequence[Tensor]) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+@dataclass
+class Problem:
+    """One workload's model, global parameters and data, ready for either engine."""
+
+    workload: Workload
+    model: BatchedModel
+    params: list[Tensor]
+    x: Tensor
+    y: Tensor
+    batch_idx: np.ndarray
+    steps: np.ndarray
+
+
+def make_problem(w: Workload, steps: int, device: torch.device, clients: int | None = None,
+                 seed: int = 0) -> Problem:
+    """Random data of the workload's shapes (no downloads): each client holds up to 20 minibatches."""
+    K = clients or w.clients
+    gen = torch.Generator().manual_seed(seed)
+    model = make_model(w.model, w.input_shape if len(w.input_shape) > 1 else w.input_shape[0],
+                       w.num_classes, **w.kwargs)
+    params = [p.to(device) for p in model.init_params(gen)]
+    n = w.batch * max(1, min(steps, 20))
+    x = torch.randn(K * n, *w.input_shape, generator=gen).to(device)
+    y = torch.randint(0, w.num_classes, (K * n,), generator=gen).to(device)
+    offsets = np.arange(K + 1) * n
+    steps_arr = np.full(K, steps, dtype=np.int64)
+    idx = minibatch_indices(offsets, np.arange(K), steps_arr, w.batch, seed, 0)
+    return Problem(w, model, params, x, y, idx, steps_arr)
+
+
+class _ModuleOn:
+    """The model with make_module() placed on `device`: the reference loop builds its module on the CPU."""
+
+    def __init__(self, model: BatchedModel, device: torch.device) -> None:
+        self._model, self._device = model, device
+
+    def make_module(self) -> nn.Module:
+        return self._model.make_module().to(self._device)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def engine_fn(engine: str, prob: Problem, clients: int | None = None) -> Callable[[], list[Tensor]]:
+    """A call that runs one round of local training of the first `clients` clients (all: None)."""
+    w, n = prob.workload, clients or len(prob.steps)
+    idx, steps = prob.batch_idx[:n], prob.steps[:n]  # absolute indices: a prefix of rows is a subset
+    if engine == "batched":
+        return lambda: local_sgd(prob.model, prob.params, prob.x, prob.y, idx, steps, w.lr)
+    if engine == "reference":
+        model = prob.model if prob.x.device.type == "cpu" else _ModuleOn(prob.model, prob.x.device)
+        return lambda: local_sgd_reference(model, prob.params, prob.x, prob.y, idx, steps, w.lr)  # type: ignore
+    raise ValueError(f"engine '{engine}' is unknown; allowed: {', '.join(ENGINES)}")
+
+
+def run_workload(w: Workload, steps: int, device: torch.device, repeat: int = 3, clients: int | None = None,
+                 ref_clients: int | None = None) -> list[dict[str, Any]]:
+    """Time both engines on one workload; one record per engine (rate, peak RSS).
+
+    The engines' runs alternate (batched, reference, batched, …) and the best of each is kept, so a
+    burst of other load on the machine hits both alike. The reference loop trains clients one after
+    another, so its rate does not depend on how many it trains: by default it times the first
+    `ref_clients` (None: all), which keeps the bench short.
+    """
+    prob = make_problem(w, steps, device, clients)
+    K = len(prob.steps)
+    counts = {"batched": K, "reference": min(K, ref_clients or K)}
+    for engine in ENGINES:  # warm-up: thread pools, allocator, oneDNN primitive caches
+        engine_fn(engine, make_problem(w, 1, device, clients), min(counts[engine], 4))()
+    fns = {e: engine_fn(e, prob, counts[e]) for e in ENGINES}
+    best = dict.fromkeys(ENGINES, math.inf)
+    peak = dict.fromkeys(ENGINES, 0.0)
+    peak_dev = dict.fromkeys(ENGINES, 0.0)
+    for _ in range(repeat):
+        for engine in ENGINES:
+            _reset_peak_rss()
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            best[engine] = min(best[engine], best_time(fns[engine], device, 1))
+            peak[engine] = max(peak[engine], peak_rss_mb())
+            if device.type == "cuda":
+                peak_dev[engine] = max(peak_dev[engine], torch.cuda.max_memory_allocated(device) / 2 ** 20)
+    records = []
+    for engine in ENGINES:
+        rec: dict[str, Any] = {
+            "workload": w.name, "engine": engine, "clients": counts[engine], "batch": w.batch,
+            "client_steps_per_s": float(prob.steps[:counts[engine]].sum()) / best[engine],
+            "peak_rss_mb": peak[engine], "device": device.type, "steps": steps,
+            "flops_per_client_step": train_flops(prob.model, w.batch),
+            "bytes_per_client_step": 2 * param_bytes(prob.params),
+        }
+        if device.type == "cuda":
+            rec["peak_device_mb"] = peak_dev[engine]
+        records.append(rec)
+    return records
+
+
+def add_bounds(records: list[dict[str, Any]], matmul: float, bandwidth: float) -> None:
+    """Attach achieved GFLOP/s, the roofline bound and the fractions, and batched/reference ratios."""
+    ref = {r["workload"]: r["client_steps_per_s"] for r in records if r["engine"] == "reference"}
+    for r in records:
+        rate = r["client_steps_per_s"]
+        bound = min(matmul * 1e9 / r["flops_per_client_step"], bandwidth * 1e9 / r["bytes_per_client_step"])
+        r["gflops"] = rate * r["flops_per_client_step"] / 1e9
+        r["matmul_gflops"], r["copy_gbps"] = matmul, bandwidth
+        r["bound_client_steps_per_s"] = bound
+        r["fraction_of_bound"] = rate / bound
+        r["fraction_of_matmul"] = r["gflops"] / matmul
+        r["speedup"] = rate / ref[r["workload"]] if r["workload"] in ref else None
+
+
+def format_table(records: list[dict[str, Any]]) -> str:
+    from tabulate import tabulate
+
+    rows = [[r["workload"], r["engine"], r["clients"], r["batch"], f"{r['client_steps_per_s']:,.0f}",
+             f"{r['speedup']:.1f}×" if r.get("speedup") else "", f"{r['gflops']:.1f}",
+             f"{r['fraction_of_matmul']:.0%}", f"{r['fraction_of_bound']:.1%}", f"{r['peak_rss_mb']:,.0f}"]
+            for r in records]
+    head = ["workload", "engine", "K", "B", "client steps/s", "vs ref", "GFLOP/s", "of matmul", "of bound",
+            "peak RSS MB"]
+    return tabulate(rows, head, colalign=("left", "left") + ("right",) * 8)
+
+
+def run_bench(workloads: Sequence[str], steps: int, device: str = "auto", threads: int | None = None,
+              repeat: int = 3, clients: int | None = None, ref_clients: int | None = None
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """All measurements: (records, machine facts)."""
+    unknown = [n for n in workloads if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
+    if threads:
+        torch.set_num_threads(threads)
+    dev = resolve_device(device)
+    machine = {"device": dev.type, "device_name": device_name(dev), "threads": torch.get_num_threads(),
+               "cpus": os.cpu_count(), "torch": torch.__version__,
+               "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
+    records = [r for name in workloads
+               for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients)]
+    add_bounds(records, machine["matmul_gflops"], machine["copy_gbps"])
+    for r in records:
+        r["device_name"], r["threads"] = machine["device_name"], machine["threads"]
+    return records, machine
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hetfl bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+                        help=f"comma-separated, from: {', '.join(WORKLOADS)} (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=20, help="local steps per client (default: %(default)s)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--json", metavar="PATH", default=None, help="write records as JSON ('-': stdout)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine, best kept")
+    parser.add_argument("--clients", type=int, default=None, help="override the workloads' client counts")
+    parser.add_argument("--ref-clients", type=int, default=0,
+                        help="time the reference on only the first N clients, a quick look (default 0: all)")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
+                           args.ref_clients or None)
+    print(f"{m['device_name']} ({m['device']}, {m['threads']} threads, torch {m['torch']}): "
+          f"matmul {m['matmul_gflops']:.0f} GFLOP/s, copy {m['copy_gbps']:.1f} GB/s; "
+          f"{args.steps} steps per client, best of {args.repeat}",
+          file=sys.stderr if args.json == "-" else sys.stdout)
+    print(format_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
+    if args.json == "-":
+        json.dump(records, sys.stdout, indent=1)
+        print()
+    elif args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

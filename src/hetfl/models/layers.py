@@ -1,0 +1,325 @@
+"""Batched layers with hand-written backward passes, for K clients whose parameters are stacked on axis 0.
+
+Every layer maps a stacked input to a stacked output and back, without autograd:
+
+* `forward(p, x, training)` returns the output and what the backward pass needs;
+* `backward(p, saved, dy, need_dx)` returns the input gradient and the parameter gradients;
+* `sgd_backward(p, saved, dy, need_dx, lr)` returns the input gradient and applies w ← w − lr·g IN PLACE.
+  For `Linear` this is one fused `baddbmm_` per weight (no gradient tensor is ever written), which saves
+  two of the six passes over the weights that autograd + torch.optim.SGD make (write grad, read grad).
+
+Layouts. Fully connected layers work on [K, B, F]. Convolutional layers work on the "grouped" layout
+[B, K·C, H, W]: client k owns channels k·C … k·C+C−1, so one `conv2d(groups=K)` trains all clients at
+once, batch norm over the K·C channels is exactly per-client batch norm, and max-pooling is per channel
+anyway. With K = 1 the grouped layout is plain NCHW, which is how `logits` evaluates the global model.
+The CNNs keep it in channels-last memory order (see models.cnn.ConvNet).
+
+Initialisation follows torch.nn (kaiming-uniform with a = √5, i.e. U(±1/√fan_in) for weights and
+biases), drawn from the caller's generator so runs reproduce.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Saved = Any
+
+
+def _uniform(shape: tuple[int, ...], bound: float, generator: torch.Generator) -> Tensor:
+    return torch.rand(shape, generator=generator).mul_(2 * bound).sub_(bound)
+
+
+class Reshape(nn.Module):
+    """Reshape flat or image input [n, ...] to [n, *shape] (MNIST may be stored flat as 784 features)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.shape = tuple(shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.reshape(x.shape[0], *self.shape)
+
+
+class Layer:
+    """A layer of the batched network; parameter shapes are unstacked (the client axis is added on top)."""
+
+    shapes: tuple[tuple[int, ...], ...] = ()
+    trainable: tuple[bool, ...] = ()
+
+    def init_params(self, generator: torch.Generator) -> list[Tensor]:
+        return []
+
+    def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        raise NotImplementedError
+
+    def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                 ) -> tuple[Tensor | None, list[Tensor]]:
+        raise NotImplementedError
+
+    def sgd_backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool, lr: float
+                     ) -> Tensor | None:
+        dx, grads = self.backward(p, saved, dy, need_dx)
+        for w, g, t in zip(p, grads, self.trainable, strict=True):
+            if t:
+                w.sub_(g, alpha=lr)
+        return dx
+
+    def make_modules(self) -> list[nn.Module]:
+        return []
+
+    def to_modules(self, p: list[Tensor], modules: list[nn.Module]) -> None:
+        pass
+
+    def from_modules(self, modules: list[nn.Module]) -> list[Tensor]:
+        return []
+
+    def train_flops(self, batch: int, need_dx: bool) -> int:
+        """FLOPs (2 per multiply-add) of forward + backward, one client's minibatch; no elementwise."""
+        return 0
+
+
+class FlattenInput(Layer):
+    """[K, B, ...] → [K, B, F] (a view for contiguous input)."""
+
+    def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        return x.reshape(x.shape[0], x.shape[1], -1), None
+
+    def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                 ) -> tuple[Tensor | None, list[Tensor]]:
+        return None, []  # the network's input: nothing to propagate
+
+    def make_modules(self) -> list[nn.Module]:
+        return [nn.Flatten()]
+
+
+class Linear(Layer):
+    """y = x·W + b (optionally ReLU), W [in, out], b [out]; one baddbmm for all clients."""
+
+    def __init__(self, d_in: int, d_out: int, relu: bool) -> None:
+        self.d_in, self.d_out, self.relu = d_in, d_out, relu
+        self.shapes = ((d_in, d_out), (d_out,))
+        self.trainable = (True, True)
+
+    def init_params(self, generator: torch.Generator) -> list[Tensor]:
+        bound = 1 / math.sqrt(self.d_in)
+        # torch.nn.Linear draws weight [out, in] first, then bias; keep its layout, store transposed.
+        w = _uniform((self.d_out, self.d_in), bound, generator).T.contiguous()
+        return [w, _uniform((self.d_out,), bound, generator)]
+
+    def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        W, b = p
+        y = torch.baddbmm(b.unsqueeze(1), x, W)
+        if self.relu:
+            y.relu_()
+        return y, (x, y)
+
+    def _dy(self, saved: Saved, dy: Tensor) -> Tensor:
+        # threshold_backward is autograd's own ReLU backward (zero where the output is ≤ 0), one pass.
+        return torch.ops.aten.threshold_backward(dy, saved[1], 0) if self.relu else dy
+
+    def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                 ) -> tuple[Tensor | None, list[Tensor]]:
+        W, _ = p
+        x = saved[0]
+        dy = self._dy(saved, dy)
+        dx = torch.bmm(dy, W.transpose(1, 2)) if need_dx else None
+        return dx, [torch.bmm(x.transpose(1, 2), dy), dy.sum(dim=1)]
+
+    def sgd_backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool, lr: float
+                     ) -> Tensor | None:
+        W, b = p
+        x = saved[0]
+        dy = self._dy(saved, dy)
+        # The input gradient needs the weights before the update, so it comes first.
+        dx = torch.bmm(dy, W.transpose(1, 2)) if need_dx else None
+        W.baddbmm_(x.transpose(1, 2), dy, alpha=-lr)  # W ← W − lr·xᵀdy in one pass over W
+        b.sub_(dy.sum(dim=1), alpha=lr)
+        return dx
+
+    def make_modules(self) -> list[nn.Module]:
+        return [nn.Linear(self.d_in, self.d_out)] + ([nn.ReLU()] if self.relu else [])
+
+    def to_modules(self, p: list[Tensor], modules: list[nn.Module]) -> None:
+        with torch.no_grad():
+            modules[0].weight.copy_(p[0].T)
+            modules[0].bias.copy_(p[1])
+
+    def from_modules(self, modules: list[nn.Module]) -> list[Tensor]:
+        return [modules[0].weight.detach().T.clone(), modules[0].bias.detach().clone()]
+
+    def train_flops(self, batch: int, need_dx: bool) -> int:
+        return 2 * batch * self.d_in * self.d_out * (3 if need_dx else 2)
+
+
+class ToGrouped(Layer):
+    """[K, B, C·H·W] or [K, B, C, H, W] → grouped layout [B, K·C, H, W] (one copy of the minibatch)."""
+
+    def __init__(self, shape: tuple[int, int, int], channels_last: bool) -> None:
+        self.shape, self.channels_last = shape, channels_last
+
+    def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        K, B = x.shape[:2]
+        C, H, W = self.shape
+        x = x.reshape(K, B, C, H, W).transpose(0, 1).reshape(B, K * C, H, W)
+        return (x.contiguous(memory_format=torch.channels_last) if self.channels_last else x), None
+
+    def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                 ) -> tuple[Tensor | None, list[Tensor]]:
+        return None, []  # the network's input: nothing to propagate
+
+    def make_modules(self) -> list[nn.Module]:
+        return [Reshape(self.shape)]
+
+
+class Conv2d(Layer):
+    """Per-client 2-D convolution (stride 1) as ONE grouped convolution with groups = K.
+
+    Weight [C_out, C_in, k, k] per client; the stacked [K, C_out, C_in, k, k] is, reshaped, exactly the
+    weight of conv2d(groups=K) on the grouped layout. The backward pass is aten.convolution_backward, the
+    kernel autograd itself calls, so gradients match torch.nn.Conv2d.
+    """
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int]) -> None:
+        self.c_in, self.c_out, self.kernel, self.padding = c_in, c_out, kernel, padding
+        self.hw_out = (hw_in[0] + 2 * padding - kernel + 1, hw_in[1] + 2 * padding - kernel + 1)
+        self.shapes = ((c_out, c_in, kernel, kernel), (c_out,))
+        self.trainable = (True, True)
+
+    def init_params(self, generator: torch.Generator) -> list[Tensor]:
+        bound = 1 / math.sqrt(self.c_in * self.kernel ** 2)
+        return [_uniform(self.shapes[0], bound, generator), _uniform(self.shapes[1], bound, generator)]
+
+    def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        W, b = p
+        K = W.shape[0]
+        Wg = W.reshape(K * self.c_out, self.c_in, self.kernel, self.kernel)
+        return F.conv2d(x, Wg, b.reshape(-1), padding=self.padding, groups=K), x
+
+    def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                 ) -> tuple[Tensor | None, list[Tensor]]:
+        W, b = p
+        K = W.shape[0]
+        Wg = W.reshape(K * self.c_out, self.c_in, self.kernel, self.kernel)
+        pad = [self.padding, self.padding]
+        dx, dW, db = torch.ops.aten.convolution_backward(
+            dy, saved, Wg, [K * self.c_out], [1, 1], pad, [1, 1], False, [0, 0], K, [need_dx, True, True])
+        return dx, [dW.reshape(W.shape), db.view_as(b)]
+
+    def make_modules(self) -> list[nn.Module]:
+        return [nn.Conv2d(self.c_in, self.c_out, self.kernel, padding=self.padding)]
+
+    def to_modules(self, p: list[Tensor], modules: list[nn.Module]) -> None:
+        with torch.no_grad():
+            modules[0].weight.copy_(p[0])
+            modules[0].bias.copy_(p[1])
+
+    def from_modules(self, modules: list[nn.Module]) -> list[Tensor]:
+        return [modules[0].weight.detach().clone(), modules[0].bias.detach().clone()]
+
+    def train_flops(self, batch: int, need_dx: bool) -> int:
+        per_pass = 2 * batch * self.c_out * self.c_in * self.kernel ** 2 * self.hw_out[0] * self.hw_out[1]
+        return per_pass * (3 if need_dx else 2)
+
+
+class BatchNorm2d(Layer):
+    """Per-client batch norm: batch statistics in training, running statistics in evaluation.
+
+    Parameters: weight [C], bias [C] (trainable) and running mean/var [C] (buffers, updated in place by
+    local training as torch.nn.BatchNorm2d does, momentum 0.1, unbiased running variance). On the grouped
+    layout, channel k·C + c is client k's channel c, so one native_batch_norm call is per-client BN.
+    """
+
+    def __init__(self, channels: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
+        self.channels, self.momentum, self.eps = channels, momentum, eps
+        self.shapes = ((channels,),) * 4
+        self.trainable = (True, True, False, False)
+
+    def init_params(self, generator: torch.Generator) -> list[Tensor]:
+        c = self.channels
+        return [torch.ones(c), torch.zeros(c), torch.zeros(c), torch.ones(c)]
+
+    def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        w, b, rm, rv = (t.view(-1) for t in p)  # views: the running statistics update lands in p
+        if not training:
+            return F.batch_norm(x, rm, rv, w, b, False, 0.0, self.eps), None
+        y, mean, invstd = torch.native_batch_norm(x, w, b, rm, rv, True, self.momentum, self.eps)
+        return y, (x, mean, invstd)
+
+    def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                 ) -> tuple[Tensor | None, list[Tensor]]:
+        w, b, rm, rv = p
+        x, mean, invstd = saved
+        dx, dw, db = torch.ops.aten.native_batch_norm_backward(
+            dy, x, w.view(-1), rm.view(-1), rv.view(-1), mean, invstd, True, self.eps, [need_dx, True, True])
+        return dx, [dw.view_as(w), db.view_as(b), torch.zeros_like(rm), torch.zeros_like(rv)]
+
+    def make_modules(self) -> list[nn.Module]:
+        return [nn.BatchNorm2d(self.channels, eps=self.eps, momentum=self.momentum)]
+
+    def to_modules(self, p: list[Tensor], modules: list[nn.Module]) -> None:
+        bn = modules[0]
+        with torch.no_grad():
+            for dst, src in zip((bn.weight, bn.bias, bn.running_mean, bn.running_var), p, strict=True):
+                dst.copy_(src)
+
+    def from_modules(self, modules: list[nn.Module]) -> list[Tensor]:
+        bn = modules[0]
+        return [t.detach().clone() for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var)]
+
+
+class PoolReLU(Layer):
+    """ReLU then 2×2 max-pool, computed as pool then ReLU: max commutes with the monotone ReLU, and the
+    gradient is the same (a window whose maximum is ≤ 0 gets zero gradient either way), but the ReLU and
+    its mask then touch a 4× smaller tensor."""
+
+    def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        if not training:
+            return F.max_pool2d(x, 2).relu_(), None
+        y, idx = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
+        y.relu_()
+        return y, (x, y, idx)
+
+    def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                 ) -> tuple[Tensor | None, list[Tensor]]:
+        x, y, idx = saved
+        dy = torch.ops.aten.threshold_backward(dy, y, 0)
+        return torch.ops.aten.max_pool2d_with_indices_backward(dy, x, [2, 2], [2, 2], [0, 0], [1, 1], False,
+                                                               idx), []
+
+    def make_modules(self) -> list[nn.Module]:
+        return [nn.ReLU(), nn.MaxPool2d(2)]  # the research-code order
+
+
+class Flatten(Layer):
+    """Grouped [B, K·C, h, w] → [K, B, C·h·w] in torch's (C, h, w) flatten order; a strided view, no copy."""
+
+    def __init__(self, shape: tuple[int, int, int], channels_last: bool) -> None:
+        self.shape, self.channels_last = shape, channels_last
+
+    def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        B = x.shape[0]
+        K = x.shape[1] // self.shape[0]
+        return x.reshape(B, K, -1).transpose(0, 1), None
+
+    def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                 ) -> tuple[Tensor | None, list[Tensor]]:
+        K, B = dy.shape[:2]
+        C, h, w = self.shape
+        dx = dy.transpose(0, 1).reshape(B, K * C, h, w)
+        return (dx.contiguous(memory_format=torch.channels_last) if self.channels_last else dx), []
+
+    def make_modules(self) -> list[nn.Module]:
+        return [nn.Flatten()]
+
+
+def dense_stack(dims: Sequence[int]) -> list[Layer]:
+    """Linear layers dims[0] → dims[1] → … → dims[-1], ReLU after all but the last."""
+    n = len(dims) - 1
+    return [Linear(a, b, relu=i < n - 1) for i, (a, b) in enumerate(pairwise(dims))]

@@ -1,0 +1,165 @@
+"""A sequential network of batched layers that implements the BatchedModel contract (see base.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from hetfl.models.layers import Layer
+
+
+def _cache_bytes() -> int:
+    """A working-set budget for one block of clients: ⅜ of the last-level cache (Linux sysfs), else 12 MiB.
+
+    ⅜ was the best of ¼ … ¾ for the 2NN on a 32 MiB L3 (docs/engine.md): the rest holds the minibatch,
+    the transient gradients and whatever else runs."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            size = f.read().strip().upper()
+        scale = {"K": 2 ** 10, "M": 2 ** 20}.get(size[-1], 1)
+        return int(size.rstrip("KM")) * scale * 3 // 8
+    except (OSError, ValueError):
+        return 12 * 2 ** 20
+
+
+def _nbytes(saved: object) -> int:
+    if isinstance(saved, Tensor):
+        return saved.numel() * saved.element_size()
+    if isinstance(saved, tuple | list):
+        return sum(_nbytes(s) for s in saved)
+    return 0
+
+
+def xent_delta(logits: Tensor, y: Tensor) -> Tensor:
+    """∂/∂logits of each client's mean cross-entropy: (softmax − onehot(y)) / B, for logits [K, B, C]."""
+    g = torch.softmax(logits, dim=-1)
+    g.scatter_add_(-1, y.unsqueeze(-1), torch.full(y.shape + (1,), -1.0, dtype=g.dtype, device=g.device))
+    return g.div_(logits.shape[1])
+
+
+class LayerNet:
+    """Parameters are the layers' parameters concatenated in order; `trainable` flags the buffers."""
+
+    name = "net"
+    # Samples per chunk when evaluating the global model: bounds the activations of conv models.
+    eval_chunk = 4096
+    # On the CPU a step runs on blocks of clients whose parameters + activations fit this budget: the
+    # layers of a block then pass their data through the cache, not DRAM (see client_block).
+    cache_bytes = _cache_bytes()
+
+    def __init__(self, layers: list[Layer]) -> None:
+        self.layers = layers
+        self._counts = [len(layer.shapes) for layer in layers]
+        self.trainable: tuple[bool, ...] = tuple(t for layer in layers for t in layer.trainable)
+        # The first layer with parameters needs no input gradient (nothing below it learns).
+        self._first = next((i for i, c in enumerate(self._counts) if c), len(layers))
+        self._module_counts = [len(layer.make_modules()) for layer in layers]
+        self._block: dict[tuple, int] = {}
+
+    # -- parameters ---------------------------------------------------------------------------------
+    def init_params(self, generator: torch.Generator) -> list[Tensor]:
+        return [t for layer in self.layers for t in layer.init_params(generator)]
+
+    def _split(self, params: list[Tensor]) -> list[list[Tensor]]:
+        out, i = [], 0
+        for c in self._counts:
+            out.append(params[i:i + c])
+            i += c
+        return out
+
+    def train_flops(self, batch: int) -> int:
+        """FLOPs of one client step (forward + backward matmuls/convolutions, ×2 per multiply-add)."""
+        return sum(layer.train_flops(batch, i > self._first) for i, layer in enumerate(self.layers))
+
+    # -- batched training ---------------------------------------------------------------------------
+    def client_block(self, params: list[Tensor], x: Tensor) -> int:
+        """Clients per block: all of them on a GPU; on the CPU as many as fit `cache_bytes`.
+
+        A step over K clients is a sequence of batched kernels, each streaming all K clients' weights
+        and activations; with K = 100 those are hundreds of MB, so every kernel reads DRAM. Run on blocks
+        of clients instead (the same kernels, fewer clients each), the activations a layer writes are
+        still in cache when the next reads them and a weight read by the forward pass is in cache for the
+        backward pass and the update. The working set per client is measured once per input shape by a
+        forward pass on the meta device (shapes only, no work). x: a minibatch [m, B, ...] (only its
+        shape past the client axis, dtype and device matter). The result is not capped at m.
+        """
+        if x.device.type != "cpu":
+            return 1 << 30
+        key = (tuple(x.shape[1:]), x.dtype)
+        if key not in self._block:
+            meta = [torch.empty((1, *p.shape[1:]), dtype=p.dtype, device="meta") for p in params]
+            xm = torch.empty((1, *x.shape[1:]), dtype=x.dtype, device="meta")
+            per_client = _nbytes(meta) + _nbytes(self._forward(self._split(meta), xm, True)[1])
+            # At least 2: one client per block leaves grouped kernels too little to split over threads
+            # (the McMahan CNN ran 1.6× slower with 1 than with 2).
+            self._block[key] = max(2, self.cache_bytes // max(per_client, 1))
+        return self._block[key]
+
+    def _forward(self, per_layer: list[list[Tensor]], x: Tensor, training: bool) -> tuple[Tensor, list]:
+        saved = []
+        for layer, p in zip(self.layers, per_layer, strict=True):
+            x, s = layer.forward(p, x, training)
+            saved.append(s)
+        return x, saved
+
+    def grads(self, params: list[Tensor], x: Tensor, y: Tensor) -> list[Tensor]:
+        """Stacked gradients of each client's mean cross-entropy; zeros for buffers, which (BN running
+        statistics) are updated in place as the forward pass of local training does."""
+        n = self.client_block(params, x)
+        if n >= x.shape[0]:
+            return self._grads(params, x, y)
+        blocks = [self._grads([p[a:a + n] for p in params], x[a:a + n], y[a:a + n])
+                  for a in range(0, x.shape[0], n)]
+        return [torch.cat(gs) for gs in zip(*blocks, strict=True)]
+
+    def _grads(self, params: list[Tensor], x: Tensor, y: Tensor) -> list[Tensor]:
+        per_layer = self._split(params)
+        logits, saved = self._forward(per_layer, x, True)
+        dy: Tensor | None = xent_delta(logits, y)
+        grads: list[list[Tensor]] = [[] for _ in self.layers]
+        for i in range(len(self.layers) - 1, -1, -1):
+            dy, grads[i] = self.layers[i].backward(per_layer[i], saved[i], dy, i > self._first)
+            if i <= self._first:
+                break
+        return [g for gs in grads for g in gs]
+
+    def sgd_step(self, params: list[Tensor], x: Tensor, y: Tensor, lr: float) -> None:
+        """One SGD step of every client, in place: the backward pass updates each layer as it leaves it."""
+        n = self.client_block(params, x)
+        for a in range(0, x.shape[0], n):  # slices of contiguous stacks are contiguous views
+            self._sgd_step([p[a:a + n] for p in params], x[a:a + n], y[a:a + n], lr)
+
+    def _sgd_step(self, params: list[Tensor], x: Tensor, y: Tensor, lr: float) -> None:
+        per_layer = self._split(params)
+        logits, saved = self._forward(per_layer, x, True)
+        dy: Tensor | None = xent_delta(logits, y)
+        for i in range(len(self.layers) - 1, self._first - 1, -1):
+            dy = self.layers[i].sgd_backward(per_layer[i], saved[i], dy, i > self._first, lr)
+            saved[i] = None  # free activations as soon as they are used
+
+    @torch.no_grad()
+    def logits(self, params: list[Tensor], x: Tensor) -> Tensor:
+        """The global model (evaluation mode: BN uses running statistics) on x [n, ...]."""
+        per_layer = self._split([p.unsqueeze(0) for p in params])
+        out = [self._forward(per_layer, x[lo:lo + self.eval_chunk].unsqueeze(0), False)[0][0]
+               for lo in range(0, len(x), self.eval_chunk)]
+        return torch.cat(out) if out else x.new_empty(0, params[-1].shape[-1])  # the last bias is [C]
+
+    # -- the torch.nn twin (the oracle trains it) ---------------------------------------------------
+    def make_module(self) -> nn.Module:
+        return nn.Sequential(*[m for layer in self.layers for m in layer.make_modules()])
+
+    def _module_groups(self, module: nn.Module) -> list[list[nn.Module]]:
+        children, out, i = list(module.children()), [], 0
+        for n in self._module_counts:
+            out.append(children[i:i + n])
+            i += n
+        return out
+
+    def to_module(self, params: list[Tensor], module: nn.Module) -> None:
+        for layer, p, mods in zip(self.layers, self._split(params), self._module_groups(module), strict=True):
+            layer.to_modules(p, mods)
+
+    def from_module(self, module: nn.Module) -> list[Tensor]:
+        return [t for layer, mods in zip(self.layers, self._module_groups(module), strict=True)
+                for t in layer.from_modules(mods)]
