@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/splits.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/track.smk"
 
 
 rule all:

@@ -85,14 +85,22 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     assert f"experiments.{EXP}.local_epochs' has value 0" in proc.stderr + proc.stdout
 
 
-def test_snakemake_dry_run_lists_the_paper_grid_alone():
+@pytest.mark.parametrize(("config", "train", "split", "trace"), [
+    ("ruan2021_table3_synthetic", 2 * 8 * 3 * 3, 2 * 3, 8 * 3),
+    ("ruan2021_table3_mnist", 2 * 8 * 3 * 3, 2 * 3, 8 * 3),
+    ("ruan2021_table3_emnist", 2 * 8 * 3 * 3, 2 * 3, 8 * 3),
+    ("ruan2021_table4", 3 * 4 * 2 * 3, 3 * 3, 2 * 3),  # datasets × τ0 × {fast, vanilla} × seeds
+    ("ruan2021_table5", 3 * 9 * 2 * 3, 3 * 3, 3),  # (α, β) × τ0 × {include, exclude} × seeds
+    ("ruan2021_figure5", 2 * 3, 3, 3),
+])
+def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace):
     """--configfile replaces the embedded default (no merge): only the paper grid is listed."""
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile",
-         str(ROOT / "workflow/config/paper/ruan2021_table3_synthetic.yaml")],
+         str(ROOT / f"workflow/config/paper/{config}.yaml")],
         cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     stats = (proc.stdout + proc.stderr).split("Job stats:")[1]
     counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
-    assert counts["train"] == str(2 * 8 * 3 * 3)
-    assert counts["trace"] == str(8 * 3) and counts["split"] == str(2 * 3)
+    assert counts["train"] == str(train)
+    assert counts["split"] == str(split) and counts["trace"] == str(trace)

@@ -53,7 +53,8 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
     metrics = pd.read_parquet(run / "metrics.parquet")
     assert {"test_accuracy", "test_loss", "train_loss"} <= set(metrics["metric"])
     assert sorted(metrics.loc[metrics.metric == "test_accuracy", "round"]) == [1, 2, 3, 4]
-    assert "mlflow_run_id" in info, info.get("mlflow_error")
+    mirror = json.loads((workflow_dir / "results/tiny_table3/mlflow.json").read_text())
+    run_id = mirror["runs"]["tiny_table3/NIID_T6_C_s0"]
 
     from mlflow.tracking import MlflowClient
 
@@ -61,7 +62,8 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
     exp = client.get_experiment_by_name("tiny_table3")
     runs = client.search_runs([exp.experiment_id], max_results=100)
     assert len(runs) == 12  # tiny_table3 only
-    history = client.get_metric_history(info["mlflow_run_id"], "test_accuracy")
+    assert client.get_run(run_id).data.params["scheme"] == "C"
+    history = client.get_metric_history(run_id, "test_accuracy")
     assert [m.step for m in history] == [1, 2, 3, 4]
 
 
@@ -102,3 +104,17 @@ def test_event_tables_and_figures(workflow_dir):
     run_json = workflow_dir / "results/tiny_table4/NIID_T5_C_arr3_fast_reboot_s0/run.json"
     run = json.loads(run_json.read_text())
     assert run["spec"]["event"]["devices"] == [5]
+
+
+@pytest.mark.slow
+def test_mirror_is_rebuilt_not_duplicated(workflow_dir):
+    """`hetfl track` again on the same runs replaces their MLflow mirror instead of adding runs."""
+    from mlflow.tracking import MlflowClient
+
+    runs = sorted((workflow_dir / "results/tiny_table4").glob("*/run.json"))
+    proc = subprocess.run([sys.executable, "-m", "hetfl.cli", "track", "--results-root",
+                           str(workflow_dir / "results"), *map(str, runs)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{workflow_dir / 'results/mlflow.db'}")
+    exp = client.get_experiment_by_name("tiny_table4")
+    assert len(client.search_runs([exp.experiment_id])) == len(runs)

@@ -143,6 +143,17 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_track(args: argparse.Namespace) -> int:
+    from hetfl.io import atomic_write_json
+    from hetfl.tracking import mirror_run_dirs, tracking_uri
+
+    ids = mirror_run_dirs(args.results_root, [Path(p) for p in args.runs])
+    if args.out:
+        atomic_write_json(args.out, {"tracking_uri": tracking_uri(args.results_root), "runs": ids})
+    print(f"mirrored {len(ids)} run(s) to {tracking_uri(args.results_root)}", file=sys.stderr)
+    return 0
+
+
 def _cmd_figure(args: argparse.Namespace) -> int:
     from hetfl.reports.figures import build_figure
 
@@ -224,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output stem; .md, .csv and .tex are written")
     p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
     p.set_defaults(func=_cmd_table)
+
+    p = sub.add_parser("track", help="mirror finished runs into MLflow (rebuilds the mirror from results/)")
+    p.add_argument("--results-root", default="results", help="directory of the default SQLite store")
+    p.add_argument("--out", help="write {experiment/run: mlflow run id} here as JSON")
+    p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
+    p.set_defaults(func=_cmd_track)
 
     p = sub.add_parser("figure", help="draw a paper figure from run directories")
     p.add_argument("figure", choices=["scheme_curves", "arrival_curves", "departure_curves"])

@@ -58,4 +58,5 @@ def all_targets():
     """Every table and figure, and the runs of experiments that feed no table (table: none)."""
     tables = [f"reports/tables/{t}.{ext}" for t in TABLES if t != "none" for ext in ("md", "csv", "tex")]
     figures = [f"reports/figures/{f}.png" for f in FIGURES]
-    return tables + figures + runs_of_table("none")
+    mirrors = [f"results/{e}/mlflow.json" for e in sorted({s.experiment for s in RUNS.values()})]
+    return tables + figures + runs_of_table("none") + mirrors

@@ -12,4 +12,4 @@ rule train:
         out="results/{experiment}/{run}",
     shell:
         "hetfl train --spec {params.spec:q} --split {input.split} --traces {input.traces}"
-        " --out {params.out} --threads {threads} > {log} 2>&1"
+        " --out {params.out} --threads {threads} --no-mlflow > {log} 2>&1"
