@@ -16,6 +16,7 @@ from hetfl.reports.event_tables import curve  # noqa: E402
 def _save(fig, out: Path) -> None:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
     for suffix in (".png", ".svg"):
         tmp = out.with_name(f".{out.name}.tmp{suffix}")
         fig.savefig(tmp, dpi=120, bbox_inches="tight")

