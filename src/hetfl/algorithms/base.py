@@ -99,8 +99,26 @@ class Algorithm:
         """Per-client starting parameters [K, ...], or None when every client starts from `params`."""
         return None
 
-    # correct(params, grads, ctx) -> grads, or None for plain SGD (lets models use a fused step)
-    correct = None
+    #: False turns an algorithm's correction off (e.g. FedNova without momentum or prox is plain SGD).
+    corrects: bool = True
+
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        """The corrected local gradient of trained parameter entry i, stacked over the working clients
+        (ctx sliced to the same clients). Algorithms that change the local objective override this."""
+        raise NotImplementedError
+
+    @property
+    def correct(self):
+        """correct(params, grads, ctx) -> grads for the engine, or None for plain SGD (then models may use
+        a fused step). Applies `correct_entry` to trained entries only: a prox term on a BN running mean
+        would move it against what the forward pass maintains."""
+        if not self.corrects or type(self).correct_entry is Algorithm.correct_entry:
+            return None
+        return self._correct_trained
+
+    def _correct_trained(self, params: Params, grads: Params, ctx: Context) -> Params:
+        return [self.correct_entry(i, w, g, ctx) if t else g
+                for i, (w, g, t) in enumerate(zip(params, grads, self.mask(len(params)), strict=True))]
 
     def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
                   ) -> tuple[Params, Any, dict[str, float]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from hetfl.algorithms.base import (
     Algorithm,
@@ -49,10 +50,8 @@ class EFL(Algorithm):
         return {"u": expand([u.sum(0) for u in state["u"]], k),
                 "v": expand([v.sum(0) for v in state["v"]], k)}
 
-    def correct(self, params: Params, grads: Params, ctx: Context) -> Params:
-        lam, mask = self.hp.lam, self.mask(len(params))
-        return [g + lam * (u * w - v) if t else g
-                for w, g, u, v, t in zip(params, grads, ctx["u"], ctx["v"], mask, strict=True)]
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        return g + self.hp.lam * (ctx["u"][i] * w - ctx["v"][i])
 
     def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
                   ) -> tuple[Params, Any, dict[str, float]]:

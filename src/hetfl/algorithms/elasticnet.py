@@ -44,9 +44,8 @@ class FedElasticNet(Algorithm):
     def client_context(self, state: Any, params: Params, info: RoundInfo) -> Context:
         return prox_context(params, info)
 
-    def correct(self, params: Params, grads: Params, ctx: Context) -> Params:
-        return [g + elastic_grad(w, w0, self.hp.lambda1, self.hp.lambda2) if t else g
-                for w, g, w0, t in zip(params, grads, ctx["global"], self.mask(len(params)), strict=True)]
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        return g + elastic_grad(w, ctx["global"][i], self.hp.lambda1, self.hp.lambda2)
 
     def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
                   ) -> tuple[Params, Any, dict[str, float]]:
@@ -65,8 +64,9 @@ class ScaffoldElasticNet(Scaffold):
         ctx["global"] = expand(params, len(info.clients))
         return ctx
 
-    def extra_correction(self, w: Tensor, ctx: Context, i: int) -> Tensor | None:
-        return elastic_grad(w, ctx["global"][i], self.hp.lambda1, self.hp.lambda2)
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        return super().correct_entry(i, w, g, ctx) + elastic_grad(w, ctx["global"][i], self.hp.lambda1,
+                                                                  self.hp.lambda2)
 
     def sent(self, delta: Params) -> Params:
         return threshold(delta, self.hp.epsilon)
@@ -80,8 +80,8 @@ class FedDynElasticNet(FedDyn):
     def alpha(self) -> float:
         return self.hp.lambda2
 
-    def extra_correction(self, w: Tensor, ctx: Context, i: int) -> Tensor | None:
-        return self.hp.lambda1 * torch.sign(w - ctx["global"][i])
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        return super().correct_entry(i, w, g, ctx) + self.hp.lambda1 * torch.sign(w - ctx["global"][i])
 
     def sent(self, delta: Params) -> Params:
         return threshold(delta, self.hp.epsilon)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
+
 from hetfl.algorithms.base import (
     Algorithm,
     Context,
@@ -53,11 +55,8 @@ class FedCurv(Algorithm):
         return {"du": [a - b for a, b in zip(u_all, uk, strict=True)],
                 "dv": [a - b for a, b in zip(v_all, vk, strict=True)]}
 
-    def correct(self, params: Params, grads: Params, ctx: Context) -> Params:
-        lam2 = 2 * self.hp.lam
-        return [g + lam2 * (du * w - dv) if t else g
-                for w, g, du, dv, t in zip(params, grads, ctx["du"], ctx["dv"], self.mask(len(params)),
-                                           strict=True)]
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        return g + 2 * self.hp.lam * (ctx["du"][i] * w - ctx["dv"][i])
 
     def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
                   ) -> tuple[Params, Any, dict[str, float]]:

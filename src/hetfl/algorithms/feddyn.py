@@ -48,20 +48,8 @@ class FedDyn(Algorithm):
     def client_context(self, state: Any, params: Params, info: RoundInfo) -> Context:
         return {"g": gather(state["g"], info.clients), "global": expand(params, len(info.clients))}
 
-    def extra_correction(self, w: Tensor, ctx: Context, i: int) -> Tensor | None:
-        """Further terms of the local gradient (FedElasticNet's ℓ1 term)."""
-        return None
-
-    def correct(self, params: Params, grads: Params, ctx: Context) -> Params:
-        out = []
-        for i, (w, g, t) in enumerate(zip(params, grads, self.mask(len(params)), strict=True)):
-            if not t:
-                out.append(g)
-                continue
-            d = g - ctx["g"][i] + self.alpha * (w - ctx["global"][i])
-            extra = self.extra_correction(w, ctx, i)
-            out.append(d if extra is None else d + extra)
-        return out
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        return g - ctx["g"][i] + self.alpha * (w - ctx["global"][i])
 
     def sent(self, delta: Params) -> Params:
         return delta

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
+
 from hetfl.algorithms.base import Algorithm, Context, Params, RoundInfo, deltas, expand, weighted_update
 from hetfl.algorithms.fedprox import prox_context
 from hetfl.algorithms.hparams import FedForParams
@@ -32,18 +34,12 @@ class FedFor(Algorithm):
         ctx["d"] = expand([a - b for a, b in zip(state["prev"], params, strict=True)], len(info.clients))
         return ctx
 
-    def correct(self, params: Params, grads: Params, ctx: Context) -> Params:
-        if "d" not in ctx:
-            return grads
-        out = []
-        for i, (w, g, t) in enumerate(zip(params, grads, self.mask(len(params)), strict=True)):
-            if not t:
-                out.append(g)
-                continue
-            d = ctx["d"][i]
-            scale = (self.hp.alpha / ctx["eta"][0]).view(-1, *([1] * (w.dim() - 1)))
-            out.append(g + scale * d * (d * (w - ctx["global"][i]) > 0))
-        return out
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        if "d" not in ctx:  # the first round: no w^{t-2} yet
+            return g
+        d = ctx["d"][i]
+        scale = (self.hp.alpha / ctx["eta"][0]).view(-1, *([1] * (w.dim() - 1)))
+        return g + scale * d * (d * (w - ctx["global"][i]) > 0)
 
     def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
                   ) -> tuple[Params, Any, dict[str, float]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from hetfl.algorithms.base import Algorithm, Context, Params, RoundInfo, coef, deltas, expand, normalized
 from hetfl.algorithms.hparams import FedNovaParams
@@ -48,7 +49,7 @@ class FedNova(Algorithm):
     def __init__(self, **hyperparameters: Any) -> None:
         super().__init__(**hyperparameters)
         if self.hp.mu == 0 and self.hp.momentum == 0:
-            self.correct = None  # plain SGD: the engine may use the model's fused step
+            self.corrects = False  # plain SGD: the engine may use the model's fused step
 
     def client_context(self, state: Any, params: Params, info: RoundInfo) -> Context:
         k = len(info.clients)
@@ -59,21 +60,15 @@ class FedNova(Algorithm):
             ctx["buf"] = [torch.zeros((k, *p.shape), dtype=p.dtype, device=p.device) for p in params]
         return ctx
 
-    def correct(self, params: Params, grads: Params, ctx: Context) -> Params:  # type: ignore[override]
-        out = []
-        for i, (w, g, t) in enumerate(zip(params, grads, self.mask(len(params)), strict=True)):
-            if not t:
-                out.append(g)
-                continue
-            d = g
-            if self.hp.momentum:
-                buf = ctx["buf"][i]
-                buf.mul_(self.hp.momentum).add_(g)  # in place: the buffer lives through the round
-                d = buf.clone()
-            if self.hp.mu:
-                d = d + self.hp.mu * (w - ctx["global"][i])
-            out.append(d)
-        return out
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        d = g
+        if self.hp.momentum:
+            buf = ctx["buf"][i]
+            buf.mul_(self.hp.momentum).add_(g)  # in place: the buffer lives through the round
+            d = buf.clone()
+        if self.hp.mu:
+            d = d + self.hp.mu * (w - ctx["global"][i])
+        return d
 
     def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
                   ) -> tuple[Params, Any, dict[str, float]]:

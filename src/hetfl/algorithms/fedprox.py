@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from hetfl.algorithms.base import Algorithm, Context, Params, RoundInfo, expand
 from hetfl.algorithms.hparams import FedProxParams
@@ -30,16 +31,10 @@ class FedProx(Algorithm):
     def client_context(self, state: Any, params: Params, info: RoundInfo) -> Context:
         return prox_context(params, info)
 
-    def correct(self, params: Params, grads: Params, ctx: Context) -> Params:
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
         mu = self.hp.mu
-        out = []
-        for w, g, w0, t in zip(params, grads, ctx["global"], self.mask(len(params)), strict=True):
-            if not t:
-                out.append(g)
-                continue
-            d = g + mu * (w - w0)
-            if self.hp.prox_step == "proximal":
-                eta = ctx["eta"][0].view(-1, *([1] * (w.dim() - 1)))
-                d = d / (1 + eta * mu)
-            out.append(d)
-        return out
+        d = g + mu * (w - ctx["global"][i])
+        if self.hp.prox_step == "proximal":
+            eta = ctx["eta"][0].view(-1, *([1] * (w.dim() - 1)))
+            d = d / (1 + eta * mu)
+        return d

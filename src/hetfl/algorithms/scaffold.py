@@ -43,20 +43,8 @@ class Scaffold(Algorithm):
         ck = gather(state["ck"], info.clients)
         return {"drift": [c.unsqueeze(0) - k for c, k in zip(state["c"], ck, strict=True)]}
 
-    def extra_correction(self, w: Tensor, ctx: Context, i: int) -> Tensor | None:
-        """Further terms of the local gradient (FedElasticNet adds its penalties here)."""
-        return None
-
-    def correct(self, params: Params, grads: Params, ctx: Context) -> Params:
-        out = []
-        for i, (w, g, t) in enumerate(zip(params, grads, self.mask(len(params)), strict=True)):
-            if not t:
-                out.append(g)
-                continue
-            d = g + ctx["drift"][i]
-            extra = self.extra_correction(w, ctx, i)
-            out.append(d if extra is None else d + extra)
-        return out
+    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
+        return g + ctx["drift"][i]
 
     def sent(self, delta: Params) -> Params:
         """What a client sends of its update (FedElasticNet thresholds it)."""
