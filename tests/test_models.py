@@ -160,7 +160,8 @@ def test_paper_architectures():
 
 
 def test_make_model_and_registry():
-    assert set(MODELS) == {"logreg", "mlp", "cnn", "cnn_cifar", "cnn_bn"}
+    assert set(MODELS) == {"logreg", "mlp", "cnn", "cnn_cifar", "cnn_bn", "vgg11", "resnet20",
+                           "resnet_emnist", "char_lstm", "sent_lstm"}
     assert make_model("logreg", (1, 28, 28), 10).input_dim == 784
     with pytest.raises(ValueError, match="unknown"):
         make_model("resnet", 784, 10)

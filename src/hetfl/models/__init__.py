@@ -8,9 +8,11 @@ from hetfl.models.base import BatchedModel
 from hetfl.models.cnn import CNNBN, CifarCNN, McMahanCNN
 from hetfl.models.logreg import LogReg
 from hetfl.models.mlp import MLP
+from hetfl.models.zoo import VGG11, CharLSTM, ResNet20, ResNetEMNIST, SentLSTM
 
 MODELS: dict[str, type] = {"logreg": LogReg, "mlp": MLP, "cnn": McMahanCNN, "cnn_cifar": CifarCNN,
-                           "cnn_bn": CNNBN}
+                           "cnn_bn": CNNBN, "vgg11": VGG11, "resnet20": ResNet20,
+                           "resnet_emnist": ResNetEMNIST, "char_lstm": CharLSTM, "sent_lstm": SentLSTM}
 
 
 def make_model(name: str, input_dim: int | Sequence[int], num_classes: int, **kwargs: Any) -> BatchedModel:

@@ -1,0 +1,210 @@
+"""The papers' larger models, as plain torch.nn modules run by the generic FuncModel (models/func.py).
+
+None of them has buffers or dropout (FuncModel needs a deterministic, buffer-free forward pass): where a
+paper's model has BatchNorm, GroupNorm takes its place, as Hsieh et al. (2020, "The non-IID data quagmire
+of decentralized machine learning") recommend for federated training.
+
+* vgg11: the simplified VGG-11 for CIFAR of the FL papers (FedMA, FedNova): 3×3 convolutions 64, M, 128, M,
+  256, 256, M, 512, 512, M, 512, 512, M; classifier 512 → 512 → 512 → classes. No normalisation (as those
+  papers' VGG-11) unless norm="group"; no dropout.
+* resnet20: He et al. (2016) CIFAR ResNet-20: 3 stages × 3 basic blocks, 16/32/64 channels, the
+  parameter-free shortcut (option A: subsample, zero-pad channels), GroupNorm(2 groups) instead of BN.
+* resnet_emnist: the same family for 1×28×28 images, 2 stages × 2 blocks of 32/64 channels (a ResNet-10).
+* char_lstm: LEAF Shakespeare: embedding 8 over 80 characters, 2 LSTM layers of 256, the last hidden
+  state → 80 classes; input int64 [B, 80].
+* sent_lstm: LEAF Sent140: embedding 50 over a hashed vocabulary (20,000 words; no GloVe offline),
+  2 LSTM layers of 100, the last hidden state → 2 classes; input int64 [B, 25].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import partial
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from hetfl.models.cnn import image_shape
+from hetfl.models.func import FuncModel
+
+VGG11_CFG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+
+
+class VGG(nn.Module):
+    def __init__(self, shape: Sequence[int], num_classes: int, cfg: Sequence[int | str] = VGG11_CFG,
+                 width: float = 1.0, hidden: int = 512, norm: str | None = None, groups: int = 32) -> None:
+        super().__init__()
+        self.shape = tuple(shape)
+        c, h, w = shape
+        layers: list[nn.Module] = []
+        for v in cfg:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+                h, w = h // 2, w // 2
+                continue
+            out = max(1, round(int(v) * width))
+            layers.append(nn.Conv2d(c, out, 3, padding=1))
+            if norm == "group":
+                layers.append(nn.GroupNorm(math.gcd(groups, out), out))
+            elif norm is not None:
+                raise ValueError(f"norm is None or 'group', got {norm!r}")
+            layers.append(nn.ReLU())
+            c = out
+        if h < 1 or w < 1:
+            raise ValueError(f"image {tuple(shape)} too small for {cfg.count('M')} poolings")
+        self.features = nn.Sequential(*layers)
+        hid = max(1, round(hidden * width))
+        self.classifier = nn.Sequential(nn.Linear(c * h * w, hid), nn.ReLU(), nn.Linear(hid, hid), nn.ReLU(),
+                                        nn.Linear(hid, num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() == 2:  # flat images (how some data sets store them)
+            x = x.reshape(x.shape[0], *self.shape)
+        return self.classifier(self.features(x).flatten(1))
+
+
+class BasicBlock(nn.Module):
+    """conv3×3 → GN → ReLU → conv3×3 → GN, + the shortcut (option A when the shape changes), → ReLU."""
+
+    def __init__(self, cin: int, cout: int, stride: int, groups: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.gn1 = nn.GroupNorm(groups, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.gn2 = nn.GroupNorm(groups, cout)
+        self.stride, self.pad = stride, cout - cin
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = F.relu(self.gn1(self.conv1(x)))
+        out = self.gn2(self.conv2(out))
+        short = x
+        if self.stride != 1:
+            short = short[:, :, ::self.stride, ::self.stride]
+        if self.pad:
+            short = F.pad(short, (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+        return F.relu(out + short)
+
+
+class CifarResNet(nn.Module):
+    """He et al.'s CIFAR ResNet (6n + 2 layers for 3 stages of n blocks), GroupNorm instead of BN."""
+
+    def __init__(self, shape: Sequence[int], num_classes: int, widths: Sequence[int] = (16, 32, 64),
+                 blocks: int = 3, groups: int = 2) -> None:
+        super().__init__()
+        self.shape = tuple(shape)
+        self.conv = nn.Conv2d(shape[0], widths[0], 3, padding=1, bias=False)
+        self.gn = nn.GroupNorm(groups, widths[0])
+        layers: list[nn.Module] = []
+        cin = widths[0]
+        for i, cout in enumerate(widths):
+            for b in range(blocks):
+                layers.append(BasicBlock(cin, cout, 2 if (i > 0 and b == 0) else 1, groups))
+                cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() == 2:  # flat images (how some data sets store them)
+            x = x.reshape(x.shape[0], *self.shape)
+        out = self.layers(F.relu(self.gn(self.conv(x))))
+        return self.fc(out.mean(dim=(2, 3)))
+
+
+class LSTM(nn.Module):
+    """A batch_first multi-layer LSTM written with matmuls, so that vmap batches it over clients
+    (torch's fused LSTM kernel has no batching rule). Parameters are named, shaped, ordered and
+    initialised like torch.nn.LSTM's (gates i, f, g, o), so state dicts are interchangeable.
+    forward(x [B, T, in]) → the top layer's last hidden state [B, H]."""
+
+    def __init__(self, input_size: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        self.hidden, self.num_layers = hidden, layers
+        bound = 1 / math.sqrt(hidden)
+        for layer in range(layers):
+            size = input_size if layer == 0 else hidden
+            for name, shape in (("weight_ih", (4 * hidden, size)), ("weight_hh", (4 * hidden, hidden)),
+                                ("bias_ih", (4 * hidden,)), ("bias_hh", (4 * hidden,))):
+                self.register_parameter(f"{name}_l{layer}",
+                                        nn.Parameter(torch.empty(shape).uniform_(-bound, bound)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        T = x.shape[1]
+        h = x
+        for layer in range(self.num_layers):
+            w_ih, w_hh, b_ih, b_hh = (getattr(self, f"{n}_l{layer}")
+                                      for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+            pre = F.linear(h, w_ih, b_ih + b_hh)  # [B, T, 4H]: the input part of every step at once
+            ht = pre.new_zeros(pre.shape[0], self.hidden)
+            ct = ht
+            outs = []
+            for t in range(T):
+                i, f, g, o = (pre[:, t] + F.linear(ht, w_hh)).chunk(4, dim=-1)
+                ct = torch.sigmoid(f) * ct + torch.sigmoid(i) * torch.tanh(g)
+                ht = torch.sigmoid(o) * torch.tanh(ct)
+                outs.append(ht)
+            if layer + 1 < self.num_layers:
+                h = torch.stack(outs, dim=1)
+        return ht
+
+
+class TextLSTM(nn.Module):
+    """Embedding → LSTM → linear on the last hidden state; input int64 token ids [B, T]."""
+
+    def __init__(self, vocab: int, embed: int, hidden: int, layers: int, num_classes: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embed)
+        self.lstm = LSTM(embed, hidden, layers)
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(self.lstm(self.embedding(x)))
+
+
+# The registered models (models.MODELS): make_model(name, input_dim, num_classes, **kwargs).
+
+class VGG11(FuncModel):
+    """kwargs: width (channel multiplier), hidden (classifier width, 512), norm (None or "group"), chunk."""
+
+    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16, **kwargs) -> None:
+        super().__init__("vgg11", partial(VGG, image_shape(input_dim, (3, 32, 32)), num_classes, **kwargs),
+                         chunk)
+
+
+class ResNet20(FuncModel):
+    """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2), chunk."""
+
+    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16, **kwargs) -> None:
+        super().__init__("resnet20", partial(CifarResNet, image_shape(input_dim, (3, 32, 32)), num_classes,
+                                             **kwargs), chunk)
+
+
+class ResNetEMNIST(FuncModel):
+    """kwargs: widths (32, 64), blocks (2 per stage), groups (2), chunk."""
+
+    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16, **kwargs) -> None:
+        kwargs = {"widths": (32, 64), "blocks": 2, **kwargs}
+        super().__init__("resnet_emnist", partial(CifarResNet, image_shape(input_dim, (1, 28, 28)),
+                                                  num_classes, **kwargs), chunk)
+
+
+class CharLSTM(FuncModel):
+    """input_dim: the sequence length (80; not used by the model). kwargs: vocab (80), embed (8),
+    hidden (256), layers (2), chunk."""
+
+    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16, vocab: int = 80,
+                 embed: int = 8, hidden: int = 256, layers: int = 2) -> None:
+        super().__init__("char_lstm", partial(TextLSTM, vocab, embed, hidden, layers, num_classes), chunk)
+
+
+class SentLSTM(FuncModel):
+    """input_dim: the sequence length (25; not used by the model). kwargs: vocab (20,000 hashed words),
+    embed (50), hidden (100), layers (2), chunk."""
+
+    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16,
+                 vocab: int = 20_000, embed: int = 50, hidden: int = 100, layers: int = 2) -> None:
+        super().__init__("sent_lstm", partial(TextLSTM, vocab, embed, hidden, layers, num_classes), chunk)
