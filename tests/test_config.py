@@ -76,11 +76,17 @@ def test_paper_config_is_the_paper_grid():
     assert {r.rounds for r in runs} == {200} and {r.num_devices for r in runs} == {50}
 
 
+def _dry_run(configfile, workdir):
+    """`snakemake -n` in a scratch directory, so outputs of earlier runs in the checkout do not count."""
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(ROOT / "Snakefile"),
+           "--directory", str(workdir), "--configfile", str(configfile)]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
 def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(_with(["local_epochs"], 0)))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(bad)],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = _dry_run(bad, tmp_path)
     assert proc.returncode != 0
     assert f"experiments.{EXP}.local_epochs' has value 0" in proc.stderr + proc.stdout
 
@@ -93,12 +99,9 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     ("ruan2021_table5", 3 * 9 * 2 * 3, 3 * 3, 3),  # (α, β) × τ0 × {include, exclude} × seeds
     ("ruan2021_figure5", 2 * 3, 3, 3),
 ])
-def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace):
+def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace, tmp_path):
     """--configfile replaces the embedded default (no merge): only the paper grid is listed."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile",
-         str(ROOT / f"workflow/config/paper/{config}.yaml")],
-        cwd=ROOT, capture_output=True, text=True)
+    proc = _dry_run(ROOT / f"workflow/config/paper/{config}.yaml", tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     stats = (proc.stdout + proc.stderr).split("Job stats:")[1]
     counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
