@@ -10,17 +10,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from hetfl.io import atomic_write  # noqa: E402
 from hetfl.reports.event_tables import curve  # noqa: E402
 
 
 def _save(fig, out: Path) -> None:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    for suffix in (".png", ".svg"):
-        tmp = out.with_name(f".{out.name}.tmp{suffix}")
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        tmp.replace(out.with_suffix(suffix))
+    for suffix in (".png", ".svg"):  # the temporary file keeps the suffix, so savefig picks the format
+        atomic_write(Path(out).with_suffix(suffix), lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"))
     plt.close(fig)
 
 
@@ -77,9 +74,9 @@ def event_curves(runs: pd.DataFrame, out: Path, metric: str, title: str) -> None
 
 def build_figure(name: str, run_dirs: list[Path], out: Path) -> None:
     """Draw one named figure from run directories (the Snakemake `figure` rule calls this)."""
-    from hetfl.reports.tables import _load
+    from hetfl.reports.tables import load_event_runs
 
-    runs = _load(run_dirs).rename(columns={"event.round": "event_round", "event.policy": "event_policy"})
+    runs = load_event_runs(run_dirs)
     if name == "scheme_curves":
         for (dataset, setting), g in runs.groupby(["dataset", "setting"]):
             runs.loc[g.index, "setting"] = f"{dataset} {setting}"

@@ -22,7 +22,7 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
     return [p.parent if p.name == "run.json" else p for p in paths]
 
 
-def _load(paths: list[Path]) -> pd.DataFrame:
+def load_runs(paths: list[Path]) -> pd.DataFrame:
     runs = collect_runs(_run_dirs(paths))
     runs["dataset_name"] = runs["dataset"]
     runs["dataset"] = runs["dataset"].map(lambda d: DATASET_LABELS.get(d, str(d).upper()))
@@ -63,7 +63,7 @@ def _settings_note(runs: pd.DataFrame) -> str:
 
 
 def build_accuracy_difference(run_dirs: list[Path], out_stem: Path) -> Path:
-    runs = _load(run_dirs)
+    runs = load_runs(run_dirs)
     table = ad.accuracy_difference(runs, load_reference("ruan2021_table3_accuracy_difference"))
     caption = ad.default_caption(_settings_note(runs), int(runs["rounds"].max()),
                                  int(runs["num_devices"].max()))
@@ -71,13 +71,14 @@ def build_accuracy_difference(run_dirs: list[Path], out_stem: Path) -> Path:
     return out_stem
 
 
-def _event_runs(paths: list[Path]) -> pd.DataFrame:
-    runs = _load(paths)
+def load_event_runs(paths: list[Path]) -> pd.DataFrame:
+    """load_runs with the event's round and policy as plain columns."""
+    runs = load_runs(paths)
     return runs.rename(columns={"event.round": "event_round", "event.policy": "event_policy"})
 
 
 def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
-    runs = _event_runs(run_dirs)
+    runs = load_event_runs(run_dirs)
     tidy = ev.fast_reboot(runs, load_reference("ruan2021_table4_fast_reboot"))
     caption = ("Reproduction of Ruan et al. (2021), Table 4: rounds after the arrival round τ0 until the "
                "global test accuracy is back at its level of round τ0 − 1, with fast reboot (the arriving "
@@ -92,7 +93,7 @@ def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
 
 
 def build_crossing_epochs(run_dirs: list[Path], out_stem: Path) -> Path:
-    runs = _event_runs(run_dirs)
+    runs = load_event_runs(run_dirs)
     tidy = ev.crossing(runs, load_reference("ruan2021_table5_crossing_epochs"))
     test_set = runs["event.departure_test_set"].iloc[0]
     which = ("the holdout of the devices that remain after the departure" if test_set == "remaining"
