@@ -111,3 +111,32 @@ def test_fisher_diagonal_is_the_mean_squared_per_sample_gradient():
     capped = fisher_diagonal(model, params, x, y, offsets, clients, max_samples=2)
     assert not torch.allclose(capped[0], got[0])
     assert math.isfinite(float(capped[0].sum()))
+
+
+class _PerSampleOnly:
+    """The model with its closed-form squared-gradient sums hidden: fisher_diagonal's generic path."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name):
+        if name == "squared_grad_sums":
+            raise AttributeError(name)
+        return getattr(self._model, name)
+
+
+@pytest.mark.parametrize("name, shape, kwargs", [("mlp", (1, 6, 6), {"hidden": (7, 5)}),
+                                                 ("cnn", (1, 28, 28), {})])
+def test_fisher_closed_form_equals_per_sample_gradients(name, shape, kwargs):
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(rng.random(size=(11, *shape)).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, 10, 11))
+    offsets = np.array([0, 2, 8, 11])  # sizes 2, 6, 3: padded and masked in the closed form
+    model = make_model(name, shape, 10, **kwargs)
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.stack([p + 0.01 * k for k in range(3)]) for p in model.init_params(gen)]
+    clients = np.array([2, 0, 1])
+    got = fisher_diagonal(model, [p.clone() for p in params], x, y, offsets, clients)
+    want = fisher_diagonal(_PerSampleOnly(model), [p.clone() for p in params], x, y, offsets, clients)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)

@@ -5,8 +5,11 @@ negative log-likelihood (the model's loss on that one sample) at the client's fi
 what FedCurv (OpenFL: squared log-likelihood gradients after local training, averaged over batches, the
 fixed version that accumulates every batch) and EFL's diag(I) need.
 
-Each (client, sample) pair is one row of a stacked "client" with batch size 1, so the model's own batched
-`grads` gives per-sample gradients; rows are processed in chunks to bound memory.
+Models made of dense layers (logreg, the MLPs) give Σ_b g_b ⊙ g_b in closed form, (x²)ᵀ(δ²) per layer
+(`squared_grad_sums`), on each client's samples padded to a common length and masked: no per-sample
+gradient is formed. Other models (convolutions, torch.func models) make each (client, sample) pair one row
+of a stacked "client" with batch size 1, so the model's own batched `grads` gives per-sample gradients;
+rows are processed in chunks to bound memory.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ def fisher_diagonal(model, params: list[Tensor], x_train: Tensor, y_train: Tenso
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)  # each client's first pair
     rows = lo[owner] + np.arange(len(owner)) - first[owner]  # sample index of every (client, sample) pair
     device = params[0].device
+    counts = torch.as_tensor(np.maximum(sizes, 1), dtype=params[0].dtype, device=device)
+    fast = _closed_form(model, params, x_train, y_train, lo, sizes) if hasattr(model, "squared_grad_sums") \
+        else None
+    if fast is not None:
+        return [a / counts.view(-1, *([1] * (a.dim() - 1))) for a in fast]
     per_client = sum(int(p[0].numel()) for p in params)
     chunk = max(1, CHUNK_ENTRIES // max(per_client, 1))
     acc = [torch.zeros_like(p) for p in params]
@@ -47,5 +55,28 @@ def fisher_diagonal(model, params: list[Tensor], x_train: Tensor, y_train: Tenso
                                 y_train.index_select(0, idx).unsqueeze(1))
             for a, g in zip(acc, grads, strict=True):
                 a.index_add_(0, own, g.square())
-    counts = torch.as_tensor(np.maximum(sizes, 1), dtype=params[0].dtype, device=device)
     return [a / counts.view(-1, *([1] * (a.dim() - 1))) for a in acc]
+
+
+def _closed_form(model, params: list[Tensor], x_train: Tensor, y_train: Tensor, lo: np.ndarray,
+                 sizes: np.ndarray) -> list[Tensor] | None:
+    """Σ_b g_b ⊙ g_b per client through model.squared_grad_sums, clients in chunks of padded batches."""
+    device = params[0].device
+    width = max(int(np.prod(x_train.shape[1:])), 1)
+    n_max = max(int(sizes.max()), 1) if len(sizes) else 1
+    chunk = max(1, CHUNK_ENTRIES // (n_max * width))
+    out: list[list[Tensor]] = []
+    for a in range(0, len(sizes), chunk):
+        lo_c, n_c = lo[a:a + chunk], sizes[a:a + chunk]
+        pos = np.arange(n_max)
+        valid = pos[None, :] < n_c[:, None]
+        rows = lo_c[:, None] + np.where(valid, pos[None, :], 0)  # padding repeats a real row, masked out
+        idx = torch.from_numpy(rows.reshape(-1)).to(device)
+        xb = x_train.index_select(0, idx).reshape(len(n_c), n_max, *x_train.shape[1:])
+        yb = y_train.index_select(0, idx).reshape(len(n_c), n_max)
+        mask = torch.from_numpy(valid).to(device=device, dtype=x_train.dtype)
+        sums = model.squared_grad_sums([p[a:a + chunk] for p in params], xb, yb, mask)
+        if sums is None:
+            return None
+        out.append(sums)
+    return [torch.cat(parts) for parts in zip(*out, strict=True)]

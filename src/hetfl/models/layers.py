@@ -132,6 +132,18 @@ class Linear(Layer):
         dx = torch.bmm(dy, W.transpose(1, 2)) if need_dx else None
         return dx, [torch.bmm(x.transpose(1, 2), dy), dy.sum(dim=1)]
 
+    def squared_grad_sums(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
+                          ) -> tuple[Tensor | None, list[Tensor]]:
+        """Like backward, for per-sample output gradients dy [K, B, out]: Σ_b g_b ⊙ g_b of the per-sample
+        parameter gradients. g_b(W) = x_b ⊗ dy_b, so Σ_b g_b(W)² = (x²)ᵀ(dy²) — one bmm, no per-sample
+        gradient is ever formed; Σ_b g_b(b)² = Σ_b dy_b²."""
+        W, _ = p
+        x = saved[0]
+        dy = self._dy(saved, dy)
+        dx = torch.bmm(dy, W.transpose(1, 2)) if need_dx else None
+        d2 = dy.square()
+        return dx, [torch.bmm(x.square().transpose(1, 2), d2), d2.sum(dim=1)]
+
     def sgd_backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool, lr: float
                      ) -> Tensor | None:
         W, b = p

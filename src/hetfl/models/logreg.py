@@ -31,6 +31,15 @@ class LogReg:
         g.div_(x.shape[1])
         return [torch.bmm(x.transpose(1, 2), g), g.sum(dim=1)]
 
+    def squared_grad_sums(self, params: list[Tensor], x: Tensor, y: Tensor, mask: Tensor) -> list[Tensor]:
+        """Σ_b g_b ⊙ g_b over the samples with mask 1, g_b the gradient of sample b's own loss:
+        g_b(W) = x_b ⊗ δ_b with δ_b = softmax − onehot, so the sum is (x²)ᵀ(δ²) (engine.fisher)."""
+        W, b = params
+        d = torch.softmax(torch.baddbmm(b.unsqueeze(1), x, W), dim=-1)
+        d.scatter_add_(-1, y.unsqueeze(-1), torch.full(y.shape + (1,), -1.0, dtype=d.dtype, device=d.device))
+        d2 = d.mul_(mask.unsqueeze(-1)).square_()
+        return [torch.bmm(x.square().transpose(1, 2), d2), d2.sum(dim=1)]
+
     def sgd_step(self, params: list[Tensor], x: Tensor, y: Tensor, lr: float) -> None:
         """One SGD step of every client, in place and fused: the update W ← W − (lr/B)·xᵀ(softmax − onehot)
         is a single baddbmm_ into W (no gradient tensor); at this size each kernel launch is the cost, so

@@ -123,6 +123,26 @@ class LayerNet:
                 break
         return [g for gs in grads for g in gs]
 
+    def squared_grad_sums(self, params: list[Tensor], x: Tensor, y: Tensor, mask: Tensor
+                          ) -> list[Tensor] | None:
+        """Σ_b g_b ⊙ g_b over each client's samples b with mask 1 (g_b: the gradient of sample b's own
+        loss), stacked [K, ...]; the diagonal empirical Fisher's numerator (engine.fisher). None when a
+        layer with parameters is not Linear: a convolution's per-sample gradient sums over positions
+        before it is squared, so it has no such closed form (the caller falls back to per-sample grads)."""
+        if not all(hasattr(layer, "squared_grad_sums") for layer, c in zip(self.layers, self._counts,
+                                                                          strict=True) if c):
+            return None
+        per_layer = self._split(params)
+        logits, saved = self._forward(per_layer, x, True)
+        dy: Tensor | None = xent_delta(logits, y).mul_((x.shape[1] * mask).unsqueeze(-1))  # per sample
+        sums: list[list[Tensor]] = [[] for _ in self.layers]
+        for i in range(len(self.layers) - 1, self._first - 1, -1):
+            if self._counts[i]:
+                dy, sums[i] = self.layers[i].squared_grad_sums(per_layer[i], saved[i], dy, i > self._first)
+            else:
+                dy, _ = self.layers[i].backward(per_layer[i], saved[i], dy, i > self._first)
+        return [g for gs in sums for g in gs]
+
     def sgd_step(self, params: list[Tensor], x: Tensor, y: Tensor, lr: float) -> None:
         """One SGD step of every client, in place: the backward pass updates each layer as it leaves it."""
         n = self.client_block(params, x)
