@@ -86,6 +86,52 @@ def test_pathological_m1_is_one_label_per_device(y, n_clients, seed):
     assert ((hist > 0).sum(axis=1) == 1).all()
 
 
+def test_pathological_cyclic_is_unchanged_niid_bench():
+    """label_choice="cyclic" (the default) is pinned: stored splits depend on these exact draws."""
+    y = np.repeat(np.arange(5), 4)
+    expected = [[0, 1, 2, 3, 4, 5], [6, 7, 16, 18], [8, 9, 10, 11, 17], [12, 13, 14, 15, 19]]
+    for choice in ({}, {"label_choice": "cyclic"}):
+        spec = PartitionSpec("pathological", m=2, **choice)
+        assert [p.tolist() for p in partition(y, spec, 4, 3)] == expected
+    # client i holds class i mod C
+    parts = partition(y, PartitionSpec("pathological", m=1), 5, 11)
+    assert [np.unique(y[p]).tolist() for p in parts] == [[0], [1], [2], [3], [4]]
+
+
+@FAST
+@given(data=st.data(), y=labelled(min_per_class=12), seed=SEEDS)
+def test_pathological_random_m_classes_keeps_drawn_classes(data, y, seed):
+    """Ruan et al.: m classes per client drawn uniformly; classes nobody draws are dropped, no error."""
+    n_classes = len(np.unique(y))
+    m = data.draw(st.integers(1, n_classes))
+    n_clients = data.draw(st.integers(1, 12))  # N·m < C allowed; <= 12 holders per class of >= 12 samples
+    parts = partition(y, PartitionSpec("pathological", m=m, label_choice="random"), n_clients, seed)
+    flat = assert_disjoint(parts, len(y))
+    hist = label_histogram(parts, y, n_classes)
+    np.testing.assert_array_equal((hist > 0).sum(axis=1), m)
+    drawn = np.flatnonzero(hist.sum(axis=0) > 0)
+    np.testing.assert_array_equal(np.sort(flat), np.flatnonzero(np.isin(y, drawn)))
+
+
+def test_pathological_random_is_not_i_mod_c():
+    y = np.repeat(np.arange(10), 20)
+    spec = PartitionSpec("pathological", m=1, label_choice="random")
+    first = {int(y[partition(y, spec, 10, s)[0][0]]) for s in range(200)}
+    assert first == set(range(10))  # client 0's class varies over seeds (cyclic: always 0)
+    parts = partition(y, spec, 10, 0)
+    held = [int(np.unique(y[p])[0]) for p in parts]
+    assert held != list(range(10))
+    assert len(set(held)) < 10  # independent draws collide: some classes are left out (p ≈ 0.9996)
+
+
+def test_pathological_random_fewer_clients_than_classes():
+    y = np.repeat(np.arange(4), 5)
+    parts = partition(y, PartitionSpec("pathological", m=1, label_choice="random"), 3, 0)  # cyclic refuses
+    assert all(len(np.unique(y[p])) == 1 for p in parts)
+    drawn = {int(y[p[0]]) for p in parts}
+    assert sum(len(p) for p in parts) == 5 * len(drawn) < len(y)  # the undrawn classes are dropped
+
+
 @FAST
 @given(y=labelled(min_per_class=5), alpha=st.floats(0.05, 100), n_clients=st.integers(1, 6), seed=SEEDS)
 def test_dirichlet_keeps_every_sample_and_min_size(y, alpha, n_clients, seed):
@@ -250,6 +296,18 @@ def test_pathological_size_skew_keeps_m_classes(y, n_clients, m, seed):
     np.testing.assert_array_equal((hist > 0).sum(axis=1), m)
 
 
+@FAST
+@given(y=labelled(min_per_class=15), n_clients=st.integers(1, 8), m=st.integers(1, 2), seed=SEEDS)
+def test_pathological_random_size_skew_keeps_m_classes(y, n_clients, m, seed):
+    n_classes = len(np.unique(y))
+    sizes = SizeSpec("pareto", size=3, max_size=50)
+    spec = PartitionSpec("pathological", m=m, sizes=sizes, label_choice="random")
+    parts = partition(y, spec, n_clients, seed)
+    assert_disjoint(parts, len(y))
+    hist = label_histogram(parts, y, n_classes)
+    np.testing.assert_array_equal((hist > 0).sum(axis=1), m)
+
+
 # ---------------------------------------------------------------------------------------------------
 # determinism, holdout, describe, figure
 
@@ -257,9 +315,9 @@ def test_pathological_size_skew_keeps_m_classes(y, n_clients, m, seed):
 @pytest.mark.parametrize(
     "spec",
     [PartitionSpec("iid"), PartitionSpec("dirichlet", alpha=0.5, min_size=1),
-     PartitionSpec("pathological", m=2), PartitionSpec("shards"),
-     PartitionSpec("longtail", imbalance_ratio=0.1, client_fraction=0.2)],
-    ids=lambda s: s.label_skew,
+     PartitionSpec("pathological", m=2), PartitionSpec("pathological", m=2, label_choice="random"),
+     PartitionSpec("shards"), PartitionSpec("longtail", imbalance_ratio=0.1, client_fraction=0.2)],
+    ids=lambda s: s.label_skew if s.label_choice == "cyclic" else f"{s.label_skew}-{s.label_choice}",
 )
 def test_same_seed_same_partition_other_seed_other(spec):
     y = np.random.default_rng(0).permutation(np.repeat(np.arange(5), 100))
@@ -320,12 +378,19 @@ def test_describe_counts_and_plot(tmp_path):
         ({"label_skew": "shards", "sizes": SizeSpec("pareto")}, "sizes"),
         ({"label_skew": "natural", "sizes": SizeSpec("equal")}, "sizes"),
         ({"min_size": -1}, "min_size"),
+        ({"label_choice": "uniform"}, "label_choice"),
+        ({"label_choice": None}, "label_choice"),
     ],
 )
 def test_bad_spec_names_field_and_value(kwargs, field):
     with pytest.raises(ValueError, match=rf"PartitionSpec\.{field}=") as info:
         PartitionSpec(**kwargs)
     assert repr(next(iter(kwargs.values())))[:6] in str(info.value) or field == "sizes"
+
+
+def test_bad_label_choice_lists_allowed_values():
+    with pytest.raises(ValueError, match=r"label_choice='Random'.*allowed: \('cyclic', 'random'\)"):
+        PartitionSpec("pathological", label_choice="Random")
 
 
 @pytest.mark.parametrize(
@@ -335,6 +400,8 @@ def test_bad_spec_names_field_and_value(kwargs, field):
         (PartitionSpec("natural"), 5, {"client_ids": np.array(["a", "b"] * 10)}, "2 distinct client ids"),
         (PartitionSpec("pathological", m=1), 3, {}, "classes nobody holds"),
         (PartitionSpec("pathological", m=5), 4, {}, "exceeds the 4 classes"),
+        (PartitionSpec("pathological", m=5, label_choice="random"), 4, {}, "exceeds the 4 classes"),
+        (PartitionSpec("pathological", m=4, label_choice="random"), 6, {}, "has 5 samples but 6 clients"),
         (PartitionSpec("shards", shards_per_client=3), 10, {}, "exceed the 20 samples"),
         (PartitionSpec("dirichlet", min_size=10), 3, {}, "min_size=10"),
         (PartitionSpec("iid"), 21, {}, "num_clients=21 exceeds"),
@@ -354,3 +421,21 @@ def test_labels_and_seed_are_checked():
         partition(np.array([0, 1]), PartitionSpec(), 1, -1)
     with pytest.raises(ValueError, match="longtail needs at least 2 classes"):
         partition(np.zeros(10, dtype=int), PartitionSpec("longtail"), 1, 0)
+
+
+def test_natural_min_samples_leaves_out_small_writers():
+    ids = np.array(["a"] * 5 + ["b"] * 1 + ["c"] * 3 + ["d"] * 2)
+    y = np.zeros(len(ids), dtype=np.int64)
+    parts = partition(y, PartitionSpec("natural", min_samples=3), 2, seed=0, client_ids=ids)
+    assert sorted(len(p) for p in parts) == [3, 5]  # b and d are too small
+    with pytest.raises(ValueError, match="min_samples=3"):
+        partition(y, PartitionSpec("natural", min_samples=3), 3, seed=0, client_ids=ids)
+    with pytest.raises(ValueError, match="min_samples=-1"):
+        PartitionSpec("natural", min_samples=-1)
+    # 0 (the default) keeps the split it always gave: rng.choice over all ids, as before min_samples
+    rng = np.random.default_rng(4)
+    old = np.sort(rng.choice(4, 3, replace=False))
+    groups = {"a": np.arange(5), "b": np.array([5]), "c": np.arange(6, 9), "d": np.array([9, 10])}
+    want = [groups["abcd"[j]] for j in old]
+    got = partition(y, PartitionSpec("natural"), 3, seed=4, client_ids=ids)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

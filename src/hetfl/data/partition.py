@@ -11,9 +11,16 @@ how many samples it holds. Label skews and the code each one follows:
   has ≥ ``min_size`` samples. With a size skew it follows FedDyn's unbalanced split instead (Acar et al.
   2021): each client's label prior ~ Dir(α) over classes, samples drawn one at a time from the prior
   until the client reaches its drawn size, exhausted classes removed from the prior.
-* ``pathological`` — NIID-Bench ``noniid-#label{m}``: client i holds class i mod C plus m − 1 more
-  distinct random classes; each class is split evenly among its holders. m = 1 is Ruan et al.'s (2021)
-  one label per device.
+* ``pathological`` — m classes per client, each class split evenly among its holders. Two readings of
+  which classes, chosen by ``spec.label_choice``:
+
+  - ``"cyclic"`` (default) — NIID-Bench ``noniid-#label{m}``: client i holds class i mod C plus m − 1
+    more distinct random classes, so every class is held and every sample kept.
+  - ``"random"`` — Ruan et al. (2021, §5.1): "each device is assigned data from one label chosen
+    uniformly at random"; every client draws its m classes as a uniform m-subset, independently of the
+    others. Classes nobody draws are not dealt: their samples are dropped.
+
+  m = 1 is Ruan et al.'s one label per device.
 * ``shards`` — McMahan et al. (2017): sort by label, cut into N · s equal shards, s random shards per
   client (s = 2 in the paper).
 * ``longtail`` — FedFOR's Imbalanced CIFAR-10 (Tian et al. 2022, §4.2): every client gets its own
@@ -38,6 +45,7 @@ from hetfl.data.sizes import SizeSpec, sample_sizes
 from hetfl.data.synthetic import holdout_split
 
 __all__ = [
+    "LABEL_CHOICES",
     "LABEL_SKEWS",
     "PartitionSpec",
     "describe",
@@ -48,6 +56,7 @@ __all__ = [
 ]
 
 LABEL_SKEWS: tuple[str, ...] = ("iid", "dirichlet", "pathological", "shards", "longtail", "natural")
+LABEL_CHOICES: tuple[str, ...] = ("cyclic", "random")  # pathological: NIID-Bench i mod C | Ruan et al.
 _NO_SIZE_SKEW = ("shards", "natural")  # their sizes are part of the definition
 _MAX_DIRICHLET_DRAWS = 1000  # NIID-Bench loops forever; hetfl gives up with an error instead
 
@@ -71,6 +80,11 @@ class PartitionSpec:
     mean class count (FedFOR samples 10 % of the data per client before trimming, ≈ 2.5 % kept).
     ``sizes``: optional size skew; not allowed with shards and natural. ``min_size``: fewest samples
     a client may get under dirichlet without a size skew (NIID-Bench uses 10; 0 disables the redraw).
+    ``label_choice``: how pathological picks a client's m classes, one of :data:`LABEL_CHOICES`:
+    ``"cyclic"`` (NIID-Bench, class i mod C first, every class held) or ``"random"`` (Ruan et al. 2021,
+    a uniform m-subset per client; classes nobody draws are dropped).
+    ``min_samples``: natural only, writers/speakers with fewer samples are not eligible (LEAF's ``-k``;
+    a device needs 2 for its local train/test split; 0 keeps every id).
     """
 
     label_skew: str = "iid"
@@ -81,6 +95,8 @@ class PartitionSpec:
     client_fraction: float = 0.1
     sizes: SizeSpec | None = None
     min_size: int = 10
+    label_choice: str = "cyclic"
+    min_samples: int = 0
 
     def __post_init__(self) -> None:
         if self.label_skew not in LABEL_SKEWS:
@@ -113,6 +129,12 @@ class PartitionSpec:
             )
         if not _is_int(self.min_size) or self.min_size < 0:
             raise ValueError(f"PartitionSpec.min_size={self.min_size!r} must be an integer >= 0")
+        if not _is_int(self.min_samples) or self.min_samples < 0:
+            raise ValueError(f"PartitionSpec.min_samples={self.min_samples!r} must be an integer >= 0")
+        if not isinstance(self.label_choice, str) or self.label_choice not in LABEL_CHOICES:
+            raise ValueError(
+                f"PartitionSpec.label_choice={self.label_choice!r} is unknown; allowed: {LABEL_CHOICES}"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -278,6 +300,15 @@ def _pathological_classes(
     return held
 
 
+def _random_classes(n_classes: int, n_clients: int, m: int, rng: np.random.Generator) -> list[list[int]]:
+    """Class positions held by each client: a uniform random m-subset each, independent across clients.
+
+    Ruan et al. (2021, §5.1): "each device is assigned data from one label chosen uniformly at random".
+    Classes that no client draws are left out.
+    """
+    return [[int(c) for c in rng.choice(n_classes, size=m, replace=False)] for _ in range(n_clients)]
+
+
 def _pathological(
     y: np.ndarray, spec: PartitionSpec, n_clients: int, rng: np.random.Generator
 ) -> list[np.ndarray]:
@@ -285,17 +316,20 @@ def _pathological(
     n_classes, m = len(classes), spec.m
     if m > n_classes:
         raise ValueError(f"PartitionSpec.m={m} exceeds the {n_classes} classes present in labels")
-    if n_clients * m < n_classes:
+    cyclic = spec.label_choice == "cyclic"
+    if cyclic and n_clients * m < n_classes:
         raise ValueError(
             f"pathological: num_clients={n_clients} × m={m} < {n_classes} classes; the samples of the "
-            "classes nobody holds would be lost. Raise m or num_clients"
+            "classes nobody holds would be lost. Raise m or num_clients, or use label_choice='random' "
+            "(Ruan et al.), which drops the classes nobody draws"
         )
     weights = np.ones(n_clients)
     n_k = None
     if spec.sizes is not None:
         n_k = np.maximum(_target_sizes(spec.sizes, n_clients, len(y), rng), m)  # room for its m classes
         weights = n_k.astype(np.float64)
-    held = _pathological_classes(n_classes, n_clients, m, rng)
+    choose = _pathological_classes if cyclic else _random_classes
+    held = choose(n_classes, n_clients, m, rng)
     holders: list[list[int]] = [[] for _ in range(n_classes)]
     for k, h in enumerate(held):
         for c in h:
@@ -303,10 +337,13 @@ def _pathological(
     pieces: list[dict[int, np.ndarray]] = [{} for _ in range(n_clients)]
     for c, pool in enumerate(_class_pools(y, classes, rng)):
         ks = holders[c]
+        if not ks:  # label_choice="random": a class nobody drew is not dealt
+            continue
         if len(pool) < len(ks):
             raise ValueError(
                 f"pathological: class {int(classes[c])} has {len(pool)} samples but {len(ks)} clients hold "
-                "it; every holder needs at least one. Lower num_clients or m"
+                f"it (label_choice={spec.label_choice!r}); every holder needs at least one. Lower "
+                "num_clients or m"
             )
         counts = _proportional_counts(len(pool), weights[ks], minimum=1)
         for k, piece in zip(ks, np.split(pool, np.cumsum(counts)[:-1]), strict=True):
@@ -388,7 +425,7 @@ def _longtail(
 
 
 def _natural(
-    client_ids: np.ndarray | None, n: int, n_clients: int, rng: np.random.Generator
+    client_ids: np.ndarray | None, n: int, n_clients: int, rng: np.random.Generator, min_samples: int = 0
 ) -> list[np.ndarray]:
     if client_ids is None:
         raise ValueError("label_skew='natural' needs client_ids (writer/speaker id of every sample)")
@@ -397,11 +434,15 @@ def _natural(
         raise ValueError(f"client_ids has shape {ids.shape}; expected ({n},), one id per label")
     _, inverse = np.unique(ids, return_inverse=True)
     n_ids = int(inverse.max()) + 1 if n else 0
-    if n_clients > n_ids:
-        raise ValueError(f"natural: num_clients={n_clients} exceeds the {n_ids} distinct client ids")
+    counts = np.bincount(inverse, minlength=n_ids)
+    eligible = np.flatnonzero(counts >= min_samples)
+    if n_clients > len(eligible):
+        raise ValueError(f"natural: num_clients={n_clients} exceeds the {len(eligible)} distinct client ids "
+                         f"with >= min_samples={min_samples} samples (of {n_ids} ids)")
     order = np.argsort(inverse, kind="stable").astype(np.int64)
-    groups = np.split(order, np.cumsum(np.bincount(inverse, minlength=n_ids))[:-1])
-    chosen = np.arange(n_ids) if n_clients == n_ids else np.sort(rng.choice(n_ids, n_clients, replace=False))
+    groups = np.split(order, np.cumsum(counts)[:-1])
+    chosen = (eligible if n_clients == len(eligible)
+              else np.sort(rng.choice(eligible, n_clients, replace=False)))
     return [groups[j] for j in chosen]
 
 
@@ -416,7 +457,8 @@ def partition(
 
     Pure: the result depends only on the arguments; one ``numpy.random.default_rng(seed)`` drives every
     draw (the size skew, when given, is drawn first). Clients are pairwise disjoint; iid, shards,
-    pathological and natural (with all ids) keep every sample unless a size skew asks for fewer.
+    pathological with ``label_choice="cyclic"`` and natural (with all ids) keep every sample unless a size
+    skew asks for fewer; pathological with ``"random"`` keeps every sample of the classes drawn.
     ``client_ids`` is used by ``natural`` only.
     """
     if not isinstance(spec, PartitionSpec):
@@ -442,7 +484,7 @@ def partition(
     elif skew == "longtail":
         parts = _longtail(y, spec, n_clients, rng)
     else:
-        parts = _natural(client_ids, len(y), n_clients, rng)
+        parts = _natural(client_ids, len(y), n_clients, rng, spec.min_samples)
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
