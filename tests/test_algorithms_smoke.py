@@ -116,7 +116,11 @@ def test_single_algorithm_keeps_run_names_and_resolves_params():
     (run,) = expand_runs(validate_config(cfg))
     assert run.run == "Q_T1_B_s0" and run.algorithm_params == {"mu": 0.5, "prox_step": "gradient"}
     quick = list(expand_runs(load_config(ROOT / "workflow/config/quick.yaml")))
-    assert {r.algorithm for r in quick} == {"fedavg"} and quick[0].run.startswith(("IID_", "NIID_"))
+    ruan = [r for r in quick if r.experiment.startswith("ruan2021")]
+    assert {r.algorithm for r in ruan} == {"fedavg"} and ruan[0].run.startswith(("IID_", "NIID_"))
+    efl = [r for r in quick if r.experiment.startswith("ma2022")]  # several algorithms: names carry them
+    assert {r.run.split("_")[0] for r in efl} == {r.algorithm for r in efl} == {"fedavg", "fedprox",
+                                                                                "scaffold", "efl"}
 
 
 def test_quadratic_needs_matching_model_sizes_and_steps():

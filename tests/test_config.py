@@ -98,6 +98,7 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     ("ruan2021_table4", 3 * 4 * 2 * 3, 3 * 3, 2 * 3),  # datasets × τ0 × {fast, vanilla} × seeds
     ("ruan2021_table5", 3 * 9 * 2 * 3, 3 * 3, 3),  # (α, β) × τ0 × {include, exclude} × seeds
     ("ruan2021_figure5", 2 * 3, 3, 3),
+    ("ma2022_efl_text", 4 * 2 * 3, 4 * 3, 2 * 2 * 3),  # {Shakespeare, Sent140} × {FedAvg, EFL} × |T| × seeds
 ])
 def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace, tmp_path):
     """--configfile replaces the embedded default (no merge): only the paper grid is listed."""
@@ -118,7 +119,5 @@ def test_schema_enums_match_the_registries():
 
     exp = load_schema()["$defs"]["experiment"]["properties"]
     assert set(exp["model"]["enum"]) == set(MODELS) | {"quadratic"}
-    # text sources (shakespeare, sent140) are loadable but have no workflow path yet
-    text_sources = {"shakespeare", "sent140"}
-    assert set(exp["dataset"]["enum"]) == {"synthetic", "quadratic"} | (set(SOURCES) - text_sources)
+    assert set(exp["dataset"]["enum"]) == {"synthetic", "quadratic"} | set(SOURCES)
     assert set(exp["table"]["enum"]) == set(BUILDERS) | {"none"}

@@ -30,15 +30,18 @@ def _cmd_split(args: argparse.Namespace) -> int:
         text = args.spec if args.spec.lstrip().startswith("{") else Path(args.spec).read_text()
         split_spec = json.loads(text)
     else:
+        partition = json.loads(args.partition)
+        fixed = partition.get("label_skew") in ("natural", "shards")
+        sizes = json.loads(args.sizes) if args.sizes else {"distribution": "equal" if fixed else "pareto"}
         split_spec = {"dataset": args.dataset, "num_devices": args.num_devices,
-                      "sizes": json.loads(args.sizes), "test_fraction": args.test_fraction}
+                      "sizes": sizes, "test_fraction": args.test_fraction}
         if args.dataset == "quadratic":
             ab = {k: [float(v) for v in getattr(args, k).split(",")] for k in ("a", "b")}
             split_spec = {"dataset": "quadratic", "quadratic": ab}
         elif args.dataset == "synthetic":
             split_spec.update(alpha=args.alpha, beta=args.beta, iid=args.iid)
         else:
-            split_spec.update(partition=json.loads(args.partition), data_dir=args.data_dir)
+            split_spec.update(partition=partition, data_dir=args.data_dir)
     manifest = make_split(args.out, split_spec, args.seed)
     if args.describe:
         _describe_split(Path(args.out), manifest)
@@ -56,11 +59,18 @@ def _describe_split(npz: Path, manifest: dict) -> None:
     from hetfl.reports.split_figures import plot_label_distribution
 
     hist = np.asarray(manifest["label_histogram"])
-    table = pd.DataFrame(hist, columns=[str(c) for c in range(hist.shape[1])])
+    if hist.shape[1] <= 20:  # one column per class
+        table = pd.DataFrame(hist, columns=[str(c) for c in range(hist.shape[1])])
+    else:  # many classes (Shakespeare's 80 characters, CIFAR-100): classes held and the most frequent
+        top = np.argsort(-hist, axis=1, kind="stable")[:, :3]
+        table = pd.DataFrame({"classes": (hist > 0).sum(axis=1), "top (class:count)": [
+            " ".join(f"{c}:{row[c]}" for c in cs if row[c] > 0) for row, cs in zip(hist, top, strict=True)]})
     table.insert(0, "test", manifest["test_sizes"])
     table.insert(0, "train", manifest["train_sizes"])
     table.index.name = "device"
     print(table.to_string())
+    print(f"global test set: {manifest.get('global_test_size', 0)} samples (the source's own test split; "
+          "0 = none, docs/metrics.md)")
     plot_label_distribution(hist, npz.with_name("labels.png"), title=str(npz.parent))
     print(f"label distribution: {npz.with_name('labels.png')}")
 
@@ -201,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--b", default="1,5", help="quadratic: optima b_i, comma-separated")
     p.add_argument("--iid", action="store_true", help="FedProx's SYNTHETIC-IID variant (shared W, b)")
     p.add_argument("--num-devices", type=int, default=0, help="synthetic: required")
-    p.add_argument("--sizes", default='{"distribution": "pareto"}', help="size distribution as JSON")
+    p.add_argument("--sizes", default=None,
+                   help='size distribution as JSON (default {"distribution": "pareto"}; "equal" for the '
+                        "natural and shards skews, whose sizes are fixed by definition)")
     p.add_argument("--test-fraction", type=float, default=0.2)
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--out", required=True, help="path of split.npz (manifest.json is written beside it)")
@@ -231,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("table", help="build a paper table from run directories")
-    p.add_argument("table", choices=["accuracy_difference", "fast_reboot", "crossing_epochs"])
+    p.add_argument("table", choices=["accuracy_difference", "fast_reboot", "crossing_epochs", "bmta"])
     p.add_argument("--out", required=True, help="output stem; .md, .csv and .tex are written")
     p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
     p.set_defaults(func=_cmd_table)

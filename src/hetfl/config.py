@@ -124,6 +124,45 @@ def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
             raise ConfigError(str(err)) from None
 
 
+# Text sources (int64 token ids) and the model each one runs: an image model cannot read token ids, and a
+# text model's embedding is sized for its own source's vocabulary (80 characters; 20,000 hashed words).
+TEXT_MODELS = {"shakespeare": "char_lstm", "sent140": "sent_lstm"}
+# Label skews whose client sizes are part of their definition (data.partition refuses a size skew).
+FIXED_SIZE_SKEWS = ("natural", "shards")
+
+
+def _check_text(name: str, exp: dict[str, Any], given: set[str]) -> None:
+    """Text dataset ⇔ its text model (the model defaults to it when not given); a natural or shards split
+    takes sizes {distribution: equal} (filled in when sizes is not given)."""
+    key = f"experiments.{name}"
+    text_model = TEXT_MODELS.get(exp["dataset"])
+    if text_model is not None and "model" not in given:
+        exp["model"] = text_model
+    model = exp["model"]
+    if text_model is not None and model != text_model:
+        raise ConfigError(f"config key '{key}.model' has value \"{model}\", which is not allowed for dataset "
+                          f"\"{exp['dataset']}\" (token ids); allowed: \"{text_model}\"")
+    needs = {m: d for d, m in TEXT_MODELS.items()}.get(model)
+    if needs is not None and exp["dataset"] != needs:
+        others = [m for m in load_schema()["$defs"]["experiment"]["properties"]["model"]["enum"]
+                  if m not in TEXT_MODELS.values() and m != "quadratic"]
+        raise ConfigError(f"config key '{key}.model' has value \"{model}\", which is not allowed for dataset "
+                          f"\"{exp['dataset']}\" ({model} reads {needs} token ids); allowed: one of "
+                          + ", ".join(f'"{m}"' for m in others))
+    skews = {label: sv["partition"]["label_skew"] for label, sv in exp["settings"].items()
+             if isinstance(sv.get("partition"), dict) and "label_skew" in sv["partition"]}
+    fixed = [label for label, skew in skews.items() if skew in FIXED_SIZE_SKEWS]
+    if not fixed or exp["sizes"]["distribution"] == "equal":
+        return
+    if "sizes" not in given and len(fixed) == len(skews):
+        exp["sizes"]["distribution"] = "equal"
+        return
+    skew = skews[fixed[0]]
+    raise ConfigError(f"config key '{key}.sizes.distribution' has value \"{exp['sizes']['distribution']}\", "
+                      f"which is not allowed with {key}.settings.{fixed[0]}.partition.label_skew \"{skew}\" "
+                      f"(its client sizes are part of the split); allowed: \"equal\"")
+
+
 def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
     """dataset quadratic ⇔ model quadratic; num_devices = len(a) (filled in when not given)."""
     quad = exp["dataset"] == "quadratic"
@@ -191,6 +230,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
     for name, exp in config["experiments"].items():
         _check_event(name, exp)
         _check_algorithms(name, exp, (given or {}).get(name, set(exp)))
+        _check_text(name, exp, (given or {}).get(name, set(exp)))
         _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
         n_order = len(exp["trace_order"])
         for k in exp["num_traces"]:
@@ -252,6 +292,7 @@ class RunSpec:
     quadratic: dict[str, list[float]] | None = None  # {"a": [...], "b": [...]} for dataset quadratic
     partition: dict[str, Any] | None = None  # real datasets: the label skew (data.partition.PartitionSpec)
     data_dir: str | None = None
+    global_test: bool = True  # real datasets: also evaluate on the source's own test split
     model_params: dict[str, Any] = field(default_factory=dict)
     event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set}
 
@@ -278,7 +319,7 @@ class RunSpec:
         elif self.dataset == "quadratic":
             spec = {"dataset": self.dataset, "quadratic": self.quadratic}
         else:
-            spec.update(partition=self.partition, data_dir=self.data_dir)
+            spec.update(partition=self.partition, data_dir=self.data_dir, global_test=self.global_test)
         return spec
 
     @property
@@ -354,6 +395,7 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
                     quadratic=quad,
                     partition=dict(sv["partition"]) if "partition" in sv else None,
                     data_dir=exp.get("data_dir"),
+                    global_test=exp["global_test"],
                     model_params=dict(exp["model_params"]),
                     event=event,
                 )

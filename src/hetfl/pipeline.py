@@ -45,23 +45,28 @@ def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size
 
 def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: int,
                       sizes: dict[str, Any] | None, test_fraction: float, seed: int,
-                      data_dir: str | None = None) -> Federation:
+                      data_dir: str | None = None, global_test: bool = True) -> Federation:
     """A real dataset dealt to devices: label skew × size skew, then a local train/test holdout each.
 
-    `sizes` with distribution "equal" means the partitioner's own equal split of all samples.
+    `sizes` with distribution "equal" means the partitioner's own equal split of all samples. With
+    `global_test`, the source's own test split (when it has one) becomes the global test set.
     """
     from hetfl.data import sizes as sizes_mod
     from hetfl.data.partition import PartitionSpec, local_holdout, partition
-    from hetfl.data.sources import load_source
+    from hetfl.data.sources import has_split, load_source
 
     src = load_source(name, data_dir=data_dir, split="train")
+    held_out = None
+    if global_test and has_split(name, "test", data_dir=data_dir):
+        test = load_source(name, data_dir=data_dir, split="test")
+        held_out = (test.x, test.y)
     size_spec = None if not sizes or sizes.get("distribution") == "equal" else sizes_mod.SizeSpec(**sizes)
     spec = PartitionSpec(**partition_spec, sizes=size_spec)
     parts = partition(src.y, spec, num_devices, seed, client_ids=src.client_ids)
     train_parts, test_parts = local_holdout(parts, test_fraction, seed)
     return from_device_lists([src.x[i] for i in train_parts], [src.y[i] for i in train_parts],
                              [src.x[i] for i in test_parts], [src.y[i] for i in test_parts],
-                             num_classes=src.num_classes)
+                             num_classes=src.num_classes, global_test=held_out)
 
 
 def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -82,7 +87,8 @@ def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> di
                               s.get("sizes") or {}, s.get("test_fraction", 0.2), seed)
     elif dataset in SOURCES:
         fed = build_from_source(dataset, s.get("partition") or {"label_skew": "iid"}, s["num_devices"],
-                                s.get("sizes"), s.get("test_fraction", 0.2), seed, s.get("data_dir"))
+                                s.get("sizes"), s.get("test_fraction", 0.2), seed, s.get("data_dir"),
+                                s.get("global_test", True))
     else:
         raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic, quadratic, "
                          f"{', '.join(SOURCES)}")
@@ -154,6 +160,11 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     if spec.model == "logreg" and fed.x_train.ndim > 2:  # a linear model sees images as flat vectors
         fed.x_train = fed.x_train.reshape(len(fed.x_train), -1)
         fed.x_test = fed.x_test.reshape(len(fed.x_test), -1)
+        if fed.x_global is not None:
+            fed.x_global = fed.x_global.reshape(len(fed.x_global), -1)
+    if np.issubdtype(fed.x_train.dtype, np.integer) and spec.model not in ("char_lstm", "sent_lstm"):
+        raise ValueError(f"model {spec.model!r} cannot read the int64 token ids of dataset {spec.dataset!r}; "
+                         "allowed: char_lstm (shakespeare), sent_lstm (sent140)")
     model = _make_model(spec.model, fed, spec.model_params)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,

@@ -92,10 +92,15 @@ _SOURCE_LIST: tuple[SourceInfo, ...] = (
                used_by="Ruan et al. (2NN), EFL"),
     SourceInfo("emnist-balanced", "image", (1, 28, 28), 47, False, "hub", hub_id="tanganke/emnist_balanced",
                verified=False, used_by="Ruan et al. (EMNIST CNN), EFL Fig. 1",
-               note="hub id by analogy with tanganke/emnist_letters; not checked"),
+               note="unverified guess by analogy with tanganke/emnist_letters: no card or code using this id "
+                    "found; no Parquet copy found either (randall-lab/emnist is a loading script, "
+                    "Royc30ne/emnist-balanced and Heliosoph/EMNIST hold raw IDX .gz files); see "
+                    "docs/datasets.md"),
     SourceInfo("emnist-byclass", "image", (1, 28, 28), 62, False, "hub", hub_id="tanganke/emnist_byclass",
                verified=False, used_by="Ruan et al. (EMNIST CNN)",
-               note="hub id by analogy with tanganke/emnist_letters; not checked"),
+               note="unverified guess by analogy with tanganke/emnist_letters: no card or code using this id "
+                    "found; no Parquet copy found either (randall-lab/emnist, config byclass, is a loading "
+                    "script); see docs/datasets.md"),
     SourceInfo("emnist-letters", "image", (1, 28, 28), 26, False, "hub", hub_id="tanganke/emnist_letters",
                hub_config="emnist-letters", used_by="Ruan et al. (EMNIST CNN)",
                note="labels 0..25 = A..Z (NIST's 1..26 shifted by the uploader)"),
@@ -368,6 +373,28 @@ def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) 
         if path.is_dir() and any(path.glob("*.json")):
             return _from_leaf(info, path, opts)
     return None
+
+
+def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> bool:
+    """Whether ``load_source(name, split=split)`` can be asked for at all: digits/mnist5k have their fixed
+    train/test split; a local copy answers for itself; otherwise the hub copy's ``hub_splits`` decide.
+    (It does not check that the hub is reachable: that is load_source's error to report.)"""
+    info = _info(name)
+    if info.origin != "hub":
+        return split in ("train", "test", "all")
+    root = data_root(data_dir) / name
+    if (root / "dataset_dict.json").is_file():
+        import json
+
+        return split in json.loads((root / "dataset_dict.json").read_text()).get("splits", [])
+    def holds(path: Path) -> bool:
+        return (path / "state.json").is_file() or (path.is_dir() and any(path.glob("*.json")))
+
+    if holds(root / split) or holds(root / "data" / split):
+        return True
+    if holds(root / "train") or holds(root / "data" / "train"):
+        return False  # a local copy without this split: load_source would not fall back to the hub either
+    return split in info.hub_splits
 
 
 def _env_offline() -> bool:

@@ -14,7 +14,7 @@ from hetfl.algorithms.base import Algorithm, RoundInfo, Task
 from hetfl.algorithms.fedavg import FedAvg
 from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
-from hetfl.engine.evaluate import evaluate
+from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means, per_sample
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import full_steps, minibatch_indices
 from hetfl.engine.schemes import aggregation_weights, local_steps
@@ -60,6 +60,9 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     y_test = torch.from_numpy(fed.y_test).to(device)
     schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
     test_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.test_sizes)).to(device)
+    train_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.train_sizes)).to(device)
+    global_test = None if not fed.has_global_test else (
+        torch.from_numpy(fed.x_global).to(device), torch.from_numpy(fed.y_global).to(device))
     full = (full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size) if cfg.local_steps is None
             else np.asarray(cfg.local_steps, dtype=np.int64))
     if len(full) != fed.num_devices:
@@ -101,10 +104,9 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
             if diverged:
                 row.update(test_accuracy=math.nan, test_loss=math.nan, train_loss=math.nan)
             else:
-                keep = torch.from_numpy(schedule.test_devices[tau - 1]).to(device)[test_device]
-                row.update(_evaluate(model, model_params, x_test[keep], y_test[keep], "test"))
-                row["test_samples"] = float(keep.sum())
-                row.update(_evaluate(model, model_params, x_train, y_train, "train"))
+                row.update(_evaluate_round(model, model_params, schedule.test_devices[tau - 1],
+                                           (x_test, y_test, test_device), (x_train, y_train, train_device),
+                                           global_test))
         result.records.extend((tau, k, float(v)) for k, v in row.items())
         result.rounds_done = tau
         if progress is not None:
@@ -116,20 +118,46 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     return result
 
 
-def _evaluate(model: BatchedModel, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-              split: str) -> dict[str, float]:
-    """{split}_accuracy and {split}_loss of a classifier; a model with its own `evaluate` (the analytic
-    quadratic task) reports {split}_loss and its other values as they are (e.g. x), and `objective`
-    = the training loss F(w)."""
+Split = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, the device of every sample
+
+
+def _evaluate_round(model: BatchedModel, params: list[torch.Tensor], test_devices: np.ndarray, test: Split,
+                    train: Split, global_test: tuple[torch.Tensor, torch.Tensor] | None) -> dict[str, float]:
+    """The round's metrics of the global model.
+
+    test_accuracy / test_loss: pooled over the local holdouts of the devices in this round's test set
+    (data.events); mean_client_accuracy: the unweighted mean of those devices' own accuracies (EFL's
+    "mean testing accuracy"); train_loss: F(w) pooled over all local training data, with the fairness
+    of the per-device training losses F_k(w) over the same devices as the test set; global_test_*: the
+    source's own test split, when the split has one.
+    A model with its own `evaluate` (the analytic quadratic task) reports test_loss, train_loss,
+    `objective` = F(w) and its other values as they are (e.g. x).
+    """
+    (x_test, y_test, test_device), (x_train, y_train, train_device) = test, train
+    n = len(test_devices)
+    in_test = torch.from_numpy(test_devices).to(x_test.device)
+    keep = in_test[test_device]
     custom = getattr(model, "evaluate", None)
-    if custom is None:
-        acc, loss = evaluate(model, params, x, y)
-        return {f"{split}_accuracy": acc, f"{split}_loss": loss}
-    values = dict(custom(params, x, y))
-    out = {f"{split}_loss": values.pop("loss")}
-    if split == "train":
-        out.update(objective=out["train_loss"], **values)
-    return out
+    if custom is not None:
+        values = dict(custom(params, x_train, y_train))
+        train_loss = values.pop("loss")
+        return {"test_loss": dict(custom(params, x_test[keep], y_test[keep]))["loss"],
+                "test_samples": float(keep.sum()), "train_loss": train_loss, "objective": train_loss,
+                **values}
+    correct, loss = per_sample(model, params, x_test, y_test)
+    per_client = per_client_means(correct, test_device, n)[in_test]
+    row = {"test_accuracy": float(correct[keep].double().mean()),
+           "test_loss": float(loss[keep].double().mean()),
+           "test_samples": float(keep.sum()),
+           "mean_client_accuracy": mean_client_accuracy(per_client)}
+    _, train_loss = per_sample(model, params, x_train, y_train)
+    row["train_loss"] = float(train_loss.double().mean())
+    row.update(loss_fairness(per_client_means(train_loss, train_device, n)[in_test]))
+    if global_test is not None:
+        g_correct, g_loss = per_sample(model, params, *global_test)
+        row.update(global_test_accuracy=float(g_correct.double().mean()),
+                   global_test_loss=float(g_loss.double().mean()))
+    return row
 
 
 class ProgressLog:

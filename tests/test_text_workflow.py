@@ -1,0 +1,196 @@
+"""LEAF Shakespeare and Sent140 end to end: LEAF JSON fixtures → `hetfl split` (natural split) → the
+Snakemake workflow with char_lstm / sent_lstm. Never downloads: the data sets are tiny LEAF-format copies
+written into tmp_path, and HF_HUB_OFFLINE is set."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from hetfl.config import ConfigError, expand_runs, validate_config
+from hetfl.data.leaf import LEAF_LETTERS
+from hetfl.pipeline import make_split
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Sonnet 18 (public domain), repeated: every 80-character window is a Shakespeare sample, y the next char.
+SONNET = ("Shall I compare thee to a summer's day? Thou art more lovely and more temperate: "
+          "Rough winds do shake the darling buds of May, And summer's lease hath all too short a date; "
+          "Sometime too hot the eye of heaven shines, And often is his gold complexion dimm'd; "
+          "And every fair from fair sometime declines, By chance or nature's changing course untrimm'd. ") * 3
+SPEAKERS = [f"THE_TEMPEST_{n}" for n in ("PROSPERO", "MIRANDA", "ARIEL", "CALIBAN", "FERDINAND", "GONZALO")]
+USERS = ["alice_tw", "bob_tw", "carol_tw", "dan_tw", "erin_tw", "frank_tw"]
+GOOD = ["love", "great", "happy", "awesome", "fun", "sunny"]
+BAD = ["hate", "awful", "sad", "rainy", "tired", "broken"]
+NEUTRAL = ["the", "day", "my", "phone", "work", "today", "is", "was", "so", "again"]
+
+
+def _write_leaf(path: Path, users: list[str], xs: list[list], ys: list[list]) -> None:
+    """One LEAF JSON file ({"users", "num_samples", "user_data"}), as LEAF's preprocessing writes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {u: {"x": x, "y": y} for u, x, y in zip(users, xs, ys, strict=True)}
+    path.write_text(json.dumps({"users": users, "num_samples": [len(x) for x in xs], "user_data": data}))
+
+
+def write_leaf_text(root: Path, train: int = 30, test: int = 5) -> Path:
+    """LEAF's layout <root>/<name>/data/{train,test}/*.json for shakespeare (6 speakers × `train` windows of
+    80 characters, y = the next character) and sent140 (6 users × `train` tweets in LEAF's
+    [id, date, query, user, text] rows, y = 0/1)."""
+    rng = np.random.default_rng(0)
+    for split, (lo, n) in {"train": (0, train), "test": (train, test)}.items():
+        xs, ys = [], []
+        for s in range(len(SPEAKERS)):
+            starts = [(11 * s + 5 * i) % (len(SONNET) - 81) for i in range(lo, lo + n)]
+            xs.append([SONNET[i:i + 80] for i in starts])
+            ys.append([SONNET[i + 80] for i in starts])
+        _write_leaf(root / f"shakespeare/data/{split}/all_data_niid_0_keep_0_{split}_9.json", SPEAKERS, xs,
+                    ys)
+        xs, ys = [], []
+        for u, user in enumerate(USERS):
+            rows, labels = [], []
+            for i in range(n if split == "test" else train - 10 + 2 * u):  # 20..30 tweets per user
+                label = int(rng.integers(2))
+                words = [*rng.choice(NEUTRAL, 3), rng.choice(GOOD if label else BAD), *rng.choice(NEUTRAL, 2)]
+                rows.append([str(1467810369 + 1000 * u + i), "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", user,
+                             " ".join(words) + ("!" if label else ".")])
+                labels.append(label)
+            xs.append(rows)
+            ys.append(labels)
+        _write_leaf(root / f"sent140/data/{split}/all_data_niid_0_keep_3_{split}_9.json", USERS, xs, ys)
+    return root
+
+
+@pytest.fixture(scope="module")
+def leaf_dir(tmp_path_factory):
+    return write_leaf_text(tmp_path_factory.mktemp("leaf"))
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _config(data_dir: Path) -> dict:
+    common = {"table": "none", "data_dir": str(data_dir), "settings": {"NAT": {"partition": {"label_skew":
+              "natural"}}}, "num_devices": 4, "algorithm": "fedavg", "schemes": ["C"], "num_traces": [1],
+              "local_epochs": 1, "batch_size": 8, "eta0": 0.5, "rounds": 2, "seeds": [0]}
+    return {"description": "LEAF text data end to end (tests/test_text_workflow.py)", "experiments": {
+        "text_shakespeare": {**common, "dataset": "shakespeare", "model": "char_lstm",
+                             "model_params": {"embed": 8, "hidden": 16, "layers": 2}},
+        "text_sent140": {**common, "dataset": "sent140", "model": "sent_lstm",
+                         "model_params": {"embed": 8, "hidden": 16, "layers": 1, "vocab": 20_000}},
+    }}
+
+
+@pytest.mark.parametrize(("dataset", "vocab", "seq"),
+                         [("shakespeare", len(LEAF_LETTERS), 80), ("sent140", 20_000, 25)])
+def test_natural_split_keeps_int64_token_ids(leaf_dir, tmp_path, dataset, vocab, seq):
+    """`hetfl split` deals whole speakers/users (natural skew) and keeps x as int64 ids within the vocab."""
+    runs = expand_runs(validate_config(_config(leaf_dir)))
+    spec = next(s for s in runs if s.dataset == dataset).split_spec()
+    assert spec["sizes"]["distribution"] == "equal"  # natural: sizes are the speakers' own
+    out = tmp_path / "split.npz"
+    proc = subprocess.run([sys.executable, "-m", "hetfl.cli", "split", "--spec", json.dumps(spec), "--seed",
+                           "0", "--out", str(out), "--describe"], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with np.load(out) as z:
+        for part in ("x_train", "x_test"):
+            x = z[part]
+            assert x.dtype == np.int64 and x.shape[1] == seq
+            assert 0 <= x.min() and x.max() < vocab
+        assert z["y_train"].max() < int(z["num_classes"])
+        sizes = np.diff(z["train_offsets"]) + np.diff(z["test_offsets"])
+    manifest = json.loads(out.with_name("manifest.json").read_text())
+    assert manifest["num_devices"] == 4
+    per_client = {"shakespeare": {30}, "sent140": {20, 22, 24, 26, 28, 30}}[dataset]
+    assert set(sizes.tolist()) <= per_client  # every device holds one whole speaker/user
+    assert (out.with_name("labels.png")).stat().st_size > 1000
+    header = proc.stdout.splitlines()[0].split()
+    if dataset == "shakespeare":  # 80 classes: classes held and the most frequent, not 80 columns
+        assert header[:4] == ["train", "test", "classes", "top"]
+    else:
+        assert header == ["train", "test", "0", "1"]
+
+
+def test_split_is_deterministic_and_picks_speakers(leaf_dir, tmp_path):
+    cfg = validate_config(_config(leaf_dir))
+    spec = next(s for s in expand_runs(cfg) if s.dataset == "shakespeare").split_spec()
+    a = make_split(tmp_path / "a/split.npz", spec, 0)
+    b = make_split(tmp_path / "b/split.npz", spec, 0)
+    assert a["sha256"] == b["sha256"] and a["num_classes"] == len(LEAF_LETTERS)
+
+
+@pytest.mark.parametrize(("dataset", "model", "fix"), [
+    ("shakespeare", "cnn", '"char_lstm"'),
+    ("sent140", "char_lstm", '"sent_lstm"'),
+    ("mnist", "char_lstm", '"logreg"'),
+    ("femnist", "sent_lstm", '"cnn"'),
+])
+def test_text_dataset_and_model_must_match(leaf_dir, dataset, model, fix):
+    cfg = _config(leaf_dir)
+    exp = cfg["experiments"]["text_shakespeare"]
+    exp.update(dataset=dataset, model=model)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    msg = str(err.value)
+    assert "'experiments.text_shakespeare.model'" in msg and f'"{model}"' in msg and fix in msg
+
+
+def test_text_model_defaults_and_natural_sizes(leaf_dir):
+    cfg = _config(leaf_dir)
+    del cfg["experiments"]["text_sent140"]["model"]
+    exp = validate_config(cfg)["experiments"]["text_sent140"]
+    assert exp["model"] == "sent_lstm" and exp["sizes"]["distribution"] == "equal"
+    cfg["experiments"]["text_sent140"]["sizes"] = {"distribution": "pareto"}
+    with pytest.raises(ConfigError, match=r"'experiments.text_sent140.sizes.distribution' has value "
+                                          r"\"pareto\".*label_skew \"natural\".*allowed: \"equal\""):
+        validate_config(cfg)
+
+
+def test_workflow_trains_both_text_datasets(leaf_dir, tmp_path):
+    """The real Snakefile on a config with one Shakespeare and one Sent140 experiment (2 rounds each)."""
+    config = tmp_path / "text.yaml"
+    config.write_text(yaml.safe_dump(_config(leaf_dir), sort_keys=False))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(config), "--cores", "2"], capture_output=True, text=True, env=env)
+    logs = "\n".join(p.read_text()[-1500:] for p in sorted(tmp_path.glob("logs/**/*.log")))
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs
+    for exp in ("text_shakespeare", "text_sent140"):
+        run = tmp_path / "results" / exp / "NAT_T1_C_s0"
+        info = json.loads((run / "run.json").read_text())
+        assert info["status"] == "ok" and info["rounds_done"] == 2
+        metrics = pd.read_parquet(run / "metrics.parquet")
+        acc = metrics[metrics.metric == "test_accuracy"].sort_values("round")
+        assert acc["round"].tolist() == [1, 2]
+        assert np.isfinite(acc["value"]).all() and ((acc["value"] >= 0) & (acc["value"] <= 1)).all()
+        loss = metrics.loc[metrics.metric == "train_loss", "value"]
+        assert np.isfinite(loss).all()
+
+
+def test_text_models_cover_the_text_sources():
+    from hetfl.config import TEXT_MODELS
+    from hetfl.data.sources import SOURCES
+    from hetfl.models import MODELS
+
+    text = {name for name, info in SOURCES.items() if info.task in ("next-char", "sentiment")}
+    assert set(TEXT_MODELS) == text and set(TEXT_MODELS.values()) <= set(MODELS)
+
+
+def test_paper_config_pairs_each_algorithm_with_its_scheme():
+    from hetfl.config import load_config
+
+    runs = list(expand_runs(load_config(ROOT / "workflow/config/paper/ma2022_efl_text.yaml")))
+    assert {(r.dataset, r.model) for r in runs} == {("shakespeare", "char_lstm"), ("sent140", "sent_lstm")}
+    assert {(r.algorithm, r.scheme) for r in runs} == {("fedavg", "A"), ("efl", "C")}
+    assert {r.partition["label_skew"] for r in runs} == {"natural"}
+    assert {r.sizes["distribution"] for r in runs} == {"equal"} and {r.num_traces for r in runs} == {1, 8}
