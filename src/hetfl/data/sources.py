@@ -356,6 +356,14 @@ def _local_candidates(root: Path, split: str) -> list[Path]:
     return [root, root / split, root / "data" / split]
 
 
+def _local_split_dir(root: Path, split: str) -> Path | None:
+    """The directory of a local per-split copy: Dataset.save_to_disk output or LEAF JSON files."""
+    for path in (root / split, root / "data" / split):
+        if (path / "state.json").is_file() or (path.is_dir() and any(path.glob("*.json"))):
+            return path
+    return None
+
+
 def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) -> SourceData | None:
     if (root / "dataset_dict.json").is_file():
         import datasets
@@ -364,15 +372,14 @@ def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) 
         if split not in dd:
             raise ValueError(f"{info.name}: {root} holds splits {list(dd)}, not {split!r}")
         return _from_hf(info, dd[split], f"{root} [{split}] (DatasetDict.save_to_disk)", opts)
-    for path in (root / split, root / "data" / split):
-        if (path / "state.json").is_file():
-            import datasets
+    path = _local_split_dir(root, split)
+    if path is None:
+        return None
+    if (path / "state.json").is_file():
+        import datasets
 
-            ds = datasets.load_from_disk(str(path))
-            return _from_hf(info, ds, f"{path} (Dataset.save_to_disk)", opts)
-        if path.is_dir() and any(path.glob("*.json")):
-            return _from_leaf(info, path, opts)
-    return None
+        return _from_hf(info, datasets.load_from_disk(str(path)), f"{path} (Dataset.save_to_disk)", opts)
+    return _from_leaf(info, path, opts)
 
 
 def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> bool:
@@ -387,13 +394,10 @@ def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> b
         import json
 
         return split in json.loads((root / "dataset_dict.json").read_text()).get("splits", [])
-    def holds(path: Path) -> bool:
-        return (path / "state.json").is_file() or (path.is_dir() and any(path.glob("*.json")))
-
-    if holds(root / split) or holds(root / "data" / split):
+    if _local_split_dir(root, split) is not None:
         return True
-    if holds(root / "train") or holds(root / "data" / "train"):
-        return False  # a local copy without this split: load_source would not fall back to the hub either
+    if _local_split_dir(root, "train") is not None:
+        return False  # the user's local copy has no such split: do not mix in the hub's
     return split in info.hub_splits
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from hetfl.models.net import xent_delta
+
 
 class LogReg:
     """logits = x·W + b with W [d, C], b [C]; zero initialisation as in FedProx.
@@ -35,9 +37,8 @@ class LogReg:
         """Σ_b g_b ⊙ g_b over the samples with mask 1, g_b the gradient of sample b's own loss:
         g_b(W) = x_b ⊗ δ_b with δ_b = softmax − onehot, so the sum is (x²)ᵀ(δ²) (engine.fisher)."""
         W, b = params
-        d = torch.softmax(torch.baddbmm(b.unsqueeze(1), x, W), dim=-1)
-        d.scatter_add_(-1, y.unsqueeze(-1), torch.full(y.shape + (1,), -1.0, dtype=d.dtype, device=d.device))
-        d2 = d.mul_(mask.unsqueeze(-1)).square_()
+        delta = xent_delta(torch.baddbmm(b.unsqueeze(1), x, W), y)  # (softmax − onehot) / B
+        d2 = delta.mul_((x.shape[1] * mask).unsqueeze(-1)).square_()
         return [torch.bmm(x.square().transpose(1, 2), d2), d2.sum(dim=1)]
 
     def sgd_step(self, params: list[Tensor], x: Tensor, y: Tensor, lr: float) -> None:
