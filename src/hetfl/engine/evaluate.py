@@ -26,14 +26,6 @@ def per_sample(model: BatchedModel, params: list[Tensor], x: Tensor, y: Tensor, 
     return torch.cat(correct), torch.cat(loss)
 
 
-def evaluate(model: BatchedModel, params: list[Tensor], x: Tensor, y: Tensor, chunk: int = 65536
-             ) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) over all samples; pooled over devices, so the loss on the pooled
-    training set is F(w) = Σ_k p^k F_k(w) (Ruan et al. §3.1)."""
-    correct, loss = per_sample(model, params, x, y, chunk)
-    return float(correct.double().mean()), float(loss.double().mean())
-
-
 def per_client_means(values: Tensor, device_of: Tensor, num_devices: int) -> Tensor:
     """[N] mean of `values` over each device's samples (NaN for a device with none)."""
     sums = torch.zeros(num_devices, dtype=torch.float64, device=values.device)
