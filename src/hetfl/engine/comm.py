@@ -34,7 +34,10 @@ def entropy_bits(tensors: list[Tensor], bin_width: float = ENTROPY_BIN) -> float
     flat = [t.detach().reshape(-1) for t in tensors if t.numel()]
     if not flat:
         return 0.0
-    q = torch.floor(torch.cat(flat).double() / bin_width).to(torch.int64)
+    # float32 division: the bins are 0.01 wide, far above float32's resolution at these magnitudes, and
+    # converting millions of values to float64 first took most of this function's time (a third of a
+    # 2NN round)
+    q = torch.cat(flat).float().div_(bin_width).floor_().to(torch.int64)
     lo, hi = int(q.min()), int(q.max())
     # bincount is linear time; fall back to sorting when the values span too many bins
     counts = torch.bincount(q - lo) if hi - lo < 1 << 24 else torch.unique(q, return_counts=True)[1]
