@@ -450,3 +450,41 @@ def test_batch_norm_model_fedbn_and_corrections_leave_buffers_to_the_forward_pas
                   local_trainer=local_sgd_reference)
         for pa, pb in zip(a.params, b.params, strict=True):
             torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5)
+
+
+def test_fedbn_mean_client_accuracy_scores_each_device_with_its_own_batch_norm():
+    """FedBN's per-device accuracies use each device's local BN entries (client_models), not the
+    p-weighted global BN the pooled test_accuracy is scored with."""
+    from hetfl.algorithms.fedbn import FedBN, local_mask
+    from hetfl.data.federation import from_device_lists
+
+    class Seen(FedBN):
+        def client_models(self, state, params):
+            self.seen = super().client_models(state, params)
+            return self.seen
+
+    rng = np.random.default_rng(1)
+    # the same task on every device, seen through a different scale and offset (FedBN's feature shift)
+    zs = [rng.normal(size=(30, 144)).astype(np.float32) for _ in range(3)]
+    ys = [np.digitize(z[:, :72].mean(1), [-0.05, 0.05]) for z in zs]
+    xs = [z * sc + off for z, sc, off in zip(zs, (1.0, 4.0, 0.3), (0.0, 3.0, -2.0), strict=True)]
+    fed = from_device_lists(xs, ys, [x[:10] for x in xs], [y[:10] for y in ys], num_classes=3)
+    model = make_model("cnn_bn", (1, 12, 12), 3, channels=(2, 3), hidden=(8,))
+    alg = Seen()
+    res = train(model, fed, np.ones((8, 3)), TrainSettings("C", 2, 5, 0.3, 8, lr_schedule="constant"),
+                algorithm=alg)
+    got = {k: v for r, k, v in res.records if r == 8}
+    flags = local_mask(model, len(res.params))
+    for i, (own, glob) in enumerate(zip(alg.seen, res.params, strict=True)):
+        if flags[i]:  # local entries: each device its own, and not the global p-weighted mean
+            assert not torch.allclose(own[0], own[1])
+        else:
+            torch.testing.assert_close(own, glob.expand_as(own))
+    own, shared = [], []
+    for k in range(3):
+        lo, hi = fed.test_offsets[k], fed.test_offsets[k + 1]
+        x, y = torch.from_numpy(fed.x_test[lo:hi]), fed.y_test[lo:hi]
+        own.append(float((model.logits([p[k] for p in alg.seen], x).argmax(1).numpy() == y).mean()))
+        shared.append(float((model.logits(res.params, x).argmax(1).numpy() == y).mean()))
+    assert got["mean_client_accuracy"] == pytest.approx(np.mean(own))
+    assert np.mean(own) != pytest.approx(np.mean(shared))  # the fixture tells the two apart

@@ -131,6 +131,12 @@ class Algorithm:
         """The model the engine evaluates and reports (default: the broadcast params)."""
         return params
 
+    def client_models(self, state: Any, params: Params) -> Params | None:
+        """Every device's own model stacked [N, ...] when the method keeps one (FedBN's local batch norm):
+        the engine then scores each device's holdout with it (mean_client_accuracy). None: the global model
+        serves every device."""
+        return None
+
 
 # -- helpers over stacked tensors -----------------------------------------------------------------------
 def deltas(params: Params, finals: Params) -> Params:

@@ -5,7 +5,8 @@ LayerNet without it, every entry of its BatchNorm layers (weights, biases and ru
 otherwise none (FedBN is then FedAvg). Local entries live in per-device state [N, ...], initialised to
 the initial model's; each client trains from the shared entries of w and its own local entries and
 sends Δ of the shared entries only. The global model the engine evaluates carries, in its local entries,
-the data-weighted mean Σ_k p^k of all devices' local entries (a global BN for pooled evaluation).
+the data-weighted mean Σ_k p^k of all devices' local entries (a global BN for pooled evaluation); the
+per-device accuracies behind mean_client_accuracy use each device's own BN entries (client_models).
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ class FedBN(Algorithm):
         k = len(info.clients)
         return [gather([state[i]], info.clients)[0] if i in state else e.contiguous()
                 for i, e in enumerate(expand(params, k))]
+
+    def client_models(self, state: Any, params: Params) -> Params | None:
+        """FedBN's own evaluation (Li et al. 2021, §5): each device with its local BN entries."""
+        if not state:
+            return None
+        n = next(iter(state.values())).shape[0]
+        return [state[i] if i in state else e for i, e in enumerate(expand(params, n))]
 
     def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
                   ) -> tuple[Params, Any, dict[str, float]]:

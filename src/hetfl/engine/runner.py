@@ -107,6 +107,10 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
                 row.update(_evaluate_round(model, model_params, schedule.test_devices[tau - 1],
                                            (x_test, y_test, test_device), (x_train, y_train, train_device),
                                            global_test))
+                own = algorithm.client_models(state, params)
+                if own is not None:
+                    row["mean_client_accuracy"] = _personalised_mean_accuracy(
+                        model, own, schedule.test_devices[tau - 1], x_test, y_test, fed.test_offsets)
         result.records.extend((tau, k, float(v)) for k, v in row.items())
         result.rounds_done = tau
         if progress is not None:
@@ -158,6 +162,18 @@ def _evaluate_round(model: BatchedModel, params: list[torch.Tensor], test_device
         row.update(global_test_accuracy=float(g_correct.double().mean()),
                    global_test_loss=float(g_loss.double().mean()))
     return row
+
+
+def _personalised_mean_accuracy(model: BatchedModel, own: list[torch.Tensor], test_devices: np.ndarray,
+                                x_test: torch.Tensor, y_test: torch.Tensor, offsets: np.ndarray) -> float:
+    """mean_client_accuracy with every device scored by its own model own[k] on its own holdout."""
+    acc = torch.full((len(test_devices),), math.nan, dtype=torch.float64)
+    for k in np.flatnonzero(test_devices):
+        lo, hi = int(offsets[k]), int(offsets[k + 1])
+        correct, _ = per_sample(model, [p[k] for p in own], x_test[lo:hi], y_test[lo:hi])
+        if hi > lo:
+            acc[k] = float(correct.double().mean())
+    return mean_client_accuracy(acc[torch.from_numpy(test_devices)])
 
 
 class ProgressLog:
