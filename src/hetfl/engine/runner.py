@@ -104,13 +104,12 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
             if diverged:
                 row.update(test_accuracy=math.nan, test_loss=math.nan, train_loss=math.nan)
             else:
+                own = algorithm.client_models(state, params)  # personalised methods: a model per device
+                own_correct = None if own is None else _own_model_correct(model, own, x_test, y_test,
+                                                                           fed.test_offsets)
                 row.update(_evaluate_round(model, model_params, schedule.test_devices[tau - 1],
                                            (x_test, y_test, test_device), (x_train, y_train, train_device),
-                                           global_test))
-                own = algorithm.client_models(state, params)
-                if own is not None:
-                    row["mean_client_accuracy"] = _personalised_mean_accuracy(
-                        model, own, schedule.test_devices[tau - 1], x_test, y_test, fed.test_offsets)
+                                           global_test, own_correct))
         result.records.extend((tau, k, float(v)) for k, v in row.items())
         result.rounds_done = tau
         if progress is not None:
@@ -126,14 +125,16 @@ Split = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, the device of e
 
 
 def _evaluate_round(model: BatchedModel, params: list[torch.Tensor], test_devices: np.ndarray, test: Split,
-                    train: Split, global_test: tuple[torch.Tensor, torch.Tensor] | None) -> dict[str, float]:
+                    train: Split, global_test: tuple[torch.Tensor, torch.Tensor] | None,
+                    own_correct: torch.Tensor | None = None) -> dict[str, float]:
     """The round's metrics of the global model.
 
     test_accuracy / test_loss: pooled over the local holdouts of the devices in this round's test set
     (data.events); mean_client_accuracy: the unweighted mean of those devices' own accuracies (EFL's
     "mean testing accuracy"); train_loss: F(w) pooled over all local training data, with the fairness
     of the per-device training losses F_k(w) over the same devices as the test set; global_test_*: the
-    source's own test split, when the split has one.
+    source's own test split, when the split has one. own_correct: every test sample scored by its own
+    device's model (personalised methods), which mean_client_accuracy then uses.
     A model with its own `evaluate` (the analytic quadratic task) reports test_loss, train_loss,
     `objective` = F(w) and its other values as they are (e.g. x).
     """
@@ -149,7 +150,7 @@ def _evaluate_round(model: BatchedModel, params: list[torch.Tensor], test_device
                 "test_samples": float(keep.sum()), "train_loss": train_loss, "objective": train_loss,
                 **values}
     correct, loss = per_sample(model, params, x_test, y_test)
-    per_client = per_client_means(correct, test_device, n)[in_test]
+    per_client = per_client_means(correct if own_correct is None else own_correct, test_device, n)[in_test]
     row = {"test_accuracy": float(correct[keep].double().mean()),
            "test_loss": float(loss[keep].double().mean()),
            "test_samples": float(keep.sum()),
@@ -164,16 +165,12 @@ def _evaluate_round(model: BatchedModel, params: list[torch.Tensor], test_device
     return row
 
 
-def _personalised_mean_accuracy(model: BatchedModel, own: list[torch.Tensor], test_devices: np.ndarray,
-                                x_test: torch.Tensor, y_test: torch.Tensor, offsets: np.ndarray) -> float:
-    """mean_client_accuracy with every device scored by its own model own[k] on its own holdout."""
-    acc = torch.full((len(test_devices),), math.nan, dtype=torch.float64)
-    for k in np.flatnonzero(test_devices):
-        lo, hi = int(offsets[k]), int(offsets[k + 1])
-        correct, _ = per_sample(model, [p[k] for p in own], x_test[lo:hi], y_test[lo:hi])
-        if hi > lo:
-            acc[k] = float(correct.double().mean())
-    return mean_client_accuracy(acc[torch.from_numpy(test_devices)])
+def _own_model_correct(model: BatchedModel, own: list[torch.Tensor], x_test: torch.Tensor,
+                       y_test: torch.Tensor, offsets: np.ndarray) -> torch.Tensor:
+    """[n_test] correctness of every test sample under its own device's model own[k]."""
+    parts = [per_sample(model, [p[k] for p in own], x_test[lo:hi], y_test[lo:hi])[0]
+             for k, (lo, hi) in enumerate(zip(offsets[:-1], offsets[1:], strict=True))]
+    return torch.cat(parts) if parts else y_test.new_zeros(0, dtype=torch.float32)
 
 
 class ProgressLog:
