@@ -41,3 +41,27 @@ def test_split_describe_prints_and_draws(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "device" in proc.stdout and "train" in proc.stdout
     assert (tmp_path / "d" / "labels.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_image_model_on_token_ids_fails_before_training(tmp_path):
+    import dataclasses
+
+    import pytest
+
+    from hetfl.data.federation import from_device_lists, save_federation
+
+    rng = np.random.default_rng(0)
+    xs = [rng.integers(0, 80, size=(6, 80)) for _ in range(2)]  # int64 token ids, as Shakespeare's
+    ys = [rng.integers(0, 80, 6) for _ in range(2)]
+    fed = from_device_lists(xs, ys, xs, ys, num_classes=80)
+    assert fed.x_train.dtype == np.int64
+    save_federation(fed, tmp_path / "split.npz", tmp_path / "manifest.json", {})
+    make_traces(tmp_path / "t.npz", traceset="T1", num_devices=2, rounds=1, seed=0)
+    spec = RunSpec(experiment="e", run="r", table="none", dataset="shakespeare", setting="NIID", alpha=0,
+                   beta=0, iid=False, num_devices=2, sizes={"distribution": "equal"}, test_fraction=0.2,
+                   model="char_lstm", algorithm="fedavg", scheme="C", num_traces=1, trace_order=("T_0",),
+                   local_epochs=1, batch_size=3, eta0=0.1, rounds=1, eval_every=1, seed=0)
+    with pytest.raises(ValueError, match=r"model 'logreg' cannot read the int64 token ids.*char_lstm"):
+        run_training(dataclasses.replace(spec, model="logreg"), tmp_path / "split.npz", tmp_path / "t.npz",
+                     tmp_path / "run", track=False, progress=False)
+    assert not (tmp_path / "run").exists()  # nothing half-written

@@ -16,7 +16,7 @@ import torch
 
 import hetfl
 from hetfl.algorithms import make_algorithm
-from hetfl.config import RunSpec
+from hetfl.config import TEXT_MODELS, RunSpec
 from hetfl.data import traces
 from hetfl.data.events import Event, Schedule, build_schedule
 from hetfl.data.federation import Federation, from_device_lists, load_federation, save_federation
@@ -162,9 +162,10 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
         fed.x_test = fed.x_test.reshape(len(fed.x_test), -1)
         if fed.x_global is not None:
             fed.x_global = fed.x_global.reshape(len(fed.x_global), -1)
-    if np.issubdtype(fed.x_train.dtype, np.integer) and spec.model not in ("char_lstm", "sent_lstm"):
+    if np.issubdtype(fed.x_train.dtype, np.integer) and spec.model not in TEXT_MODELS.values():
+        allowed = ", ".join(f"{m} ({d})" for d, m in TEXT_MODELS.items())
         raise ValueError(f"model {spec.model!r} cannot read the int64 token ids of dataset {spec.dataset!r}; "
-                         "allowed: char_lstm (shakespeare), sent_lstm (sent140)")
+                         f"allowed: {allowed}")
     model = _make_model(spec.model, fed, spec.model_params)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,

@@ -51,7 +51,7 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
             "best_round_mean": float(np.mean([r for _, r in found if r is not None])) if values else np.nan,
         })
     tidy = pd.DataFrame(rows, columns=TIDY_COLUMNS[:-1])
-    ref = reference.rename(columns={"method": "method", "bmta_pct": "paper"})[["method", "dataset", "paper"]]
+    ref = reference.rename(columns={"bmta_pct": "paper"})[["method", "dataset", "paper"]]
     tidy = tidy.merge(ref, how="left", on=["method", "dataset"])
     not_run = ref[ref["dataset"].isin(tidy["dataset"]) & ~ref["method"].isin(tidy["method"])]
     return pd.concat([tidy, not_run], ignore_index=True)[TIDY_COLUMNS]
