@@ -1,0 +1,140 @@
+"""Statistics of a reproduced cell: a Student-t interval over seeds and a verdict against the paper.
+
+A reproduced cell is a paired per-seed difference (or a per-seed value) over n seeds. hetfl reports its
+mean, a 95 % confidence interval mean ± t_{n−1, 0.975}·s/√n (`scipy.stats.t.interval`) and one verdict:
+
+- ``agrees``          the paper value lies inside the CI;
+- ``same direction``  the CI excludes 0, has the paper's sign, and the paper value lies outside it;
+- ``inconclusive``    the CI contains 0 and the paper value lies outside it (also: fewer than 2 seeds,
+                      so there is no CI);
+- ``disagrees``       the CI excludes 0 with the sign opposite to the paper's (also: the paper reports
+                      exactly 0 and the CI excludes 0 — the paper saw no difference where hetfl sees one);
+- ``not comparable``  no paper value, or a set-up that differs from the paper's in a way the caption names.
+
+Censored cells (Tables 4–5: a seed that never recovered or crossed within the rounds observed) use the
+**bounds rule** (docs/readings.md): each seed's value is only known to lie in an interval [lo, hi]
+(a censored count "> R" lies in [R + 1, ∞); a difference with a censored side is bounded the same way).
+The CI's low end is the t-interval's low end over the seeds' lower bounds, its high end the t-interval's
+high end over their upper bounds (∞ as soon as one upper bound is ∞). With no censored seed this is the
+ordinary t-interval. The mean is reported only when no seed is censored: never a made-up number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+VERDICTS = ("agrees", "same direction", "inconclusive", "disagrees", "not comparable")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Mean, sample std (ddof = 1) and CI over n seeds; NaN where undefined (mean: any seed censored)."""
+
+    mean: float
+    std: float
+    low: float
+    high: float
+    n: int
+    n_censored: int = 0
+
+
+def _t_bounds(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """(low, high) of the Student-t interval of the mean; NaN for fewer than 2 values, ±∞ passed through."""
+    from scipy import stats  # lazily: tables only
+
+    n = len(values)
+    if n < 2:
+        return math.nan, math.nan
+    if not np.isfinite(values).all():
+        inf_low = bool(np.isneginf(values).any())
+        inf_high = bool(np.isposinf(values).any())
+        finite = values[np.isfinite(values)]
+        low, high = _t_bounds(finite, confidence) if len(finite) >= 2 else (math.nan, math.nan)
+        return (-math.inf if inf_low else low), (math.inf if inf_high else high)
+    mean = float(values.mean())
+    sem = float(values.std(ddof=1)) / math.sqrt(n)
+    if sem == 0:
+        return mean, mean
+    low, high = stats.t.interval(confidence, df=n - 1, loc=mean, scale=sem)
+    return float(low), float(high)
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """Student-t CI of the mean of per-seed values (NaN values are dropped by the caller, not here)."""
+    v = np.asarray(values, dtype=np.float64)
+    low, high = _t_bounds(v, confidence)
+    mean = float(v.mean()) if len(v) else math.nan
+    std = float(v.std(ddof=1)) if len(v) > 1 else math.nan
+    return Interval(mean, std, low, high, len(v))
+
+
+def bounded_interval(lower: Sequence[float], upper: Sequence[float],
+                     confidence: float = CONFIDENCE) -> Interval:
+    """The bounds rule for censored seeds: seed i's value lies in [lower[i], upper[i]] (equal when observed).
+
+    low = t-interval low end over `lower`, high = t-interval high end over `upper`; mean and std only when
+    every seed is observed (lower == upper).
+    """
+    lo, hi = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    if lo.shape != hi.shape:
+        raise ValueError(f"lower bounds {lo.shape} and upper bounds {hi.shape} differ in length")
+    if (lo > hi).any():
+        raise ValueError("a lower bound exceeds its upper bound")
+    censored = int((lo != hi).sum())
+    if censored == 0:
+        return t_interval(lo, confidence)
+    low = _t_bounds(lo, confidence)[0]
+    high = _t_bounds(hi, confidence)[1]
+    return Interval(math.nan, math.nan, low, high, len(lo), censored)
+
+
+def verdict(paper: float | None, low: float, high: float, comparable: bool = True) -> str:
+    """The cell's verdict against the paper value (see the module docstring)."""
+    if not comparable or paper is None or (isinstance(paper, float) and math.isnan(paper)):
+        return "not comparable"
+    if math.isnan(low) or math.isnan(high):
+        return "inconclusive"
+    if low <= paper <= high:
+        return "agrees"
+    if low <= 0 <= high:
+        return "inconclusive"
+    if paper == 0:
+        return "disagrees"
+    ours = 1 if low > 0 else -1
+    return "same direction" if ours == (1 if paper > 0 else -1) else "disagrees"
+
+
+def verdict_counts(verdicts: Sequence[str]) -> dict[str, int]:
+    """How many cells got each verdict, in the fixed order of VERDICTS (zeros included)."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    for v in verdicts:
+        if v not in counts:
+            raise ValueError(f"verdict {v!r} is unknown; allowed: {', '.join(VERDICTS)}")
+        counts[v] += 1
+    return counts
+
+
+def counts_text(verdicts: Sequence[str]) -> str:
+    """'3 agree, 1 same direction, ...' for captions (every verdict named, zeros included)."""
+    counts = verdict_counts(verdicts)
+    return ", ".join(f"{n} {name}" for name, n in counts.items())
+
+
+def interval_text(iv: Interval, digits: int = 1) -> str:
+    """A cell as people read it: 'mean [low, high]' (bounds only when censored; '—' when empty)."""
+    if iv.n == 0:
+        return "—"
+
+    def fmt(x: float) -> str:
+        if math.isinf(x):
+            return "∞" if x > 0 else "−∞"
+        return f"{x:.{digits}f}"
+
+    ci = "" if math.isnan(iv.low) else f" [{fmt(iv.low)}, {fmt(iv.high)}]"
+    head = f"{iv.mean:.{digits}f}" if not math.isnan(iv.mean) else f"{iv.n_censored} of {iv.n} censored"
+    return head + ci

@@ -1,0 +1,85 @@
+"""Cell statistics and verdicts against hand-computed numbers."""
+
+import math
+
+import pytest
+
+from hetfl.reports.verdicts import (
+    VERDICTS,
+    bounded_interval,
+    counts_text,
+    interval_text,
+    t_interval,
+    verdict,
+    verdict_counts,
+)
+
+T4 = 2.7764451051977987  # t_{4, 0.975}
+T2 = 4.302652729749464  # t_{2, 0.975}
+
+
+def test_t_interval_by_hand():
+    iv = t_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    half = T4 * math.sqrt(2.5) / math.sqrt(5)  # s² = 10/4
+    assert iv.mean == 3.0 and iv.n == 5 and iv.std == pytest.approx(math.sqrt(2.5))
+    assert iv.low == pytest.approx(3.0 - half) and iv.high == pytest.approx(3.0 + half)
+    assert iv.low == pytest.approx(1.0367568, abs=1e-6)
+
+
+def test_one_seed_has_no_interval_and_constant_seeds_a_point():
+    one = t_interval([0.7])
+    assert one.mean == 0.7 and math.isnan(one.low) and math.isnan(one.high) and math.isnan(one.std)
+    same = t_interval([2.0, 2.0, 2.0])
+    assert (same.low, same.high) == (2.0, 2.0)
+
+
+@pytest.mark.parametrize(("paper", "expected"), [
+    (2.0, "agrees"),  # inside [1.04, 4.96]
+    (6.0, "same direction"),  # CI > 0, paper positive, outside
+    (-1.0, "disagrees"),  # CI > 0, paper negative
+    (0.0, "disagrees"),  # the paper saw no difference, the CI excludes 0
+    (float("nan"), "not comparable"),
+    (None, "not comparable"),
+])
+def test_verdicts_of_a_positive_interval(paper, expected):
+    iv = t_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert verdict(paper, iv.low, iv.high) == expected
+
+
+def test_interval_across_zero_is_inconclusive_unless_the_paper_is_inside():
+    iv = t_interval([-1.0, 1.0, 0.5, -0.5, 0.0])
+    assert iv.low < 0 < iv.high
+    assert verdict(5.0, iv.low, iv.high) == "inconclusive"
+    assert verdict(0.2, iv.low, iv.high) == "agrees"
+    assert verdict(0.2, iv.low, iv.high, comparable=False) == "not comparable"
+    assert verdict(0.2, math.nan, math.nan) == "inconclusive"  # one seed: no CI
+
+
+def test_negative_interval_same_direction_as_a_negative_paper_value():
+    assert verdict(-9.0, -5.0, -1.0) == "same direction"
+    assert verdict(3.0, -5.0, -1.0) == "disagrees"
+
+
+def test_bounds_rule_for_censored_seeds():
+    # seeds: 30, 40, and one that never got there within 70 rounds (> 70, i.e. in [71, ∞))
+    iv = bounded_interval([30, 40, 71], [30, 40, math.inf])
+    s = math.sqrt(((30 - 47) ** 2 + (40 - 47) ** 2 + (71 - 47) ** 2) / 2)
+    assert iv.low == pytest.approx(47 - T2 * s / math.sqrt(3))
+    assert iv.high == math.inf and math.isnan(iv.mean) and iv.n_censored == 1
+    assert verdict(34.0, iv.low, iv.high) == "agrees"
+    every = bounded_interval([71, 71, 71], [math.inf] * 3)
+    assert every.low == 71 and verdict(34.0, every.low, every.high) == "same direction"
+    observed = bounded_interval([1, 2, 3], [1, 2, 3])
+    assert observed == t_interval([1, 2, 3])
+    with pytest.raises(ValueError, match="lower bound exceeds"):
+        bounded_interval([5], [4])
+
+
+def test_counts_and_text():
+    counts = verdict_counts(["agrees", "agrees", "disagrees"])
+    assert list(counts) == list(VERDICTS) and counts["agrees"] == 2 and counts["inconclusive"] == 0
+    assert counts_text(["agrees"]).startswith("1 agrees, 0 same direction")
+    with pytest.raises(ValueError, match="unknown"):
+        verdict_counts(["maybe"])
+    assert interval_text(t_interval([1.0, 2.0, 3.0, 4.0, 5.0])) == "3.0 [1.0, 5.0]"
+    assert interval_text(bounded_interval([71, 71], [math.inf, math.inf])) == "2 of 2 censored [71.0, ∞]"
