@@ -243,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("table", help="build a paper table from run directories")
-    p.add_argument("table", choices=["accuracy_difference", "fast_reboot", "crossing_epochs", "bmta"])
+    p.add_argument("table", help="one of the table builders (hetfl.reports.tables.BUILDERS), e.g. "
+                                  "accuracy_difference")
     p.add_argument("--out", required=True, help="output stem; .md, .csv and .tex are written")
     p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
     p.set_defaults(func=_cmd_table)
@@ -255,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_track)
 
     p = sub.add_parser("figure", help="draw a paper figure from run directories")
-    p.add_argument("figure", choices=["scheme_curves", "arrival_curves", "departure_curves"])
+    p.add_argument("figure", help="one of the figures (hetfl.reports.figures.FIGURES), e.g. scheme_curves")
     p.add_argument("--out", required=True, help="output stem; .png and .svg are written")
     p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
     p.set_defaults(func=_cmd_figure)

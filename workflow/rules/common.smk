@@ -3,6 +3,8 @@ import json
 import sys
 
 from hetfl.config import ConfigError, expand_runs, validate_config
+from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
+from hetfl.reports.tables import BUILDERS as TABLE_BUILDERS
 
 try:
     _validated = validate_config(config)
@@ -49,9 +51,8 @@ def runs_of_table(table):
     return [f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values() if s.table == table]
 
 
-# figure -> the table whose runs draw it (hetfl.reports.figures)
-FIGURES = {f: t for f, t in {"scheme_curves": "accuracy_difference", "arrival_curves": "fast_reboot",
-                             "departure_curves": "crossing_epochs"}.items() if t in TABLES}
+# figure -> the table whose runs draw it (the registry hetfl.reports.figures.FIGURES), for the tables run
+FIGURES = {f: t for f, (t, _) in FIGURE_REGISTRY.items() if t in TABLES}
 
 
 def all_targets():

@@ -8,7 +8,7 @@ rule table:
     log:
         "logs/tables/{table}.log",
     wildcard_constraints:
-        table="accuracy_difference|fast_reboot|crossing_epochs|bmta",
+        table="|".join(TABLE_BUILDERS),
     shell:
         "hetfl table {wildcards.table} --out reports/tables/{wildcards.table} {input.runs} > {log} 2>&1"
 

@@ -72,18 +72,26 @@ def event_curves(runs: pd.DataFrame, out: Path, metric: str, title: str) -> None
     _save(fig, out)
 
 
+def _scheme_figure(runs: pd.DataFrame, out: Path) -> None:
+    for (dataset, setting), g in runs.groupby(["dataset", "setting"]):
+        runs.loc[g.index, "setting"] = f"{dataset} {setting}"
+    scheme_curves(runs, out)
+
+
+#: figure name -> (the table whose runs draw it, the drawing function). The workflow draws a figure
+#: whenever its table is in the config (workflow/rules/common.smk); `hetfl figure` takes these names.
+FIGURES = {
+    "scheme_curves": ("accuracy_difference", _scheme_figure),
+    "arrival_curves": ("fast_reboot", lambda runs, out: event_curves(runs, out, "test_accuracy", "arrival")),
+    "departure_curves": ("crossing_epochs",
+                         lambda runs, out: event_curves(runs, out, "test_loss", "departure")),
+}
+
+
 def build_figure(name: str, run_dirs: list[Path], out: Path) -> None:
     """Draw one named figure from run directories (the Snakemake `figure` rule calls this)."""
     from hetfl.reports.tables import load_event_runs
 
-    runs = load_event_runs(run_dirs)
-    if name == "scheme_curves":
-        for (dataset, setting), g in runs.groupby(["dataset", "setting"]):
-            runs.loc[g.index, "setting"] = f"{dataset} {setting}"
-        scheme_curves(runs, out)
-    elif name == "arrival_curves":
-        event_curves(runs, out, "test_accuracy", "arrival")
-    elif name == "departure_curves":
-        event_curves(runs, out, "test_loss", "departure")
-    else:
-        raise ValueError(f"figure '{name}' is unknown; allowed: scheme_curves, arrival_curves, departure_curves")
+    if name not in FIGURES:
+        raise ValueError(f"figure '{name}' is unknown; allowed: {', '.join(FIGURES)}")
+    FIGURES[name][1](load_event_runs(run_dirs), out)
