@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from hetfl.algorithms.hparams import parse_hyperparameters
+from hetfl.algorithms.hparams import check_scheme, parse_hyperparameters
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 
@@ -122,6 +122,16 @@ def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
             parse_hyperparameters(algo, params, key=f"experiments.{name}.algorithm_params.{algo}")
         except ValueError as err:
             raise ConfigError(str(err)) from None
+
+
+def _check_schemes(name: str, exp: dict[str, Any]) -> None:
+    """Every algorithm × scheme of the grid composes (FedNova refuses C, EFL needs C: docs/algorithms.md)."""
+    for algo in _algorithms(exp):
+        for scheme in exp["schemes"]:
+            try:
+                check_scheme(algo, scheme, key=f"experiments.{name}.schemes")
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
 
 
 # Text sources (int64 token ids) and the model each one runs: an image model cannot read token ids, and a
@@ -230,6 +240,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
     for name, exp in config["experiments"].items():
         _check_event(name, exp)
         _check_algorithms(name, exp, (given or {}).get(name, set(exp)))
+        _check_schemes(name, exp)
         _check_text(name, exp, (given or {}).get(name, set(exp)))
         _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
         n_order = len(exp["trace_order"])

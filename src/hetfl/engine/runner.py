@@ -12,6 +12,7 @@ import torch
 
 from hetfl.algorithms.base import Algorithm, RoundInfo, Task
 from hetfl.algorithms.fedavg import FedAvg
+from hetfl.algorithms.hparams import check_scheme
 from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
 from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means, per_sample
@@ -21,6 +22,8 @@ from hetfl.engine.schemes import aggregation_weights, local_steps
 from hetfl.models.base import BatchedModel
 
 LocalTrainer = Callable[..., list[torch.Tensor]]
+#: losses of an evaluated round; any of them non-finite marks the run diverged
+EVAL_LOSSES = ("test_loss", "train_loss", "global_test_loss")
 
 
 @dataclass
@@ -70,6 +73,7 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [t.to(device) for t in model.init_params(gen)]
     algorithm = algorithm or FedAvg()
+    check_scheme(algorithm.name, cfg.scheme, key="scheme")  # e.g. FedNova under C divides twice
     algorithm.setup(Task(model, x_train, y_train, fed.train_offsets))
     state = algorithm.init_state(params, fed.num_devices)
     result = TrainResult()
@@ -110,6 +114,8 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
                 row.update(_evaluate_round(model, model_params, schedule.test_devices[tau - 1],
                                            (x_test, y_test, test_device), (x_train, y_train, train_device),
                                            global_test, own_correct))
+        # finite parameters can still give NaN losses (a negative BN running variance): diverged too
+        diverged = diverged or any(not math.isfinite(row[k]) for k in EVAL_LOSSES if k in row)
         result.records.extend((tau, k, float(v)) for k, v in row.items())
         result.rounds_done = tau
         if progress is not None:
