@@ -258,6 +258,15 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
             )
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """What the parser found and where (1-based): 'found character ... at line 2, column 1'."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    what = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{what}{where}" + (f" ({context})" if context else "")
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file and validate it."""
     path = Path(path)
@@ -265,6 +274,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(err)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
     return validate_config(raw)
