@@ -207,6 +207,25 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
                           f"not allowed; allowed: one per device ({exp['num_devices']})")
 
 
+# Models that read flat feature vectors: SYNTHETIC(α, β) is 60 features per sample, not an image.
+FLAT_MODELS = ("logreg", "mlp")
+
+
+def _check_inputs(name: str, exp: dict[str, Any]) -> None:
+    """What would fail only after split and trace jobs ran: an image model on SYNTHETIC's feature vectors,
+    a data_dir that does not exist."""
+    key = f"experiments.{name}"
+    if exp["dataset"] == "synthetic" and exp["model"] not in FLAT_MODELS:
+        raise ConfigError(f"config key '{key}.model' has value \"{exp['model']}\", which is not allowed for "
+                          f"dataset \"synthetic\" (60 features per sample, not an image); allowed: "
+                          + ", ".join(f'"{m}"' for m in FLAT_MODELS))
+    data_dir = exp.get("data_dir")
+    if data_dir is not None and not Path(data_dir).expanduser().is_dir():
+        raise ConfigError(f"config key '{key}.data_dir' has value \"{data_dir}\", which is not an existing "
+                          f"directory (relative to {Path.cwd()}); allowed: a directory holding the data "
+                          f"(fetch into it: python -m hetfl.data.sources fetch NAME --data-dir DIR)")
+
+
 EVENT_POLICIES = {"arrival": ("fast_reboot", "vanilla"), "departure": ("include", "exclude")}
 EVENT_TABLES = {"fast_reboot": "arrival", "crossing_epochs": "departure"}
 
@@ -243,6 +262,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_schemes(name, exp)
         _check_text(name, exp, (given or {}).get(name, set(exp)))
         _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
+        _check_inputs(name, exp)
         n_order = len(exp["trace_order"])
         for k in exp["num_traces"]:
             if k > n_order:
