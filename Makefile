@@ -16,8 +16,8 @@ $(STAMP): requirements.lock pyproject.toml
 
 setup: $(STAMP)  ## create .venv with the pinned dependencies and hetfl
 
-reproduce: $(STAMP)  ## run the embedded default grid and build its tables
-	PATH=$(BIN):$$PATH snakemake --cores $(CORES) --configfile $(CONFIG)
+reproduce: $(STAMP)  ## run the embedded default grid and build its tables (recovers from an interrupted run)
+	PATH=$(BIN):$$PATH $(BIN)/python -m hetfl.reproduce --cores $(CORES) --configfile $(CONFIG)
 
 test: $(STAMP)  ## run the test suite
 	PATH=$(BIN):$$PATH $(BIN)/python -m pytest
