@@ -1,4 +1,4 @@
-"""Stale inputs are refused, killed runs resume bitwise, finished runs are restored, stale checkpoints ignored."""
+"""Stale inputs are refused; killed runs resume bitwise; finished runs are restored; stale checkpoints not."""
 
 import dataclasses
 import json
@@ -18,11 +18,12 @@ from hetfl.data.build import make_split
 from hetfl.data.traces import make_traces
 from hetfl.pipeline import CHECKPOINT, Provenance, run_cell, run_training
 
-SPEC = RunSpec(experiment="e", run="r", table="none", dataset="synthetic", setting="NIID", alpha=1.0, beta=1.0,
-               iid=False, num_devices=20, sizes={"distribution": "pareto", "size": 20, "index": 0.5,
+SPEC = RunSpec(experiment="e", run="r", table="none", dataset="synthetic", setting="NIID", alpha=1.0,
+               beta=1.0, iid=False, num_devices=20, sizes={"distribution": "pareto", "size": 20, "index": 0.5,
                                                  "max_size": 200, "min_size": 10, "sigma": 0.3},
                test_fraction=0.2, model="logreg", algorithm="scaffold", scheme="C", num_traces=8,
-               trace_order=("T_0", "T_30", "T_50", "T_70", "T_90", "T_hi", "T_mi", "T_lo"), local_epochs=5,
+               trace_order=("T_0", "T_30", "T_50", "T_70", "T_90", "T_hi", "T_mi", "T_lo"),
+               local_epochs=5,
                batch_size=20, eta0=1.0, rounds=12, eval_every=1, seed=0,
                algorithm_params={"global_lr": 1.0})
 
@@ -30,7 +31,8 @@ SPEC = RunSpec(experiment="e", run="r", table="none", dataset="synthetic", setti
 def _inputs(tmp_path: Path, spec: RunSpec = SPEC) -> tuple[Path, Path]:
     split, trace = tmp_path / "split" / "split.npz", tmp_path / "traces.npz"
     make_split(split, spec.split_spec(), spec.seed)
-    make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds, seed=spec.seed)
+    make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
+                seed=spec.seed)
     return split, trace
 
 
@@ -40,8 +42,8 @@ def test_stale_split_and_traces_are_refused_naming_the_key(tmp_path):
         run_training(dataclasses.replace(SPEC, alpha=0.5), split, trace, tmp_path / "run", progress=False)
     with pytest.raises(ValueError, match=r"seed: traces have 0, run needs 1"):
         make_split(tmp_path / "s1" / "split.npz", SPEC.split_spec(), 1)
-        run_training(dataclasses.replace(SPEC, seed=1), tmp_path / "s1" / "split.npz", trace, tmp_path / "run",
-                     progress=False)
+        run_training(dataclasses.replace(SPEC, seed=1), tmp_path / "s1" / "split.npz", trace,
+                     tmp_path / "run", progress=False)
     with pytest.raises(ValueError, match=r"assignment: traces have \"random\", run needs \"stratified\""):
         run_training(dataclasses.replace(SPEC, trace_assignment="stratified"), split, trace, tmp_path / "run",
                      progress=False)
@@ -69,7 +71,8 @@ def test_cli_by_hand_rebuilds_a_stale_split(tmp_path):
     cfg.write_text(cfg.read_text().replace("alpha: 1.0", "alpha: 0.5"))
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert "making the split again: split" in proc.stderr and "alpha: split has 1.0, run needs 0.5" in proc.stderr
+    assert "making the split again: split" in proc.stderr
+    assert "alpha: split has 1.0, run needs 0.5" in proc.stderr
     manifest = json.loads((tmp_path / "data_splits/e/NIID/seed0/manifest.json").read_text())
     info = json.loads((tmp_path / "results/e/NIID_T2_C_s0/run.json").read_text())
     assert manifest["alpha"] == 0.5 == info["spec"]["alpha"]  # the data used and the record agree
@@ -103,7 +106,7 @@ def test_killed_run_resumes_to_bitwise_the_same_metrics(tmp_path):
                 break
         time.sleep(0.02)
     proc.wait()
-    assert 10 <= seen < spec.rounds, "the run must be killed part-way (make it longer if this machine is fast)"
+    assert 10 <= seen < spec.rounds, "the run must be killed part-way (lengthen it if this machine is fast)"
     assert not (out / "metrics.parquet").exists()
 
     again = subprocess.run(_train_cmd(spec, split, trace, out, 5), capture_output=True, text=True)
