@@ -122,3 +122,10 @@ def _steps_seen(local_work: str, sizes=(30, 90)) -> list[int]:
 def test_local_work_steps_or_epochs_in_the_round():
     assert _steps_seen("steps") == [2, 2]  # E = 2 local updates whatever the device's size
     assert _steps_seen("epochs") == [2 * 3, 2 * 9]  # E = 2 epochs of ceil(n/10) minibatches
+
+
+def test_trace_file_keeps_a_dotted_key():
+    from hetfl.paths import trace_file
+
+    spec = next(r for r in expand_runs(_config(readings={"p_inactive": [0.02]})) if r.reading)
+    assert trace_file(spec).name == "n6_r3_seed0_pi0.02.npz"

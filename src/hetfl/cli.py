@@ -103,7 +103,7 @@ def _prepare_by_hand(spec) -> tuple[Path, Path]:
     from hetfl.pipeline import check_traces
 
     split = paths.split_dir(spec) / "split.npz"
-    trace = paths.trace_stem(spec).with_suffix(".npz")
+    trace = paths.trace_file(spec)
     try:
         check_split(split, spec.split_spec(), spec.seed)
     except (FileNotFoundError, ValueError) as why:
@@ -133,7 +133,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError("hetfl train --cell needs --split")
         text = args.cell if args.cell.lstrip().startswith("[") else Path(args.cell).read_text()
         specs = [RunSpec.from_dict(d) for d in json.loads(text)]
-        traces = {s.run: paths.trace_stem(s, args.traces_root).with_suffix(".npz") for s in specs}
+        traces = {s.run: paths.trace_file(s, args.traces_root) for s in specs}
         statuses = run_cell(specs, Path(args.split), traces, args.results_root or "results", args.log_dir,
                             device=args.device, checkpoint_every=args.checkpoint_every)
         print(f"cell {specs[0].split_key}: " + ", ".join(f"{n} {s}" for s, n in _count(statuses.values())),

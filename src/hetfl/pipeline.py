@@ -137,6 +137,22 @@ def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str) ->
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _pack(records: list[tuple[int, str, float]]) -> dict[str, Any]:
+    """Records as three tensors and a name list: torch.save pickles a list of tuples object by object."""
+    names = sorted({m for _, m, _ in records})
+    index = {m: i for i, m in enumerate(names)}
+    return {"names": names,
+            "round": torch.tensor([r for r, _, _ in records], dtype=torch.int64),
+            "metric": torch.tensor([index[m] for _, m, _ in records], dtype=torch.int64),
+            "value": torch.tensor([v for _, _, v in records], dtype=torch.float64)}
+
+
+def _unpack(packed: dict[str, Any]) -> list[tuple[int, str, float]]:
+    names = packed["names"]
+    return [(int(r), names[int(m)], float(v))
+            for r, m, v in zip(packed["round"], packed["metric"], packed["value"], strict=True)]
+
+
 def _load_checkpoint(path: Path, key: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
@@ -186,8 +202,9 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     ckpt_path = out_dir / CHECKPOINT
     ckpt = _load_checkpoint(ckpt_path, key)
     if ckpt is not None and "info" in ckpt:  # finished under the same key: restore, do not retrain
-        _write_outputs(out_dir, ckpt["records"], ckpt["info"])
-        return TrainResult(records=list(ckpt["records"]), status=ckpt["info"]["status"],
+        records = _unpack(ckpt["records"])
+        _write_outputs(out_dir, records, ckpt["info"])
+        return TrainResult(records=records, status=ckpt["info"]["status"],
                            rounds_done=ckpt["info"]["rounds_done"])
 
     model = _make_model(spec.model, fed, spec.model_params)
@@ -197,14 +214,14 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
                              local_work=spec.local_work, completion=spec.completion,
                              boost=(spec.event or {}).get("boost", "additive"))
     algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
-    resume = None if ckpt is None else Snapshot(ckpt["tau"], ckpt["params"], ckpt["state"], ckpt["records"],
-                                                ckpt["status"])
+    resume = None if ckpt is None else Snapshot(ckpt["tau"], ckpt["params"], ckpt["state"],
+                                                _unpack(ckpt["records"]), ckpt["status"])
     wall_before = 0.0 if ckpt is None else float(ckpt["wall"])
     start = time.perf_counter()
 
     def save(snap: Snapshot) -> None:
         _save_checkpoint(ckpt_path, {"key": key, "tau": snap.tau, "params": [t.cpu() for t in snap.params],
-                                     "state": _cpu(snap.state), "records": list(snap.records),
+                                     "state": _cpu(snap.state), "records": _pack(snap.records),
                                      "status": snap.status,
                                      "wall": wall_before + time.perf_counter() - start})
 
@@ -233,7 +250,7 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     info = json.loads(json.dumps(info))  # plain JSON types (torch.__version__ is a str subclass)
     _write_outputs(out_dir, result.records, info)
     # the light final checkpoint: enough to restore both outputs, no tensors (loads with weights_only=True)
-    _save_checkpoint(ckpt_path, {"key": key, "records": list(result.records), "info": info})
+    _save_checkpoint(ckpt_path, {"key": key, "records": _pack(result.records), "info": info})
     return result
 
 
