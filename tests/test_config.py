@@ -92,11 +92,11 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
 
 
 @pytest.mark.parametrize(("config", "train", "split", "trace"), [
-    ("ruan2021_table3_synthetic", 2 * 8 * 3 * 3, 2 * 3, 8 * 3),
+    ("ruan2021_table3_synthetic", 2 * 8 * 3 * 5, 2 * 5, 8 * 5),
     ("ruan2021_table3_mnist", 2 * 8 * 3 * 3, 2 * 3, 8 * 3),
     ("ruan2021_table3_emnist", 2 * 8 * 3 * 3, 2 * 3, 8 * 3),
-    ("ruan2021_table4", 3 * 4 * 2 * 3, 3 * 3, 2 * 3),  # datasets × τ0 × {fast, vanilla} × seeds
-    ("ruan2021_table5", 3 * 9 * 2 * 3, 3 * 3, 3),  # (α, β) × τ0 × {include, exclude} × seeds
+    ("ruan2021_table4", 3 * 4 * 2 * 5, 3 * 5, 2 * 5),  # datasets × τ0 × {fast, vanilla} × seeds
+    ("ruan2021_table5", 3 * 9 * 2 * 5, 3 * 5, 5),  # (α, β) × τ0 × {include, exclude} × seeds
     ("ruan2021_figure5", 2 * 3, 3, 3),
     ("ma2022_efl_text", 4 * 2 * 3, 4 * 3, 2 * 2 * 3),  # {Shakespeare, Sent140} × {FedAvg, EFL} × |T| × seeds
 ])
