@@ -152,7 +152,7 @@ def _notes(runs: pd.DataFrame, table: str, tidy: pd.DataFrame, settings_note: st
         scale_note(runs),
         "Readings (docs/readings.md): " + ", ".join(f"{k} = {v}" for k, v in readings.items()) + ".",
         comparability_note(runs),
-        participation_note(runs) if table == "accuracy_difference" else "",
+        participation_note(runs),
         f"Verdicts: {counts_text(table_verdicts(table, tidy))}.",
         provenance_note(runs),
     ]))
