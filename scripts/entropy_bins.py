@@ -14,10 +14,10 @@ import torch
 
 from hetfl.algorithms import make_algorithm
 from hetfl.data import traces
+from hetfl.data.build import build_from_source, build_synthetic
 from hetfl.engine import comm
 from hetfl.engine.runner import TrainSettings, train
 from hetfl.models import make_model
-from hetfl.pipeline import build_from_source, build_synthetic
 
 torch.set_num_threads(1)
 R = int(sys.argv[1]) if len(sys.argv) > 1 else 10
@@ -35,8 +35,8 @@ comm.entropy_bits = both
 sizes = {"distribution": "pareto", "index": 0.5, "size": 20, "max_size": 300, "min_size": 10, "sigma": 0.3}
 tasks = {
     "synthetic(1,1) logreg": (build_synthetic(1.0, 1.0, False, 30, sizes, 0.2, 0), "logreg", 60, 10, 0.5),
-    "mnist5k 2NN": (build_from_source("mnist5k", {"label_skew": "iid"}, 10, {"distribution": "equal"}, 0.2, 0),
-                    "mlp", 784, 10, 0.05),
+    "mnist5k 2NN": (build_from_source("mnist5k", {"label_skew": "iid"}, 10, {"distribution": "equal"}, 0.2,
+                                      0), "mlp", 784, 10, 0.05),
 }
 for task, (fed, model_name, dim, batch, eta0) in tasks.items():
     fractions = traces.generate_traces(8, fed.num_devices, R, 0).fractions

@@ -13,7 +13,9 @@ import pytest
 
 from hetfl import cli
 from hetfl.config import expand_runs, validate_config
-from hetfl.pipeline import make_split, make_traces, run_training
+from hetfl.data.build import make_split
+from hetfl.data.traces import make_traces
+from hetfl.pipeline import run_training
 
 
 def _main(capsys, *argv: str) -> tuple[int, str]:
@@ -118,7 +120,7 @@ def results(tmp_path_factory):
         trace = root / "traces" / f"{spec.trace_key}.npz"
         if not trace.exists():
             make_traces(trace, traceset=spec.traceset, num_devices=4, rounds=2, seed=0)
-        run_training(spec, split, trace, root / "results" / "e" / spec.run, track=False, progress=False)
+        run_training(spec, split, trace, root / "results" / "e" / spec.run, progress=False)
     (root / "results" / "e" / "mlflow.json").write_text("{}")  # what the workflow's track job leaves
     (root / "results" / "e" / "killed_run").mkdir()  # a run that never finished: no run.json
     return root
