@@ -7,6 +7,7 @@ import platform
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -171,11 +172,13 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
                              lr_schedule=spec.lr_schedule, local_steps=spec.local_steps)
     algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
+    started_at = datetime.now(UTC)
     start = time.perf_counter()
     log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}") if progress else None
     result = train(model, fed, tr.fractions, settings, device=dev, progress=log, algorithm=algorithm,
                    schedule=event_schedule(spec, fed.num_devices))
     wall = time.perf_counter() - start
+    finished_at = datetime.now(UTC)
 
     metrics = pd.DataFrame(result.records, columns=["round", "metric", "value"]).astype(
         {"round": "int64", "metric": "string", "value": "float64"})
@@ -192,18 +195,20 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
         "device": str(dev),
         "torch_threads": torch.get_num_threads(),
         "wall_time_s": round(wall, 3),
+        "started_at": started_at.isoformat(timespec="milliseconds"),  # the MLflow run's start and end
+        "finished_at": finished_at.isoformat(timespec="milliseconds"),
     }
-    if track:
+    atomic_write_json(out_dir / "run.json", info)
+    if track:  # after run.json exists: it is one of the run's artifacts
         try:
-            from hetfl.tracking import log_run
+            from hetfl.tracking import mirror_run_dirs
 
-            info["mlflow_run_id"] = log_run(
-                results_root or "results", spec.experiment, spec.run, spec.to_dict(),
-                result.records, {"hetfl.status": result.status, "git_commit": info["git_commit"]})
+            info["mlflow_run_id"] = mirror_run_dirs(results_root or "results", [out_dir]).runs[
+                f"{spec.experiment}/{spec.run}"]
         except Exception as exc:  # results on disk are the source of truth: never lose them to tracking
             info["mlflow_error"] = repr(exc)
             print(f"warning: MLflow logging failed ({exc!r}); results are kept in {out_dir}", file=sys.stderr)
-    atomic_write_json(out_dir / "run.json", info)
+        atomic_write_json(out_dir / "run.json", info)
     return result
 
 
