@@ -164,7 +164,7 @@ def _cmd_track(args: argparse.Namespace) -> int:
     print(f"mirrored {len(mirror.runs)} run(s) and {len(mirror.summaries)} summary run(s) to "
           f"{mirror.tracking_uri}; {mirror.purged} replaced run(s) purged", file=sys.stderr)
     for name, exp_id in mirror.experiments.items():  # the training-runs view (docs/tracking.md)
-        print(f"  {name}: <mlflow ui>/#/experiments/{exp_id}/runs?workflowType=machine_learning",
+        print(f"  {name}: http://127.0.0.1:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning",
               file=sys.stderr)
     return 0
 
