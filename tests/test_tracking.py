@@ -106,7 +106,7 @@ def test_experiment_description_kind_and_unique_names(store, tmp_path):
 def test_remirroring_updates_in_place_and_leaves_no_deleted_run(store, tmp_path):
     results = store
     a, b = _write_run(results, _spec("again")), _write_run(results, _spec("again", run="IID_T8_C_s1"))
-    first = tracking.mirror_run_dirs(results, [a, b])
+    first = tracking.mirror_run_dirs(results, [a, b, a / "run.json"])  # a run given twice is one run
     second = tracking.mirror_run_dirs(results, [a, b])
     assert second.runs == first.runs and second.purged == 0  # unchanged runs keep their MLflow ids
     client = _client(results)
@@ -164,8 +164,11 @@ def test_summary_run_carries_tables_and_figures(store, tmp_path):
     assert arts == {"tables/accuracy_difference.md", "tables/accuracy_difference.csv",
                     "figures/scheme_curves.png"}
     assert summary.info.start_time == START_MS  # spans the experiment from its first run's start
+    files[0].write_text("a table built again")  # new bytes, same files: written over in place
     again = tracking.mirror_run_dirs(results, runs, description="", summary_files=files)
-    assert again.summaries == first.summaries and again.runs == first.runs
+    assert again.summaries == first.summaries and again.runs == first.runs and again.purged == 0
+    local = client.download_artifacts(summary.info.run_id, "tables/accuracy_difference.md", str(tmp_path))
+    assert Path(local).read_text() == "a table built again"
     with pytest.raises(FileNotFoundError, match="absent.svg"):
         tracking.mirror_run_dirs(results, runs, summary_files=[reports / "figures/absent.svg"])
 
@@ -180,6 +183,12 @@ def test_tracking_uri_from_the_environment(tmp_path, monkeypatch):
     client = MlflowClient(tracking_uri=f"sqlite:///{store / 'm.db'}")
     assert sorted(a.path for a in client.list_artifacts(rid)) == ["metrics.parquet", "run.json"]
     assert (store / "mlartifacts" / "env").is_dir() and not (results / "mlflow.db").exists()
+
+
+def test_a_path_that_is_no_run_directory_is_named(store, tmp_path):
+    (tmp_path / "mlflow.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="mlflow.json is not a run directory"):
+        tracking.mirror_run_dirs(store, [tmp_path / "mlflow.json"])
 
 
 def test_a_tracking_server_is_not_purged_from_the_client(capsys):

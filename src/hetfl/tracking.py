@@ -29,7 +29,8 @@ from typing import Any
 
 RUN_KEY_TAG = "hetfl.run_key"  # "<experiment>/<run>": how a mirror is found again
 SUMMARY_TAG = "hetfl.summary_of"  # the experiment whose tables and figures a summary run carries
-CONTENT_TAG = "hetfl.content_sha256"  # what was mirrored: unchanged content is updated in place
+# what an in-place update cannot change (a run's metrics, params, start): the same hash is updated in place
+CONTENT_TAG = "hetfl.content_sha256"
 # MLflow 3 records an experiment's kind in this tag; "custom_model_development" is its training-runs kind
 # (the other, "genai_development", opens on the GenAI overview).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -146,6 +147,9 @@ def read_run(run_dir: str | Path) -> RunRecord:
 
     d = Path(run_dir)
     d = d.parent if d.name == "run.json" else d
+    if not (d / "run.json").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no run.json in it); hetfl track takes "
+                                "run directories or their run.json files")
     info = json.loads((d / "run.json").read_text())
     m = pd.read_parquet(d / "metrics.parquet")
     records = list(zip(m["round"].astype(int), m["metric"].astype(str), m["value"].astype(float),
@@ -200,7 +204,8 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
     """The experiment's summary run: its tables and figures as artifacts (tables/, figures/).
 
     It spans the experiment: from its first run's start to the last of its runs' ends and its report
-    files' writes.
+    files' writes. It has no params or metrics, so new bytes of the same files are written over in place;
+    only another set of files or another start replaces it.
     """
     files = sorted(Path(f) for f in files)
     missing = [str(f) for f in files if not f.is_file()]
@@ -209,16 +214,15 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
     if not runs:
         raise ValueError(f"a summary of experiment '{experiment}' needs its runs; none was given")
     folder = {".md": "tables", ".csv": "tables", ".tex": "tables", ".png": "figures", ".svg": "figures"}
+    start = min(r.start_ms for r in runs)
     end = max([r.end_ms for r in runs] + [int(f.stat().st_mtime * 1000) for f in files])
-    h = hashlib.sha256()
-    for r in sorted(runs, key=lambda r: r.key):
-        h.update(f"{r.key}:{r.content_sha256}".encode())
     tags = {"hetfl.kind": "summary", "hetfl.runs": str(len(runs)),
             NOTE_TAG: f"Tables and figures built from the {len(runs)} run(s) of {experiment}."}
     return RunRecord(experiment=experiment, key=experiment, name=f"{experiment}/summary", params={},
-                     records=[], tags=tags, start_ms=min(r.start_ms for r in runs), end_ms=end,
-                     status="FINISHED", artifacts=tuple((f, folder.get(f.suffix, "reports")) for f in files),
-                     content_sha256=content_sha256({"runs": h.hexdigest()}, files), key_tag=SUMMARY_TAG)
+                     records=[], tags=tags, start_ms=start, end_ms=end, status="FINISHED",
+                     artifacts=tuple((f, folder.get(f.suffix, "reports")) for f in files),
+                     content_sha256=content_sha256({"files": [f.name for f in files], "start": start}, []),
+                     key_tag=SUMMARY_TAG)
 
 
 def _experiment_id(client, name: str, uri: str) -> str:
@@ -336,9 +340,9 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
 
     results_dir = Path(results_dir)
     uri = tracking_uri(results_dir)
-    by_exp: dict[str, list[RunRecord]] = {}
-    for run in runs:
-        by_exp.setdefault(run.experiment, []).append(run)
+    by_exp: dict[str, dict[tuple[str, str], RunRecord]] = {}
+    for run in runs:  # a run given twice is mirrored once
+        by_exp.setdefault(run.experiment, {})[(run.key_tag, run.key)] = run
     ids: dict[str, str] = {}
     summaries: dict[str, str] = {}
     exp_ids: dict[str, str] = {}
@@ -353,7 +357,7 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
                                      not client.get_experiment(exp_id).tags.get(NOTE_TAG)):
                 client.set_experiment_tag(exp_id, NOTE_TAG, text)
             existing = _mirrors(client, exp_id)
-            for run in exp_runs:
+            for run in exp_runs.values():
                 rid, old = _log_run(client, exp_id, run, existing.pop((run.key_tag, run.key), []))
                 (summaries if run.key_tag == SUMMARY_TAG else ids)[run.key] = rid
                 stale += old
