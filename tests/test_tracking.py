@@ -58,14 +58,14 @@ def _default_store(monkeypatch):
 
 def test_run_shows_training_times_commit_dirty_flag_and_artifacts(store, tmp_path):
     results = store
-    d = _write_run(results, _spec("times"), git_dirty=True)
+    d = _write_run(results, _spec("times"), git_dirty=True, code_fingerprint="f00d")
     mirror = tracking.mirror_run_dirs(results, [d])
     client = _client(results)
     run = client.get_run(mirror.runs["times/IID_T8_C_s0"])
     assert (run.info.start_time, run.info.end_time) == (START_MS, END_MS)
     assert (run.info.end_time - run.info.start_time) / 1000 == 125.5  # the training's wall time
     assert run.data.tags["mlflow.source.git.commit"] == "0123abcd" * 5
-    assert run.data.tags["hetfl.git_dirty"] == "true"
+    assert run.data.tags["hetfl.git_dirty"] == "true" and run.data.tags["hetfl.code_fingerprint"] == "f00d"
     assert run.info.status == "FINISHED"
     assert [m.value for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [0.5, 0.6, 0.7]
     assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == ["metrics.parquet", "run.json"]
@@ -215,16 +215,20 @@ def test_track_verb_writes_ids_and_the_experiment_links(store, tmp_path, capsys)
 
 
 def test_training_by_hand_records_its_times_and_mirrors_itself(store, tmp_path):
-    from hetfl.pipeline import make_split, make_traces, run_training
+    from hetfl.cli import main
+    from hetfl.data.build import make_split
+    from hetfl.data.traces import make_traces
 
     spec = RunSpec.from_dict(_spec(experiment="hand", run="r"))
     make_split(tmp_path / "split.npz", spec.split_spec(), spec.seed)
     make_traces(tmp_path / "t.npz", traceset=spec.traceset, num_devices=4, rounds=3, seed=0)
-    results = store
-    run_training(spec, tmp_path / "split.npz", tmp_path / "t.npz", results / "hand/r", results_root=results,
-                 progress=False)
-    info = json.loads((results / "hand/r/run.json").read_text())
-    run = _client(results).get_run(info["mlflow_run_id"])
+    out = store / "hand/r"
+    assert main(["train", "--spec", json.dumps(spec.to_dict()), "--split", str(tmp_path / "split.npz"),
+                 "--traces", str(tmp_path / "t.npz"), "--out", str(out), "--results-root", str(store)]) == 0
+    info = json.loads((out / "run.json").read_text())
+    exp = _client(store).get_experiment_by_name("hand")
+    (run,) = _client(store).search_runs([exp.experiment_id])
+    assert run.info.run_name == "hand/r"
     assert run.info.start_time == tracking._ms(info["started_at"])
     assert run.info.end_time == tracking._ms(info["finished_at"])
-    assert run.info.end_time - run.info.start_time >= info["wall_time_s"] * 1000 - 1
+    assert abs(run.info.end_time - run.info.start_time - info["wall_time_s"] * 1000) <= 1

@@ -164,6 +164,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
             "hetfl.times": source, MLFLOW_SOURCE_NAME: "hetfl train", MLFLOW_SOURCE_TYPE: "LOCAL",
             NOTE_TAG: f"Mirror of `{d}` (status {info.get('status')}, {info.get('rounds_done')} rounds, "
                       f"device {info.get('device')}); run.json and metrics.parquet are its artifacts."}
+    if info.get("code_fingerprint"):
+        tags["hetfl.code_fingerprint"] = str(info["code_fingerprint"])
     commit = info.get("git_commit")
     if commit and commit != "unknown":
         tags[MLFLOW_GIT_COMMIT] = str(commit)

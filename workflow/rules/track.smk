@@ -1,14 +1,17 @@
 # MLflow mirrors results/: one job per experiment logs all its runs with one client (a per-run MLflow
 # start costs ~2 s, more than a SYNTHETIC run trains), and a summary run with the tables and figures its
-# runs feed; the description comes from the config. `hetfl track` rebuilds the mirror by hand.
+# runs feed; the description comes from the config. A change of hetfl.tracking mirrors again (code param).
+# `hetfl track` rebuilds the mirror by hand.
 def reports_of_experiment(experiment):
     """The table the experiment's runs feed and the figures drawn from it (common.smk's registries)."""
     table = next(s.table for s in RUNS.values() if s.experiment == experiment)
     if table == "none":
         return []
-    return [f"reports/tables/{table}.{ext}" for ext in ("md", "csv", "tex")] + [
-        f"reports/figures/{f}.{ext}" for f, t in FIGURES.items() if t == table for ext in ("png", "svg")
-    ]
+    tables = [f"reports/tables/{table}.{ext}" for ext in ("md", "csv", "tex")]
+    if table in READINGS_TABLES:
+        tables += [f"reports/tables/{table}_readings.{ext}" for ext in ("md", "csv")]
+    figures = [f"reports/figures/{f}.{ext}" for f, t in FIGURES.items() if t == table for ext in ("png", "svg")]
+    return tables + figures
 
 
 rule track:
@@ -22,6 +25,7 @@ rule track:
         "logs/track/{experiment}.log",
     params:
         description=config.get("description", ""),
+        code=fingerprint("track"),
     shell:
         "hetfl track --results-root results --out {output} --description {params.description:q}"
         " {input.runs} --summary {input.reports} > {log} 2>&1"
