@@ -24,8 +24,9 @@ rule track:
     log:
         "logs/track/{experiment}.log",
     params:
+        # --description=... : an empty description (a config without one) must stay an argument
         description=config.get("description", ""),
         code=fingerprint("track"),
     shell:
-        "hetfl track --results-root results --out {output} --description {params.description:q}"
+        "hetfl track --results-root results --out {output} --description={params.description:q}"
         " {input.runs} --summary {input.reports} > {log} 2>&1"
