@@ -295,12 +295,17 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 
 def _cmd_track(args: argparse.Namespace) -> int:
     from hetfl.io import atomic_write_json
-    from hetfl.tracking import mirror_run_dirs, tracking_uri
+    from hetfl.tracking import mirror_run_dirs
 
-    ids = mirror_run_dirs(args.results_root, run_paths(args.runs))
+    mirror = mirror_run_dirs(args.results_root, run_paths(args.runs), description=args.description,
+                             summary_files=[Path(p) for p in args.summary or []])
     if args.out:
-        atomic_write_json(args.out, {"tracking_uri": tracking_uri(args.results_root), "runs": ids})
-    print(f"mirrored {len(ids)} run(s) to {tracking_uri(args.results_root)}", file=sys.stderr)
+        atomic_write_json(args.out, mirror.to_dict())
+    print(f"mirrored {len(mirror.runs)} run(s) and {len(mirror.summaries)} summary run(s) to "
+          f"{mirror.tracking_uri}; {mirror.purged} replaced run(s) purged", file=sys.stderr)
+    for name, exp_id in mirror.experiments.items():  # the training-runs view (docs/tracking.md)
+        print(f"  {name}: http://127.0.0.1:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning",
+              file=sys.stderr)
     return 0
 
 
@@ -428,14 +433,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("track", help="mirror finished runs into MLflow (rebuilds the mirror from results/)")
     p.add_argument("--results-root", default="results", help="directory of the default SQLite store")
-    p.add_argument("--out", help="write {experiment/run: mlflow run id} here as JSON")
-    p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
+    p.add_argument("--out", help="write the MLflow ids (runs, experiments, summary runs) here as JSON")
+    p.add_argument("--description", help="the config's top-level description: each experiment's MLflow "
+                                         "description is written from it and the runs' grid (without it, "
+                                         "only an experiment with no description gets one)")
+    p.add_argument("--summary", nargs="*", metavar="FILE",
+                   help="tables and figures (reports/tables/*.{md,csv,tex}, reports/figures/*.{png,svg}) to "
+                        "attach to each experiment's summary run")
+    p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths, e.g. "
+                                            "results/<experiment>/mlflow.json from a glob, are skipped)")
     p.set_defaults(func=_cmd_track)
 
     p = sub.add_parser("figure", help="draw a paper figure from run directories")
     p.add_argument("figure", help="one of the figures (hetfl.reports.figures.FIGURES), e.g. scheme_curves")
     p.add_argument("--out", required=True, help="output stem; .png and .svg are written")
-    p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
+    p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths are "
+                                            "skipped)")
     p.set_defaults(func=_cmd_figure)
     return parser
 
