@@ -36,15 +36,15 @@ class ModelCost:
     rate: float
 
 
-# The convolutional and recurrent models at their reference input (cnn, cnn_bn, resnet_emnist: 1×28×28;
-# cnn_cifar, vgg11, resnet20: 3×32×32; char_lstm: 80 characters; sent_lstm: 25 words), counted with
-# torch.utils.flop_counter on hetfl.models (tests/test_cluster.py recounts them). The dense models
-# (logreg, mlp) are sized from the dataset's features instead, by ``dense_cost``.
 # One CPU core in the batched engine (`hetfl bench --threads 1` on the project's 2-core AMD EPYC, 35 GFLOP/s
 # matmul): the McMahan CNN trains at 18.7 GFLOP/s, the 2NN at 5.6; rounded down. Unmeasured models (VGG,
 # ResNet, LSTM) are taken at the CNN's rate.
 CONV_FLOPS = 15e9
 DENSE_FLOPS = 5e9
+# The convolutional and recurrent models at their reference input (cnn, cnn_bn, resnet_emnist: 1×28×28;
+# cnn_cifar, vgg11, resnet20: 3×32×32; char_lstm: 80 characters; sent_lstm: 25 words), counted with
+# torch.utils.flop_counter on hetfl.models (tests/test_cluster.py recounts them). The dense models
+# (logreg, mlp) are sized from the dataset's features instead, by ``dense_cost``.
 MODEL_COSTS: dict[str, ModelCost] = {
     "cnn": ModelCost(1_663_370, 24.5e6, 90_000, True, CONV_FLOPS),
     "cnn_bn": ModelCost(1_663_562, 24.5e6, 127_000, True, CONV_FLOPS),
@@ -91,7 +91,7 @@ class Estimate:
 
 
 def expected_size(sizes: Mapping[str, object]) -> float:
-    """Expected samples per device of a size spec (data/sizes.py), before the floor.
+    """Expected samples per device of a size spec (data/sizes.py), kept within [min_size, max_size].
 
     equal: ``size``; lognormal: ``size`` (its mean by construction); pareto: E[min(x_m·X, M)] for
     X ~ Pareto(b, 1), x_m = size, M = max_size, i.e. x_m + x_m^b (M^(1−b) − x_m^(1−b)) / (1 − b)
@@ -131,6 +131,7 @@ def dense_cost(dims: Sequence[int]) -> ModelCost:
 
 
 def model_cost(spec: RunSpec) -> ModelCost:
+    """The run's model: from MODEL_COSTS, or a dense stack over the data's features and classes."""
     if spec.model in MODEL_COSTS:
         return MODEL_COSTS[spec.model]
     if spec.dataset == "synthetic":
@@ -166,9 +167,9 @@ def estimate_run(spec: RunSpec) -> Estimate:
         sample_steps = n_train * spec.local_epochs * spec.rounds
     evals = math.ceil(spec.rounds / spec.eval_every)
     per_step = max(3 * cost.flops / cost.rate, MIN_SAMPLE_SECONDS)
-    per_eval = max(cost.flops / cost.rate, MIN_SAMPLE_SECONDS / 3)
+    per_eval = max(cost.flops / cost.rate, MIN_SAMPLE_SECONDS / 3)  # forward only: a third of a step
     seconds = sample_steps * per_step + evals * (n + n_global) * per_eval + spec.rounds * ROUND_SECONDS
-    # memory: the data (twice: the source as loaded and the federation), client-stacked model state, and
+    # memory: the data (twice: as read from split.npz and as tensors), client-stacked model state, and
     # one minibatch of activations per device with their gradients
     data = 2 * (n + n_global) * input_bytes(spec)
     state = STATE_COPIES * 4 * cost.params * spec.num_devices
