@@ -45,11 +45,11 @@ def test_synthetic_job_by_hand():
     run = cluster.estimate_run(spec)
     # 8,000 sample steps at the 2.5 µs floor + 10 evaluations × 500 samples × 2.5/3 µs + 10 rounds × 10 ms
     assert run.seconds == pytest.approx(8000 * 2.5e-6 + 10 * 500 * 2.5e-6 / 3 + 0.1)
-    # data 2 × 500 × 240 B, state 8 × 4 B × 610 × 10, activations 12 B × 10 × 10 × 10
-    assert run.mem_mb == pytest.approx(1000 + (240_000 + 195_200 + 12_000) / 2**20)
+    # data 2 × 500 × 240 B, state 4 × 4 B × 610 × 10, activations 12 B × 10 × 10 × 10
+    assert run.mem_mb == pytest.approx(1000 + (240_000 + 97_600 + 12_000) / 2**20)
     assert not run.gpu
     res = cluster.train_resources([spec], ClusterOptions())
-    assert res == {"mem_mb": 2048, "runtime": 2, "gpu": 0}  # 2 × 1000.43 MB; 2 × 30.12 s → 2 minutes
+    assert res == {"mem_mb": 2048, "runtime": 2, "gpu": 0}  # 2 × 1000.33 MB; 2 × 30.12 s → 2 minutes
     assert cluster.train_resources([spec], ClusterOptions(), attempt=2) == \
         {"mem_mb": 4096, "runtime": 3, "gpu": 0}  # a retry asks for twice as much: 4 × 30.12 s → 3 min
     assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT
@@ -63,12 +63,12 @@ def test_cnn_job_by_hand():
     train_s = 1600 * 3 * 24.5e6 / 15e9
     eval_s = 2 * 11_000 * 24.5e6 / 15e9
     assert run.seconds == pytest.approx(train_s + eval_s + 0.02)
-    # data 2 × 11,000 × 3,136 B; state 8 × 4 B × 1,663,370 × 10; activations 12 B × 90,000 × 10 × 10
-    assert run.mem_mb == pytest.approx(1000 + (68_992_000 + 532_278_400 + 108_000_000) / 2**20)
+    # data 2 × 11,000 × 3,136 B; state 4 × 4 B × 1,663,370 × 10; activations 12 B × 90,000 × 10 × 10
+    assert run.mem_mb == pytest.approx(1000 + (68_992_000 + 266_139_200 + 108_000_000) / 2**20)
     cpu = cluster.train_resources([spec], ClusterOptions())
-    assert cpu == {"mem_mb": 3584, "runtime": 3, "gpu": 0}  # 2 × 1,676.4 MB; 2 × 73.8 s
+    assert cpu == {"mem_mb": 3072, "runtime": 3, "gpu": 0}  # 2 × 1,422.6 MB → 12 × 256; 2 × 73.8 s → 3 min
     gpu = ClusterOptions(partition="cpu", gpu_partition="gpu", account="fl", gpus=1)
-    assert cluster.train_resources([spec], gpu) == {"mem_mb": 3584, "runtime": 3, "gpu": 1,
+    assert cluster.train_resources([spec], gpu) == {"mem_mb": 3072, "runtime": 3, "gpu": 1,
                                                      "slurm_partition": "gpu", "slurm_account": "fl"}
     assert cluster.train_device([spec], gpu) == "cuda"
     assert cluster.train_group([spec], gpu) is None  # a GPU job is never grouped
