@@ -1,6 +1,7 @@
 # Cluster placement (issue 15): which rules stay on the submitting host, and what a training job asks a
 # scheduler for. The estimates live in hetfl.cluster; where jobs go comes from the environment
-# (HETFL_SLURM_PARTITION, HETFL_SLURM_GPU_PARTITION, HETFL_SLURM_ACCOUNT or SLURM_ACCOUNT, HETFL_GPUS;
+# (HETFL_SLURM_PARTITION, HETFL_SLURM_GPU_PARTITION, HETFL_SLURM_ACCOUNT or SLURM_ACCOUNT, HETFL_GPUS,
+# HETFL_SLURM_MAX_RUNTIME;
 # docs/cluster.md). Without an executor (local runs) groups are ignored and the resources constrain
 # nothing unless --resources names them (e.g. --resources gpu=1).
 import os
@@ -26,24 +27,20 @@ localrules:
 
 
 def train_specs(wc):
-    """The runs one train job trains: the run {experiment}/{run}, or, for a rule without a {run}
-    wildcard, the cell's runs (same experiment, setting and seed)."""
-    if "run" in wc.keys():
-        return [RUNS[(wc.experiment, wc.run)]]
-    return [s for s in RUNS.values()
-            if (s.experiment, s.setting, str(s.seed)) == (wc.experiment, wc.setting, str(wc.seed))]
+    """The runs one train job trains: the run {experiment}/{run}."""
+    return [RUNS[(wc.experiment, wc.run)]]
 
 
-def train_resource(name):
-    return lambda wc, attempt: train_resources(train_specs(wc), CLUSTER, attempt)[name]
+# For a train rule whose jobs train the runs specs_of(wildcards) (one run, or a cell of runs sharing a
+# split): its resources (`resources: **cluster_resources(specs_of)`), group and `hetfl train --device`.
+def cluster_resources(specs_of):
+    return {name: (lambda wc, attempt, name=name: train_resources(specs_of(wc), CLUSTER, attempt)[name])
+            for name in resource_names(CLUSTER)}
 
 
-TRAIN_RESOURCES = {name: train_resource(name) for name in resource_names(CLUSTER)}
+def cluster_group(specs_of):
+    return lambda wc: train_group(specs_of(wc), CLUSTER)
 
 
-def train_group_of(wc):
-    return train_group(train_specs(wc), CLUSTER)
-
-
-def train_device_of(wc):
-    return train_device(train_specs(wc), CLUSTER)
+def cluster_device(specs_of):
+    return lambda wc: train_device(specs_of(wc), CLUSTER)
