@@ -138,6 +138,20 @@ def peak_rss_mb() -> float:
     return rss / 2 ** 20 if sys.platform == "darwin" else rss / 1024
 
 
+def peak_allocated_bytes(fn: Callable[[], Any], device: torch.device | str = "cpu") -> tuple[int, Any]:
+    """(peak bytes of tensors allocated on `device` while fn() runs, above what was live before it; fn's
+    result). From the torch profiler's allocator events, so it counts exactly what torch allocates (not
+    the interpreter, not freed pages the process keeps), on the CPU and on CUDA alike."""
+    from torch.profiler import profile
+
+    kind = torch.device(device).type
+    with profile(profile_memory=True) as prof:
+        out = fn()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type().name.lower() == kind)
+    return (int(np.max(np.cumsum([n for _, n in events]))) if events else 0), out
+
+
 # -- the work ---------------------------------------------------------------------------------------
 def train_flops(model: BatchedModel, batch: int) -> int:
     """FLOPs of one client step: forward + backward matmuls/convolutions, 2 per multiply-add."""
