@@ -169,7 +169,8 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     model = _make_model(spec.model, fed, spec.model_params)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
-                             lr_schedule=spec.lr_schedule, local_steps=spec.local_steps)
+                             lr_schedule=spec.lr_schedule, local_steps=spec.local_steps,
+                             global_test_samples=spec.global_test_samples)
     algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
     start = time.perf_counter()
     log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}") if progress else None

@@ -14,7 +14,13 @@ from hetfl.algorithms.base import Algorithm, RoundInfo, Task
 from hetfl.algorithms.fedavg import FedAvg
 from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
-from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means, per_sample
+from hetfl.engine.evaluate import (
+    eval_subsample,
+    loss_fairness,
+    mean_client_accuracy,
+    per_client_means,
+    per_sample,
+)
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import full_steps, minibatch_indices
 from hetfl.engine.schemes import aggregation_weights, local_steps
@@ -42,6 +48,7 @@ class TrainSettings:
     seed: int = 0
     lr_schedule: str = "staircase"  # or "constant": η_τ = η0 (the quadratic test bed)
     local_steps: tuple[int, ...] | None = None  # fixed steps of a complete round per device (E·⌈n/B⌉ if None)
+    global_test_samples: int | None = None  # evaluate global_test_* on a seeded subsample (None: all)
 
 
 def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
@@ -63,6 +70,9 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     train_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.train_sizes)).to(device)
     global_test = None if not fed.has_global_test else (
         torch.from_numpy(fed.x_global).to(device), torch.from_numpy(fed.y_global).to(device))
+    if global_test is not None and cfg.global_test_samples is not None:
+        keep = torch.from_numpy(eval_subsample(len(fed.y_global), cfg.global_test_samples, cfg.seed))
+        global_test = tuple(t.index_select(0, keep.to(device)) for t in global_test)
     full = (full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size) if cfg.local_steps is None
             else np.asarray(cfg.local_steps, dtype=np.int64))
     if len(full) != fed.num_devices:
