@@ -55,3 +55,44 @@ def test_fedavg_round_holds_at_most_three_models_per_client(name, kwargs, shape)
     (small, size), (large, _) = (_round_peak(name, kwargs, shape, K) for K in (16, 32))
     copies = (large - small) / 16 / size
     assert copies <= 3.05, f"{copies:.2f} copies of the model per client"
+
+
+def test_round_order_is_restored_in_place():
+    """local_sgd sorts clients by their steps and puts them back in place (engine.local._permute_rows):
+    row i of every stack becomes row source[i], for any permutation, cycles and fixed points alike."""
+    from hetfl.engine.local import _permute_rows
+
+    rng = np.random.default_rng(0)
+    for K in (1, 2, 3, 7, 40):
+        for _ in range(10):
+            source = rng.permutation(K)
+            stacks = [torch.randn(K, 3, 2), torch.randn(K, 5)]
+            expect = [t[torch.from_numpy(source)] for t in stacks]
+            _permute_rows(stacks, source)
+            assert all(torch.equal(a, b) for a, b in zip(stacks, expect, strict=True))
+
+
+_REUSE_PROBE = """
+import resource, sys, torch
+from hetfl.engine.allocator import retain_freed_memory
+if not retain_freed_memory():
+    print("unavailable"); sys.exit()
+for _ in range(8):  # the first few allocations grow the heap (each faults once), then it is reused
+    t = torch.ones(16 * 2**20); del t
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+t = torch.ones(16 * 2**20)  # 64 MiB, every page touched
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_freed_memory_is_kept_for_the_next_round():
+    """After engine.allocator.retain_freed_memory, freeing a 64 MiB stack and allocating it again faults
+    in no new pages (glibc reuses its heap), where fresh mmapped pages fault on every first touch (16,384
+    of them). In a child process: the setting is process-wide."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _REUSE_PROBE], capture_output=True, text=True, check=True)
+    if out.stdout.strip() == "unavailable":
+        pytest.skip("glibc's mallopt is not available")
+    assert int(out.stdout.strip()) < 1000, out.stdout

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from hetfl.engine import executor
+from hetfl.engine.allocator import retain_freed_memory
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
@@ -376,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the reference on only the first N clients, a quick look (default 0: all)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    retain_freed_memory()  # as `hetfl train` runs (engine.allocator); both engines allocate through it
     try:
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
                                args.ref_clients or None, args.batch)
