@@ -23,13 +23,14 @@ from hetfl.models import make_model
 BATCH, STEPS = 10, 4
 
 
-def _round_peak(name: str, kwargs: dict, shape: tuple[int, ...], K: int) -> tuple[int, int]:
+def _round_peak(name: str, kwargs: dict, shape: tuple[int, ...], K: int, device: str = "cpu"
+                ) -> tuple[int, int]:
     """(peak bytes of one FedAvg round of K clients: local SGD + aggregation, bytes of one model)."""
     model = make_model(name, shape if len(shape) > 1 else shape[0], 10, **kwargs)
-    params = model.init_params(torch.Generator().manual_seed(0))
+    params = [p.to(device) for p in model.init_params(torch.Generator().manual_seed(0))]
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(K * BATCH * STEPS, *shape, generator=gen)
-    y = torch.randint(0, 10, (K * BATCH * STEPS,), generator=gen)
+    x = torch.randn(K * BATCH * STEPS, *shape, generator=gen).to(device)
+    y = torch.randint(0, 10, (K * BATCH * STEPS,), generator=gen).to(device)
     offsets = np.arange(K + 1) * BATCH * STEPS
     steps = np.random.default_rng(0).integers(0, STEPS + 1, K)  # unequal work: the stack is reordered
     idx = minibatch_indices(offsets, np.arange(K), steps, BATCH, 0, 1)
@@ -43,16 +44,18 @@ def _round_peak(name: str, kwargs: dict, shape: tuple[int, ...], K: int) -> tupl
         finals = local_sgd(model, params, x, y, idx, steps, 0.1)
         return algorithm.aggregate(state, params, finals, info)
 
-    peak, _ = peak_allocated_bytes(one_round)
+    peak, _ = peak_allocated_bytes(one_round, device)
     return peak, sum(p.numel() * p.element_size() for p in params)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device (scripts/gpu-check runs this on a GPU machine)"))])
 @pytest.mark.parametrize(("name", "kwargs", "shape"), [
     ("mlp", {"hidden": (200, 200)}, (784,)),  # the 2NN: 6 copies per client before issue 12
     ("mlp", {"hidden": (200, 100)}, (1, 28, 28)),  # FedDyn's MLP, on image-shaped input
 ])
-def test_fedavg_round_holds_at_most_three_models_per_client(name, kwargs, shape):
-    (small, size), (large, _) = (_round_peak(name, kwargs, shape, K) for K in (16, 32))
+def test_fedavg_round_holds_at_most_three_models_per_client(name, kwargs, shape, device):
+    (small, size), (large, _) = (_round_peak(name, kwargs, shape, K, device) for K in (16, 32))
     copies = (large - small) / 16 / size
     assert copies <= 3.05, f"{copies:.2f} copies of the model per client"
 

@@ -24,8 +24,9 @@ def local_sgd_reference(model: BatchedModel, global_params: list[Tensor], x_trai
     module whose buffers are zero. start: per-client starting parameters [K, ...] (FedBN).
     """
     # the module in the parameters' dtype (float64 in the exactness tests) on the data's device
-    module = model.make_module().to(device=x_train.device, dtype=global_params[0].dtype)
-    twin = model.make_module().to(dtype=global_params[0].dtype) if correction is not None else None
+    like = {"device": x_train.device, "dtype": global_params[0].dtype}
+    module = model.make_module().to(**like)
+    twin = model.make_module().to(**like) if correction is not None else None
     loss_fn = getattr(model, "loss", None) or nn.CrossEntropyLoss()
     finals: list[list[Tensor]] = []
     for row, s in enumerate(np.asarray(steps).tolist()):
