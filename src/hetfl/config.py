@@ -367,6 +367,7 @@ class RunSpec:
     partition: dict[str, Any] | None = None  # real datasets: the label skew (data.partition.PartitionSpec)
     data_dir: str | None = None
     global_test: bool = True  # real datasets: also evaluate on the source's own test split
+    global_test_samples: int | None = None  # a fixed, seeded subsample of that split (None: all of it)
     model_params: dict[str, Any] = field(default_factory=dict)
     event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set, boost}
     # readings where the paper is silent or ambiguous (docs/readings.md)
@@ -566,6 +567,7 @@ def _grid(exp_name: str, exp: dict[str, Any]) -> Iterator[RunSpec]:
                 partition=dict(sv["partition"]) if "partition" in sv else None,
                 data_dir=exp.get("data_dir"),
                 global_test=exp["global_test"],
+                global_test_samples=exp["global_test_samples"],
                 model_params=dict(exp["model_params"]),
                 event=event,
                 local_work=exp["local_work"],

@@ -230,7 +230,8 @@ class RunJob:
                                  eval_every=spec.eval_every, seed=spec.seed, lr_schedule=spec.lr_schedule,
                                  local_steps=spec.local_steps, local_work=spec.local_work,
                                  completion=spec.completion,
-                                 boost=(spec.event or {}).get("boost", "additive"))
+                                 boost=(spec.event or {}).get("boost", "additive"),
+                                 global_test_samples=spec.global_test_samples)
         self.resume = None if ckpt is None else Snapshot(ckpt["tau"], ckpt["params"], ckpt["state"],
                                                          _unpack(ckpt["records"]), ckpt["status"])
         self.wall_before = 0.0 if ckpt is None else float(ckpt["wall"])

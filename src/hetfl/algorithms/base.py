@@ -126,7 +126,8 @@ class Algorithm:
 
         Every override ends with `with_buffers`: buffers are averaged, never scaled by the scheme."""
         delta = deltas(params, finals)
-        new = self.with_buffers(weighted_update(params, finals, info.weights), finals, info)
+        # Δ once: each stack of K models is memory
+        new = self.with_buffers(apply_update(params, delta, info.weights), finals, info)
         return new, state, comm.round_metrics(up=delta, down=params, clients=len(info.clients))
 
     def with_buffers(self, new: Params, finals: Params, info: RoundInfo,
@@ -170,7 +171,12 @@ def weighted_sum(stacked: Params, weights: np.ndarray) -> Params:
 
 def weighted_update(params: Params, finals: Params, weights: np.ndarray) -> Params:
     """Ruan et al. Eq. (2): w ← w + Σ_k p_τ^k (w_k − w)."""
-    return [g + s for g, s in zip(params, weighted_sum(deltas(params, finals), weights), strict=True)]
+    return apply_update(params, deltas(params, finals), weights)
+
+
+def apply_update(params: Params, delta: Params, weights: np.ndarray) -> Params:
+    """Eq. (2) from the updates Δ_k = w_k − w already computed: w ← w + Σ_k p_τ^k Δ_k."""
+    return [g + s for g, s in zip(params, weighted_sum(delta, weights), strict=True)]
 
 
 def normalized(weights: np.ndarray) -> np.ndarray:

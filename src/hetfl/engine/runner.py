@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -15,7 +15,13 @@ from hetfl.algorithms.fedavg import FedAvg
 from hetfl.algorithms.hparams import check_scheme
 from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
-from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means, per_sample
+from hetfl.engine.evaluate import (
+    eval_subsample,
+    loss_fairness,
+    mean_client_accuracy,
+    per_client_means,
+    per_sample,
+)
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.schemes import boosted_weights, complete_round_steps, local_steps
@@ -48,6 +54,7 @@ class TrainSettings:
     local_work: str = "steps"  # E counts updates (Ruan et al. footnote 1) or "epochs" (docs/readings.md)
     completion: str = "floor"  # a completed fraction f -> ⌊f·full⌋ or "nearest" round(f·full) steps
     boost: str = "additive"  # fast reboot's boost with the scheme (engine.schemes.boosted_weights)
+    global_test_samples: int | None = None  # evaluate global_test_* on a seeded subsample (None: all)
 
 
 @dataclass
@@ -130,6 +137,10 @@ class RunLoop:
                  progress: Callable[[int, dict[str, float]], None] | None = None,
                  checkpoint: Callable[[Snapshot], None] | None = None, checkpoint_every: int = 0) -> None:
         fed = data.fed
+        if data.global_test is not None and cfg.global_test_samples is not None:
+            x, y = data.global_test
+            keep = torch.from_numpy(eval_subsample(len(y), cfg.global_test_samples, cfg.seed)).to(y.device)
+            data = replace(data, global_test=(x.index_select(0, keep), y.index_select(0, keep)))
         self.model, self.data, self.fractions, self.cfg = model, data, fractions, cfg
         self.schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
         self.progress, self.checkpoint, self.checkpoint_every = progress, checkpoint, checkpoint_every
