@@ -1,4 +1,4 @@
-"""Hyperparameters of every algorithm: one dataclass each, plus the catalog (name → paper, class).
+"""Hyperparameters of every algorithm: one dataclass each, plus the catalog (name → paper, class, label).
 
 This module imports no torch, so that validating a config (Snakemake, `hetfl validate`) and listing the
 algorithms (`hetfl algorithms`) stay fast. Each field carries its description and allowed range in its
@@ -13,6 +13,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from hetfl.algorithms.registry import AlgorithmEntry, discover
 
 
 def hyper(default: Any, doc: str, *, minimum: float | None = None, exclusive_minimum: float | None = None,
@@ -108,42 +110,39 @@ class FedDynElasticNetParams:
     epsilon: float = hyper(1e-4, "entries of the sent update with |Δ| ≤ ε are zeroed", minimum=0.0)
 
 
-@dataclass(frozen=True)
-class AlgorithmEntry:
-    """One registered algorithm: where its class lives, its hyperparameters and its source."""
-
-    name: str
-    target: str  # "module:Class", imported on demand (torch stays out of config validation)
-    params: type
-    paper: str
-
-
-CATALOG: dict[str, AlgorithmEntry] = {e.name: e for e in (
+BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("fedavg", "hetfl.algorithms.fedavg:FedAvg", NoParams,
-                   "McMahan et al. 2017 (FedAvg); Ruan et al. 2021, seed 002 (Schemes A/B/C)"),
+                   "McMahan et al. 2017 (FedAvg); Ruan et al. 2021, seed 002 (Schemes A/B/C)", "FedAvg"),
     AlgorithmEntry("fedprox", "hetfl.algorithms.fedprox:FedProx", FedProxParams,
-                   "Li et al. 2020 (FedProx), compared in seeds 000, 003, 004"),
+                   "Li et al. 2020 (FedProx), compared in seeds 000, 003, 004", "FedProx"),
     AlgorithmEntry("scaffold", "hetfl.algorithms.scaffold:Scaffold", ScaffoldParams,
-                   "Karimireddy et al. 2020 (SCAFFOLD, option II), compared in seeds 000, 003, 004"),
+                   "Karimireddy et al. 2020 (SCAFFOLD, option II), compared in seeds 000, 003, 004",
+                   "SCAFFOLD"),
     AlgorithmEntry("fednova", "hetfl.algorithms.fednova:FedNova", FedNovaParams,
-                   "Wang et al. 2020 (FedNova), lecture notes seed 001"),
+                   "Wang et al. 2020 (FedNova), lecture notes seed 001", "FedNova"),
     AlgorithmEntry("feddyn", "hetfl.algorithms.feddyn:FedDyn", FedDynParams,
-                   "Acar et al. 2021 (FedDyn), compared in seeds 003, 004"),
+                   "Acar et al. 2021 (FedDyn), compared in seeds 003, 004", "FedDyn"),
     AlgorithmEntry("fedcurv", "hetfl.algorithms.fedcurv:FedCurv", FedCurvParams,
-                   "Shoham et al. 2019 (FedCurv), compared in seed 003"),
+                   "Shoham et al. 2019 (FedCurv), compared in seed 003", "FedCurv"),
     AlgorithmEntry("fedbn", "hetfl.algorithms.fedbn:FedBN", NoParams,
-                   "Li et al. 2021 (FedBN), compared in seed 003"),
+                   "Li et al. 2021 (FedBN), compared in seed 003", "FedBN"),
     AlgorithmEntry("fedfor", "hetfl.algorithms.fedfor:FedFor", FedForParams,
-                   "Tian, Smith, Kira 2022 (FedFOR, Eq. 7), seed 003"),
+                   "Tian, Smith, Kira 2022 (FedFOR, Eq. 7), seed 003", "FedFOR"),
     AlgorithmEntry("efl", "hetfl.algorithms.efl:EFL", EflParams,
-                   "Ma et al. 2022 (Elastic Federated Learning, Eq. 2-6, Algorithms 1-2), seed 000"),
+                   "Ma et al. 2022 (Elastic Federated Learning, Eq. 2-6, Algorithms 1-2), seed 000", "EFL"),
     AlgorithmEntry("fedelasticnet", "hetfl.algorithms.elasticnet:FedElasticNet", ElasticNetParams,
-                   "FedElasticNet Algorithm 1 (on FedAvg/FedProx), seed 004"),
+                   "FedElasticNet Algorithm 1 (on FedAvg/FedProx), seed 004", "FedElasticNet"),
     AlgorithmEntry("scaffold_elasticnet", "hetfl.algorithms.elasticnet:ScaffoldElasticNet",
-                   ScaffoldElasticNetParams, "FedElasticNet Algorithm 2 (on SCAFFOLD), seed 004"),
+                   ScaffoldElasticNetParams, "FedElasticNet Algorithm 2 (on SCAFFOLD), seed 004",
+                   "SCAFFOLD+ElasticNet"),
     AlgorithmEntry("feddyn_elasticnet", "hetfl.algorithms.elasticnet:FedDynElasticNet",
-                   FedDynElasticNetParams, "FedElasticNet Algorithm 3 (on FedDyn), seed 004"),
+                   FedDynElasticNetParams, "FedElasticNet Algorithm 3 (on FedDyn), seed 004",
+                   "FedDyn+ElasticNet"),
 )}
+
+#: every algorithm hetfl knows: its own (BUILTIN) and those other packages register through the entry point
+#: group "hetfl.algorithms" (registry.discover). The config schema's enum is filled in from it.
+CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN)
 
 
 def _allowed(meta: dict[str, Any], typ: str) -> str:
@@ -157,8 +156,13 @@ def _allowed(meta: dict[str, Any], typ: str) -> str:
     return ", ".join(parts)
 
 
+def _type_name(f: dataclasses.Field) -> str:
+    """'float', 'int', 'str' or 'bool' whether or not the defining module postpones annotations."""
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
 def _check_value(f: dataclasses.Field, value: Any, key: str) -> Any:
-    meta, typ = f.metadata, str(f.type)
+    meta, typ = f.metadata, _type_name(f)
     shown = json.dumps(value) if not isinstance(value, dict) else "{...}"
     bad = ValueError(f"config key '{key}' has value {shown}, which is not allowed; "
                      f"allowed: {_allowed(meta, typ)}")
@@ -211,5 +215,5 @@ def parse_hyperparameters(algorithm: str, raw: dict[str, Any] | None, key: str =
 def describe(algorithm: str) -> list[tuple[str, Any, str]]:
     """(name, default, description with allowed values) of each hyperparameter."""
     cls = CATALOG[algorithm].params
-    return [(f.name, f.default, f"{f.metadata['doc']} [{_allowed(f.metadata, str(f.type))}]")
+    return [(f.name, f.default, f"{f.metadata.get('doc', '')} [{_allowed(f.metadata, _type_name(f))}]")
             for f in dataclasses.fields(cls)]

@@ -12,11 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from hetfl.algorithms import method_label
 from hetfl.reports.event_tables import curve
 
-#: hetfl algorithm name -> the method's name in the papers' tables
-METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fednova": "FedNova",
-                 "feddyn": "FedDyn", "fedcurv": "FedCurv", "fedbn": "FedBN", "fedfor": "FedFOR", "efl": "EFL"}
 METRIC = "mean_client_accuracy"
 TIDY_COLUMNS = ["method", "dataset", "setting", "num_traces", "scheme", "reproduced_mean", "reproduced_std",
                 "n_seeds", "n_diverged", "best_round_mean", "paper"]
@@ -43,7 +41,7 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
         found = [best_mean_test_accuracy(curve(d, METRIC)) for d in g["run_dir"]]
         values = [v for v, _ in found if not np.isnan(v)]
         rows.append({
-            "method": METHOD_LABELS.get(algorithm, algorithm), "dataset": dataset, "setting": setting,
+            "method": method_label(algorithm), "dataset": dataset, "setting": setting,
             "num_traces": int(k), "scheme": scheme,
             "reproduced_mean": float(np.mean(values)) if values else np.nan,
             "reproduced_std": float(np.std(values, ddof=1)) if len(values) > 1 else np.nan,
