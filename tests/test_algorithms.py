@@ -81,6 +81,21 @@ def test_fedavg_one_round():
     assert m["bytes_up"] == 2 * 4 and m["bytes_down"] == 2 * 4 and m["nonzeros_up"] == 2
 
 
+def test_fedavgm_one_round_with_server_momentum():
+    # m ← βm + Σ p_τ^k Δ_k;  w ← w + η_s m.  From m = 0.4, β = 0.5, η_s = 2 and the weights (0.5, 0.8):
+    # y = (1 − 0.8², 5 − 5·0.6³) = (0.36, 3.92);  u = 0.5·0.36 + 0.8·3.92 = 3.316;
+    # m = 0.2 + 3.316 = 3.516;  w = 0 + 2·3.516 = 7.032
+    alg = make_algorithm("fedavgm", beta=0.5, server_lr=2.0)
+    new, st, m, _ = one_round(alg, X0, STEPS, LR, state={"m": [torch.tensor([0.4])]}, weights=[0.5, 0.8])
+    assert scalar(st["m"][0]) == pytest.approx(3.516, rel=1e-5)
+    assert scalar(new[0]) == pytest.approx(7.032, rel=1e-5)
+    assert m["bytes_up"] == 2 * 4  # Δ only: the momentum lives on the server
+    # β = 0, η_s = 1 is FedAvg
+    plain, *_ = one_round(make_algorithm("fedavgm", beta=0.0), X0, STEPS, LR, weights=[0.5, 0.8])
+    fedavg, *_ = one_round(make_algorithm("fedavg"), X0, STEPS, LR, weights=[0.5, 0.8])
+    assert scalar(plain[0]) == pytest.approx(scalar(fedavg[0]), rel=1e-6)
+
+
 @pytest.mark.parametrize("prox_step", ["gradient", "proximal"])
 def test_fedprox_one_round(prox_step):
     mu = 3.0

@@ -110,6 +110,13 @@ class FedDynElasticNetParams:
     epsilon: float = hyper(1e-4, "entries of the sent update with |Δ| ≤ ε are zeroed", minimum=0.0)
 
 
+@dataclass(frozen=True)
+class FedAvgMParams:
+    beta: float = hyper(0.9, "server momentum β of m ← βm + Σ p_τ^k Δ_k (0 = FedAvg)", minimum=0.0,
+                        exclusive_maximum=1.0)
+    server_lr: float = hyper(1.0, "server step size η_s of w ← w + η_s m", exclusive_minimum=0.0)
+
+
 BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("fedavg", "hetfl.algorithms.fedavg:FedAvg", NoParams,
                    "McMahan et al. 2017 (FedAvg); Ruan et al. 2021, seed 002 (Schemes A/B/C)", "FedAvg"),
@@ -138,6 +145,8 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("feddyn_elasticnet", "hetfl.algorithms.elasticnet:FedDynElasticNet",
                    FedDynElasticNetParams, "FedElasticNet Algorithm 3 (on FedDyn), seed 004",
                    "FedDyn+ElasticNet"),
+    AlgorithmEntry("fedavgm", "hetfl.algorithms.fedavgm:FedAvgM", FedAvgMParams,
+                   "Hsu, Qi, Brown 2019 (FedAvgM, server momentum); docs/adding-an-algorithm.md", "FedAvgM"),
 )}
 
 #: every algorithm hetfl knows: its own (BUILTIN) and those other packages register through the entry point
