@@ -70,7 +70,7 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     gen = torch.Generator().manual_seed(cfg.seed)
     params = [t.to(device) for t in model.init_params(gen)]
     algorithm = algorithm or FedAvg()
-    algorithm.setup(Task(model, x_train, y_train, fed.train_offsets))
+    algorithm.setup(Task(model, x_train, y_train, fed.train_offsets, seed=cfg.seed))
     state = algorithm.init_state(params, fed.num_devices)
     result = TrainResult()
     for tau in range(1, cfg.rounds + 1):
@@ -87,7 +87,7 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
             ctx = algorithm.client_context(state, params, info)
             idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
             start = algorithm.client_start(state, params, info)
-            finals = local_trainer(model, params, x_train, y_train, idx, info.done, lr,
+            finals = local_trainer(algorithm.local_model(model), params, x_train, y_train, idx, info.done, lr,
                                    correction=algorithm.correct, ctx=ctx, start=start)
             params, state, extra = algorithm.aggregate(state, params, finals, info)
             row.update(extra)
