@@ -117,6 +117,48 @@ class FedAvgMParams:
     server_lr: float = hyper(1.0, "server step size η_s of w ← w + η_s m", exclusive_minimum=0.0)
 
 
+@dataclass(frozen=True)
+class ApflParams:
+    alpha0: float = hyper(0.5, "initial mixing weight α_k of v̄_k = α_k v_k + (1 − α_k) w_k (FedTorch's "
+                               "default)", minimum=0.0, maximum=1.0)
+    adaptive: bool = hyper(True, "update α_k by its gradient ⟨v_k − w_k, ∇f_k(v̄_k)⟩ every local step "
+                                 "(false: α_k stays alpha0)")
+    alpha_lr_scale: float = hyper(1.0, "α's step size as a multiple of the round's learning rate η (the "
+                                       "paper uses η)", minimum=0.0)
+
+
+@dataclass(frozen=True)
+class FedAmpParams:
+    """Defaults: PFLlib's FedAMP scripts (alk 5e-3, sg 0.1, lam 5e-7); the paper's values are not stated in
+    what hetfl could read."""
+
+    alpha_k: float = hyper(5e-3, "attention step α_k of ξ_ij = α_k A'(‖w_i − w_j‖²) and of the prox weight "
+                                 "λ/α_k", exclusive_minimum=0.0)
+    sigma: float = hyper(0.1, "scale σ of the attention function A(x) = 1 − exp(−x/σ)", exclusive_minimum=0.0)
+    lam: float = hyper(5e-7, "λ of the local objective F_i(w) + λ/(2α_k)‖w − u_i‖²", minimum=0.0)
+    start: str = hyper("cloud", "local training starts from the cloud model u_i (cloud) or from the device's "
+                       "own model w_i (own, PFLlib's client)", choices=("cloud", "own"))
+
+
+PERIOD_DOC = ("τ_k of the correction update: the steps the device did (done) or a complete round's (full); "
+              "the paper has every device do the same τ")
+
+
+@dataclass(frozen=True)
+class VrlSgdParams:
+    period: str = hyper("done", PERIOD_DOC, choices=("done", "full"))
+
+
+@dataclass(frozen=True)
+class FedGateParams:
+    server_lr: float = hyper(1.0, "server step size γ of w ← w − ηγΔ", exclusive_minimum=0.0)
+    quantizer: str = hyper("qsgd", "upload quantiser Q: qsgd (unbiased, Alistarh et al. 2017) or none "
+                           "(FedGATE without compression)", choices=("qsgd", "none"))
+    levels: int = hyper(127, "QSGD levels s: 1 + ⌈log2(s + 1)⌉ bits per entry (127: 8 bits)", minimum=1)
+    bucket: int = hyper(512, "QSGD bucket size: one norm per this many entries", minimum=1)
+    period: str = hyper("done", PERIOD_DOC, choices=("done", "full"))
+
+
 BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("fedavg", "hetfl.algorithms.fedavg:FedAvg", NoParams,
                    "McMahan et al. 2017 (FedAvg); Ruan et al. 2021, seed 002 (Schemes A/B/C)", "FedAvg"),
@@ -147,6 +189,17 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
                    "FedDyn+ElasticNet"),
     AlgorithmEntry("fedavgm", "hetfl.algorithms.fedavgm:FedAvgM", FedAvgMParams,
                    "Hsu, Qi, Brown 2019 (FedAvgM, server momentum); docs/adding-an-algorithm.md", "FedAvgM"),
+    AlgorithmEntry("apfl", "hetfl.algorithms.apfl:APFL", ApflParams,
+                   "Deng, Kamani, Mahdavi 2020 (APFL, arXiv 2003.13461, Algorithm 1, adaptive α), compared "
+                   "in seed 000", "APFL"),
+    AlgorithmEntry("fedamp", "hetfl.algorithms.fedamp:FedAMP", FedAmpParams,
+                   "Huang et al. 2021 (FedAMP, AAAI, Eq. 7-8), compared in seed 000", "FedAMP"),
+    AlgorithmEntry("fedgate", "hetfl.algorithms.fedgate:FedGATE", FedGateParams,
+                   "Haddadpour et al. 2021 (FedGATE with compression, FedCOMGATE, Algorithm 2), compared in "
+                   "seed 000", "FedGATE"),
+    AlgorithmEntry("vrlsgd", "hetfl.algorithms.vrlsgd:VRLSGD", VrlSgdParams,
+                   "Liang et al. 2019 (VRL-SGD, arXiv 1912.12844, Algorithm 1), compared in seed 000",
+                   "VRL-SGD"),
 )}
 
 #: every algorithm hetfl knows: its own (BUILTIN) and those other packages register through the entry point
