@@ -8,6 +8,7 @@ import pandas as pd
 
 from hetfl.reports import accuracy_difference as ad
 from hetfl.reports import bmta as bm
+from hetfl.reports import efl_lambda, fairness
 from hetfl.reports import event_tables as ev
 from hetfl.reports.references import load_reference
 from hetfl.reports.results import collect_runs
@@ -116,20 +117,28 @@ def build_crossing_epochs(run_dirs: list[Path], out_stem: Path) -> Path:
 
 def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
     runs = load_runs(run_dirs)
-    tidy = bm.bmta(runs, load_reference("ma2022_efl_table2_bmta"))
-    not_run = sorted(set(tidy.loc[tidy["n_seeds"].isna(), "method"]))
-    caption = ("Reproduction of Ma et al. (2022), EFL Table 2: best mean testing accuracy (BMTA, %) in the "
-               "non-IID setting. Mean testing accuracy = the unweighted mean over devices of each device's "
-               "accuracy on its own local test set (mean_client_accuracy); BMTA = its best over the evaluated "
-               "rounds; cells: mean ± sample std over seeds of the per-seed BMTA. "
-               + (f"Not run here: {', '.join(not_run)} (paper values shown). " if not_run else "")
-               + _settings_note(runs))
-    write_frame_tables(tidy, bm.layout(tidy), out_stem, caption)
+    bm.write(runs, load_reference("ma2022_efl_table2_bmta"), out_stem, _settings_note(runs))
+    return out_stem
+
+
+def build_fairness(run_dirs: list[Path], out_stem: Path) -> Path:
+    runs = load_runs(run_dirs)
+    fairness.write(runs, out_stem, _settings_note(runs))
+    return out_stem
+
+
+def build_efl_lambda(run_dirs: list[Path], out_stem: Path) -> Path:
+    runs = load_runs(run_dirs)
+    efl_lambda.write(runs, out_stem, _settings_note(runs))
     return out_stem
 
 
 BUILDERS = {"accuracy_difference": build_accuracy_difference, "fast_reboot": build_fast_reboot,
-            "crossing_epochs": build_crossing_epochs, "bmta": build_bmta}
+            "crossing_epochs": build_crossing_epochs, "bmta": build_bmta, "fairness": build_fairness,
+            "efl_lambda": build_efl_lambda}
+#: tables built from the runs of another table as well as their own: the workflow builds `fairness`
+#: whenever the config has `bmta` runs (workflow/rules/common.smk), from those runs
+SOURCES = {"fairness": "bmta"}
 
 
 def build_table(name: str, run_dirs: list[Path], out_stem: Path) -> Path:
