@@ -5,6 +5,7 @@ import sys
 from hetfl.config import ConfigError, expand_runs, validate_config
 from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
 from hetfl.reports.tables import BUILDERS as TABLE_BUILDERS
+from hetfl.reports.tables import SOURCES as TABLE_SOURCES
 
 try:
     _validated = validate_config(config)
@@ -14,7 +15,9 @@ config.clear()
 config.update(_validated)
 
 RUNS = {(s.experiment, s.run): s for s in expand_runs(config)}
-TABLES = sorted({s.table for s in RUNS.values()} - {"none"})
+_RUN_TABLES = {s.table for s in RUNS.values()} - {"none"}
+# plus the tables built from another table's runs (hetfl.reports.tables.SOURCES: fairness from bmta)
+TABLES = sorted(_RUN_TABLES | {t for t, src in TABLE_SOURCES.items() if src in _RUN_TABLES})
 
 
 wildcard_constraints:
@@ -48,7 +51,8 @@ def train_inputs(wc):
 
 
 def runs_of_table(table):
-    return [f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values() if s.table == table]
+    tables = {table, TABLE_SOURCES.get(table)}
+    return [f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values() if s.table in tables]
 
 
 # figure -> the table whose runs draw it (the registry hetfl.reports.figures.FIGURES), for the tables run
