@@ -25,36 +25,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
-from hetfl.algorithms.base import (
-    Algorithm,
-    Context,
-    Params,
-    RoundInfo,
-    deltas,
-    gather,
-    scatter,
-    weighted_sum,
-    zeros_state,
-)
+from hetfl.algorithms.base import Params, RoundInfo, deltas, gather, scatter, weighted_sum
 from hetfl.algorithms.hparams import FedGateParams
-from hetfl.algorithms.vrlsgd import tracking_update
+from hetfl.algorithms.vrlsgd import VRLSGD, tracking_update
 from hetfl.engine import comm
 
 
-class FedGATE(Algorithm):
+class FedGATE(VRLSGD):
+    """VRL-SGD's per-device correction (state, context, local gradient g − δ_k) with a quantised upload,
+    a server step size and the correction updated from what was sent."""
+
     name = "fedgate"
     Params = FedGateParams
-
-    def init_state(self, params: Params, num_devices: int) -> dict[str, Params]:
-        return {"delta": zeros_state(params, num_devices)}
-
-    def client_context(self, state: Any, params: Params, info: RoundInfo) -> Context:
-        return {"delta": gather(state["delta"], info.clients)}
-
-    def correct_entry(self, i: int, w: Tensor, g: Tensor, ctx: Context) -> Tensor:
-        return g - ctx["delta"][i]
 
     def generator(self, tau: int) -> torch.Generator:
         """The quantiser's draws for round τ, from the run's seed (reproducible, independent per round)."""
