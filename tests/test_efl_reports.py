@@ -136,7 +136,7 @@ def test_efl_outputs_end_to_end(tmp_path):
             "num_devices": 6, "sizes": {"distribution": "equal", "size": 30}, "schemes": ["C"],
             "num_traces": [1], "local_epochs": 1, "rounds": 3, "seeds": [0, 1]}
     config = {"experiments": {
-        "t2": {**base, "algorithms": ["fedavg", "apfl", "fedamp", "fedgate", "vrlsgd", "efl"]},
+        "t2": {**base, "algorithms": ["fedavg", "apfl", "efl"]},
         **{name: {**base, "table": "efl_lambda", "algorithm": "efl",
                   "algorithm_params": {"efl": {"lam": lam}}} for name, lam in (("lam0", 0.0), ("lam1", 0.1))},
     }}
@@ -150,7 +150,7 @@ def test_efl_outputs_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "wd" / "reports"
     bmta = pd.read_csv(out / "tables/bmta.csv")
-    assert set(bmta["method"]) == {"FedAvg", "APFL", "FedAMP", "FedGATE", "VRL-SGD", "EFL"}
+    assert set(bmta["method"]) == {"FedAvg", "APFL", "EFL"}
     assert (bmta["n_seeds"] == 2).all() and set(bmta["verdict"]) == {"not comparable"}  # SYNTHETIC: no paper
     fair = pd.read_csv(out / "tables/fairness.csv")
     assert set(fair["method"]) == set(bmta["method"]) and fair["Jain_mean"].between(0, 1).all()
