@@ -187,6 +187,25 @@ def test_vrlsgd_one_round_correction_and_its_update():
     np.testing.assert_allclose(col(st["delta"][0]), paper, rtol=1e-5)
 
 
+def test_vrlsgd_is_scaffold_option_ii_when_every_device_takes_part(tiny_fed):
+    """SCAFFOLD's correction s_k = c − c_k obeys s_k ← s_k + d̄ − d_k when all devices report (c becomes
+    Σ p^k d_k), VRL-SGD's −Δ_k the same recursion: with everyone in every round (incomplete or not) the two
+    are one algorithm; when some device sits a round out, SCAFFOLD's c averages over the round only."""
+    model = make_model("logreg", 60, 10)
+    cfg = TrainSettings(scheme="C", local_epochs=2, batch_size=10, eta0=0.5, rounds=3, seed=0)
+
+    def params(name, fractions):
+        return train(model, tiny_fed, fractions, cfg, algorithm=make_algorithm(name)).params
+
+    everyone = np.array([[1.0, 0.3, 0.7, 1.0], [0.5, 1.0, 1.0, 0.2], [1.0, 1.0, 0.4, 1.0]])
+    for a, b in zip(params("vrlsgd", everyone), params("scaffold", everyone), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    some_out = everyone.copy()
+    some_out[0, 1] = 0.0
+    vrl, scaffold = params("vrlsgd", some_out), params("scaffold", some_out)
+    assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(vrl, scaffold, strict=True))
+
+
 def test_fedgate_one_round_gradient_tracking_server_step_and_quantised_upload():
     state = {"delta": [torch.tensor([[0.3], [-0.2]])]}
     new, st, m, _ = one_round(make_algorithm("fedgate", server_lr=0.5), X0, (3, 3), LR, state=state)
