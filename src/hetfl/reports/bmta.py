@@ -147,6 +147,21 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(list(out.values())).fillna("—")
 
 
+def model_note(runs: pd.DataFrame) -> str:
+    """'Models: MNIST mlp (hidden [64])' — the scale note names the model, not its parameters."""
+    parts = []
+    for dataset, g in runs.groupby("dataset", sort=True):
+        first = g.iloc[0]
+        params = ", ".join(f"{c.split('.', 1)[1]} {first[c]}" for c in g.columns
+                           if c.startswith("model_params.") and not _missing(first[c]))
+        parts.append(f"{dataset} {first['model']}" + (f" ({params})" if params else ""))
+    return "Models: " + "; ".join(parts) + "." if parts else ""
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def caption(tidy: pd.DataFrame, settings_note: str) -> str:
     run = tidy[tidy["n_seeds"].notna()]
     not_run = sorted(set(tidy.loc[tidy["n_seeds"].isna(), "method"]))
@@ -168,7 +183,7 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
 
 def write(runs: pd.DataFrame, reference: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFrame:
     tidy = bmta(runs, reference)
-    write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, settings_note))
+    write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, settings_note + " " + model_note(runs)))
     return tidy
 
 

@@ -58,8 +58,9 @@ def figure1(runs: pd.DataFrame, out: Path) -> None:
                     _band(ax, list(g["run_dir"]), "mean_client_accuracy", method_label(algorithm), 100.0)
             if sel.empty:
                 _empty(ax, "no runs of Figure 1's methods")
-            iid = not sel.empty and is_iid(sel.iloc[0])
-            ax.set_title(f"{dataset} {setting} ({'IID' if iid else 'non-IID'})", fontsize=9)
+            kind = "IID" if not sel.empty and is_iid(sel.iloc[0]) else "non-IID"
+            named = str(setting).upper() in ("IID", "NIID", "NON-IID")  # the label says it already
+            ax.set_title(f"{dataset} {setting}" + ("" if named else f" ({kind})"), fontsize=9)
             ax.set_xlabel("round")
             if j == 0:
                 ax.set_ylabel("mean testing accuracy (%)")

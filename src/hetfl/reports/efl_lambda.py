@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hetfl.reports.bmta import paired, per_run
+from hetfl.reports.bmta import model_note, paired, per_run
 from hetfl.reports.fairness import final_value
 from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval, verdict
 from hetfl.reports.writers import write_frame_tables
@@ -111,5 +111,5 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
 
 def write(runs: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFrame:
     tidy = lambda_table(runs)
-    write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, settings_note))
+    write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, settings_note + " " + model_note(runs)))
     return tidy

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hetfl.algorithms import method_label
-from hetfl.reports.bmta import KEYS, REFERENCE_METHOD, paired, reference_runs
+from hetfl.reports.bmta import KEYS, REFERENCE_METHOD, model_note, paired, reference_runs
 from hetfl.reports.event_tables import curve
 from hetfl.reports.verdicts import Interval, interval_text, t_interval
 from hetfl.reports.writers import write_frame_tables
@@ -97,5 +97,5 @@ def caption(settings_note: str) -> str:
 
 def write(runs: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFrame:
     tidy = fairness(runs)
-    write_frame_tables(tidy, layout(tidy), out_stem, caption(settings_note))
+    write_frame_tables(tidy, layout(tidy), out_stem, caption(settings_note + " " + model_note(runs)))
     return tidy
