@@ -131,12 +131,12 @@ def test_quick_config_runs_every_table_2_method_and_builds_the_efl_outputs(tmp_p
 @pytest.mark.slow
 def test_efl_outputs_end_to_end(tmp_path):
     """A tiny version of quick.yaml's EFL block through Snakemake: bmta, fairness (from bmta's runs),
-    efl_lambda and both figures."""
+    efl_lambda and both figures (asked for by name: the MLflow mirrors are not needed here)."""
     base = {"table": "bmta", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
             "num_devices": 6, "sizes": {"distribution": "equal", "size": 30}, "schemes": ["C"],
-            "num_traces": [1], "local_epochs": 1, "rounds": 3, "seeds": [0, 1]}
+            "num_traces": [1], "local_epochs": 1, "rounds": 3, "seeds": [0]}
     config = {"experiments": {
-        "t2": {**base, "algorithms": ["fedavg", "apfl", "efl"]},
+        "t2": {**base, "algorithms": ["fedavg", "apfl"]},
         **{name: {**base, "table": "efl_lambda", "algorithm": "efl",
                   "algorithm_params": {"efl": {"lam": lam}}} for name, lam in (("lam0", 0.0), ("lam1", 0.1))},
     }}
@@ -144,14 +144,16 @@ def test_efl_outputs_end_to_end(tmp_path):
     cfg.write_text(yaml.safe_dump(config))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
+    targets = [f"reports/tables/{t}.csv" for t in ("bmta", "fairness", "efl_lambda")]
+    targets += [f"reports/figures/efl_figure{i}.png" for i in (1, 2)]
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-                           str(tmp_path / "wd"), "--configfile", str(cfg), "--cores", "2"],
+                           str(tmp_path / "wd"), "--configfile", str(cfg), "--cores", "2", *targets],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "wd" / "reports"
     bmta = pd.read_csv(out / "tables/bmta.csv")
-    assert set(bmta["method"]) == {"FedAvg", "APFL", "EFL"}
-    assert (bmta["n_seeds"] == 2).all() and set(bmta["verdict"]) == {"not comparable"}  # SYNTHETIC: no paper
+    assert set(bmta["method"]) == {"FedAvg", "APFL"}
+    assert (bmta["n_seeds"] == 1).all() and set(bmta["verdict"]) == {"not comparable"}  # SYNTHETIC: no paper
     fair = pd.read_csv(out / "tables/fairness.csv")
     assert set(fair["method"]) == set(bmta["method"]) and fair["Jain_mean"].between(0, 1).all()
     lam = pd.read_csv(out / "tables/efl_lambda.csv")
