@@ -663,3 +663,21 @@ def test_fedbn_mean_client_accuracy_scores_each_device_with_its_own_batch_norm()
         shared.append(float((model.logits(res.params, x).argmax(1).numpy() == y).mean()))
     assert got["mean_client_accuracy"] == pytest.approx(np.mean(own))
     assert np.mean(own) != pytest.approx(np.mean(shared))  # the fixture tells the two apart
+
+
+def test_new_algorithms_in_one_cell_end_where_each_ends_alone(tiny_fed):
+    """A cell's runs train side by side (engine.runner.train_stacked): FedAvgM shares FedAvg's local_sgd
+    call, APFL trains its own (w, v, α) model alone, the others their corrections; each run's records and
+    model equal those of `train` on that run alone, bitwise."""
+    from hetfl.engine.runner import Data, RunLoop, train_stacked
+
+    names = ["fedavg", "fedavgm", "apfl", "fedamp", "fedgate", "vrlsgd"]
+    fractions = np.random.default_rng(5).choice([0.0, 0.4, 1.0], size=(4, 4))
+    cfg = TrainSettings("C", 2, 10, 0.5, 4, seed=0)
+    model = make_model("logreg", 60, 10)
+    alone = [train(model, tiny_fed, fractions, cfg, algorithm=make_algorithm(n)) for n in names]
+    data = Data.of(tiny_fed)
+    stacked = train_stacked([RunLoop(model, data, fractions, cfg, make_algorithm(n)) for n in names])
+    for name, a, s in zip(names, alone, stacked, strict=True):
+        assert a.records == s.records, name
+        assert all(torch.equal(pa, ps) for pa, ps in zip(a.params, s.params, strict=True)), name
