@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from hetfl.algorithms.hparams import check_scheme, parse_hyperparameters
+from hetfl.algorithms.hparams import CATALOG, check_scheme, parse_hyperparameters
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 
@@ -31,7 +31,10 @@ class ConfigError(ValueError):
 
 def load_schema() -> dict[str, Any]:
     text = resources.files("hetfl").joinpath(SCHEMA_RESOURCE).read_text()
-    return yaml.safe_load(text)
+    schema = yaml.safe_load(text)
+    # the registry, not the file, lists the algorithms: a new one (or a plugin's) is allowed at once
+    schema["$defs"]["algorithm_name"]["enum"] = list(CATALOG)
+    return schema
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -109,7 +112,11 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _algorithms(exp: dict[str, Any]) -> list[str]:
-    """The experiment's algorithm axis: `algorithms`, else [`algorithm`], else [fedavg]."""
+    """The experiment's algorithm axis: `algorithms` (`all`: every registered one that composes with each of
+    the experiment's schemes, CATALOG[name].schemes), else [`algorithm`], else [fedavg]."""
+    if exp.get("algorithms") == "all":
+        schemes = set(exp.get("schemes") or ())
+        return [name for name, entry in CATALOG.items() if schemes <= set(entry.schemes)]
     return list(exp.get("algorithms") or [exp.get("algorithm", "fedavg")])
 
 

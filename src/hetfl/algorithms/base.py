@@ -53,6 +53,7 @@ class Task:
     x_train: Tensor
     y_train: Tensor
     offsets: np.ndarray
+    seed: int = 0  # the run's seed: an algorithm's own randomness (FedGATE's quantiser) derives from it
 
     @property
     def num_devices(self) -> int:
@@ -98,6 +99,13 @@ class Algorithm:
     def client_start(self, state: Any, params: Params, info: RoundInfo) -> Params | None:
         """Per-client starting parameters [K, ...], or None when every client starts from `params`."""
         return None
+
+    def local_model(self, model: Any) -> Any:
+        """The model local SGD trains (default: the task's model). A method that trains more than the
+        model's parameters returns a wrapper whose `grads` covers them all (APFL trains w, v and α
+        together); `client_start` then gives the starting values of every entry, and `aggregate` receives
+        them all as `finals`."""
+        return model
 
     #: False turns an algorithm's correction off (e.g. FedNova without momentum or prox is plain SGD).
     corrects: bool = True

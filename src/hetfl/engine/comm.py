@@ -145,3 +145,37 @@ def ternary_with_feedback(update: list[Tensor], residual: list[Tensor], q: float
         if n:  # ternary_bits for every row at once
             bits += kept.cpu().double() * (max(math.ceil(math.log2(n)), 1) + 1) + FLOAT_BITS
     return sent, new_res, bits
+
+
+# -- stochastic quantisation (FedGATE / FedCOMGATE, Haddadpour et al. 2021, with QSGD's quantiser) ------
+def qsgd_quantize(t: Tensor, levels: int, bucket: int, generator: torch.Generator) -> Tensor:
+    """QSGD (Alistarh et al. 2017) of every row of t [K, ...], per bucket v of `bucket` consecutive entries:
+
+        Q(v)_i = ‖v‖₂ · sign(v_i) · ξ_i / s,   ξ_i = l + 1 with probability s|v_i|/‖v‖₂ − l, else l,
+        l = ⌊s|v_i|/‖v‖₂⌋,  s = levels,
+
+    so E[Q(v)] = v (unbiased, as FedCOMGATE's analysis assumes) and each entry is one of 2s + 1 values.
+    The uniform draws come from `generator` (CPU), so a run is reproducible.
+    """
+    k_rows = t.shape[0]
+    flat = t.reshape(k_rows, -1)
+    n = flat.shape[1]
+    if n == 0:
+        return t.clone()
+    pad = (-n) % bucket
+    x = torch.nn.functional.pad(flat, (0, pad)).reshape(k_rows, -1, bucket)
+    norm = x.norm(dim=2, keepdim=True)
+    scaled = x.abs() / norm.clamp(min=torch.finfo(x.dtype).tiny) * levels
+    low = scaled.floor()
+    draws = torch.rand(scaled.shape, generator=generator, dtype=scaled.dtype).to(scaled.device)
+    xi = low + (draws < scaled - low).to(scaled.dtype)
+    q = norm * torch.sign(x) * xi / levels
+    return q.reshape(k_rows, -1)[:, :n].reshape_as(t)
+
+
+def qsgd_bits(n: int, levels: int, bucket: int) -> float:
+    """Bits of one QSGD-quantised tensor of n entries, fixed-length code: per entry its sign and level
+    (1 + ⌈log2(s + 1)⌉ bits), per bucket its norm as one float32."""
+    if n == 0:
+        return 0.0
+    return float(n * (1 + max(math.ceil(math.log2(levels + 1)), 1)) + math.ceil(n / bucket) * FLOAT_BITS)

@@ -116,11 +116,16 @@ class LocalWork:
     correction: object
     ctx: dict[str, list[torch.Tensor]]
     start: list[torch.Tensor] | None
+    model: object = None  # the model local SGD trains (Algorithm.local_model); None = the run's model
 
     @property
     def plain(self) -> bool:
         """Plain SGD from the broadcast model: it can share one local_sgd call with other runs' clients."""
-        return self.correction is None and not self.ctx and self.start is None
+        return self.correction is None and not self.ctx and self.start is None and self.model is None
+
+    def trained(self, model: BatchedModel) -> object:
+        """What local SGD trains: the algorithm's own model (APFL's (w, v, α)) or the run's."""
+        return model if self.model is None else self.model
 
 
 class RunLoop:
@@ -154,7 +159,7 @@ class RunLoop:
         self.params = [t.to(device) for t in model.init_params(gen)]
         self.algorithm = algorithm or FedAvg()
         check_scheme(self.algorithm.name, cfg.scheme, key="scheme")  # e.g. FedNova under C divides twice
-        self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets))
+        self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets, seed=cfg.seed))
         self.state = self.algorithm.init_state(self.params, fed.num_devices)
         self.result = TrainResult()
         self.next_round = 1
@@ -190,8 +195,10 @@ class RunLoop:
             return None
         alg = self.algorithm
         idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
+        local = alg.local_model(self.model)
         return LocalWork(info, idx, alg.correct, alg.client_context(self.state, self.params, info),
-                         alg.client_start(self.state, self.params, info))
+                         alg.client_start(self.state, self.params, info),
+                         None if local is self.model else local)
 
     def finish(self, tau: int, finals: list[torch.Tensor] | None) -> None:
         """Round τ after local training: aggregate, evaluate, record, checkpoint."""
@@ -260,8 +267,8 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
         tau = loop.next_round
         work = loop.plan(tau)
         finals = None if work is None else local_trainer(
-            model, loop.params, data.x_train, data.y_train, work.batch_idx, work.info.done, work.info.lr,
-            correction=work.correction, ctx=work.ctx, start=work.start)
+            work.trained(model), loop.params, data.x_train, data.y_train, work.batch_idx, work.info.done,
+            work.info.lr, correction=work.correction, ctx=work.ctx, start=work.start)
         loop.finish(tau, finals)
     return loop.close()
 
@@ -292,10 +299,10 @@ def train_stacked(loops: list[RunLoop], local_trainer: LocalTrainer = local_sgd)
                 shapes = tuple((tuple(t.shape), t.dtype) for t in loop.params)  # one architecture per call
                 key = (work.info.lr, type(loop.model).__name__, shapes, id(loop.data))
                 groups.setdefault(key, []).append((loop, work))
-            else:  # corrections, contexts or own starts: this run trains alone
+            else:  # corrections, contexts, own starts or own local models: this run trains alone
                 data = loop.data
-                finals[id(loop)] = local_trainer(loop.model, loop.params, data.x_train, data.y_train,
-                                                 work.batch_idx, work.info.done, work.info.lr,
+                finals[id(loop)] = local_trainer(work.trained(loop.model), loop.params, data.x_train,
+                                                 data.y_train, work.batch_idx, work.info.done, work.info.lr,
                                                  correction=work.correction, ctx=work.ctx, start=work.start)
         for group in groups.values():
             for chunk in _chunks(group):

@@ -126,6 +126,15 @@ def _scheme_figure(runs: pd.DataFrame, out: Path) -> None:
     scheme_curves(runs, out)
 
 
+def _efl_figure(name: str):
+    """EFL's figures live in reports/efl_figures.py, which imports this module's helpers: imported on use."""
+    def draw(runs: pd.DataFrame, out: Path) -> None:
+        from hetfl.reports import efl_figures
+
+        getattr(efl_figures, name)(runs, out)
+    return draw
+
+
 #: figure name -> (the table whose runs draw it, the drawing function). The workflow draws a figure
 #: whenever its table is in the config (workflow/rules/common.smk); `hetfl figure` takes these names.
 FIGURES = {
@@ -133,6 +142,8 @@ FIGURES = {
     "arrival_curves": ("fast_reboot", lambda runs, out: event_curves(runs, out, "test_accuracy", "arrival")),
     "departure_curves": ("crossing_epochs",
                          lambda runs, out: event_curves(runs, out, "test_loss", "departure")),
+    "efl_figure1": ("bmta", _efl_figure("figure1")),  # Ma et al. Figure 1: IID vs non-IID curves
+    "efl_figure2": ("efl_lambda", _efl_figure("figure2")),  # Ma et al. Figure 2: λ = 0 vs best λ
 }
 
 
