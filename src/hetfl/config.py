@@ -183,9 +183,10 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
                                   f"{exp['dataset']} (e.g. partition: {{label_skew: iid}})")
             continue
         a, b = sv.setdefault("a", list(DEFAULT_A)), sv.setdefault("b", list(DEFAULT_B))
-        if len(a) != len(b):
-            raise ConfigError(f"config key '{key}.b' has {len(b)} entries, which is not allowed; "
-                              f"allowed: as many as a ({len(a)})")
+        for k, v in (("b", b), ("n", sv.get("n", a))):
+            if len(v) != len(a):
+                raise ConfigError(f"config key '{key}.{k}' has {len(v)} entries, which is not allowed; "
+                                  f"allowed: as many as a ({len(a)})")
         if "num_devices" not in given:
             exp["num_devices"] = len(a)
         if exp["num_devices"] != len(a):
@@ -239,6 +240,10 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
                     f"config key 'experiments.{name}.num_traces' has value {k}, which is not allowed; "
                     f"allowed: 1..{n_order} (the length of trace_order)"
                 )
+        k = exp.get("clients_per_round")
+        if k is not None and k > exp["num_devices"]:
+            raise ConfigError(f"config key 'experiments.{name}.clients_per_round' has value {k}, which is "
+                              f"not allowed; allowed: 1..{exp['num_devices']} (num_devices)")
         sizes = exp["sizes"]
         if sizes["max_size"] < sizes["min_size"]:
             raise ConfigError(
@@ -289,12 +294,14 @@ class RunSpec:
     algorithm_params: dict[str, Any] = field(default_factory=dict)  # resolved, defaults included
     lr_schedule: str = "staircase"
     local_steps: tuple[int, ...] | None = None
-    quadratic: dict[str, list[float]] | None = None  # {"a": [...], "b": [...]} for dataset quadratic
+    quadratic: dict[str, list[float]] | None = None  # {"a", "b"[, "n"]: [...]} for dataset quadratic
     partition: dict[str, Any] | None = None  # real datasets: the label skew (data.partition.PartitionSpec)
     data_dir: str | None = None
     global_test: bool = True  # real datasets: also evaluate on the source's own test split
     model_params: dict[str, Any] = field(default_factory=dict)
     event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set}
+    clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = all
+    sampling_weights: str = "sampled"  # the scheme's weights over the sampled set (engine.sampling)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -364,6 +371,8 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
             hp = parse_hyperparameters(algorithm, exp["algorithm_params"].get(algorithm))
             quad = {"a": [float(v) for v in sv["a"]], "b": [float(v) for v in sv["b"]]} \
                 if exp["dataset"] == "quadratic" else None
+            if quad is not None and "n" in sv:  # only when given: earlier splits keep their params
+                quad["n"] = [int(v) for v in sv["n"]]
             for k, scheme, event, seed in itertools.product(exp["num_traces"], exp["schemes"], _events(exp),
                                                             exp["seeds"]):
                 yield RunSpec(
@@ -398,4 +407,6 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
                     global_test=exp["global_test"],
                     model_params=dict(exp["model_params"]),
                     event=event,
+                    clients_per_round=exp.get("clients_per_round"),
+                    sampling_weights=exp["sampling_weights"],
                 )

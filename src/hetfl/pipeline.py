@@ -79,7 +79,7 @@ def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> di
     if dataset == "quadratic":
         q = s.get("quadratic") or {}
         a, b = q.get("a", quad_data.DEFAULT_A), q.get("b", quad_data.DEFAULT_B)
-        fed = quad_data.build_quadratic(a, b)
+        fed = quad_data.build_quadratic(a, b, q.get("n"))
     elif dataset == "synthetic":
         if s.get("alpha") is None or s.get("beta") is None:
             raise ValueError("dataset 'synthetic' needs alpha and beta")
@@ -169,7 +169,8 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     model = _make_model(spec.model, fed, spec.model_params)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
-                             lr_schedule=spec.lr_schedule, local_steps=spec.local_steps)
+                             lr_schedule=spec.lr_schedule, local_steps=spec.local_steps,
+                             clients_per_round=spec.clients_per_round, sampling_weights=spec.sampling_weights)
     algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
     start = time.perf_counter()
     log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}") if progress else None

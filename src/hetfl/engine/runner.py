@@ -17,6 +17,7 @@ from hetfl.data.federation import Federation
 from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means, per_sample
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import full_steps, minibatch_indices
+from hetfl.engine.sampling import sample_clients, sampled_coefficients
 from hetfl.engine.schemes import aggregation_weights, local_steps
 from hetfl.models.base import BatchedModel
 
@@ -42,6 +43,8 @@ class TrainSettings:
     seed: int = 0
     lr_schedule: str = "staircase"  # or "constant": η_τ = η0 (the quadratic test bed)
     local_steps: tuple[int, ...] | None = None  # fixed steps of a complete round per device (E·⌈n/B⌉ if None)
+    clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = every device
+    sampling_weights: str = "sampled"  # the scheme over the sampled set: "sampled" | "population"
 
 
 def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
@@ -77,8 +80,10 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
         # staircase η0/τ, restarted at objective shifts; or constant
         lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
         p = schedule.coefficients(fed.p, tau)
-        done = np.where(schedule.sending[tau - 1], local_steps(fractions[tau - 1], full), 0)
-        weights, discarded = aggregation_weights(cfg.scheme, p, done, full)
+        in_round = sample_clients(fed.num_devices, cfg.clients_per_round, cfg.seed, tau)
+        done = np.where(schedule.sending[tau - 1] & in_round, local_steps(fractions[tau - 1], full), 0)
+        weights, discarded = aggregation_weights(
+            cfg.scheme, sampled_coefficients(p, in_round, cfg.sampling_weights), done, full)
         clients = np.flatnonzero((weights != 0) & (done > 0))
         row: dict[str, float] = {}
         if not discarded and len(clients):
