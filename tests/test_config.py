@@ -99,6 +99,7 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     ("ruan2021_table5", 3 * 9 * 2 * 3, 3 * 3, 3),  # (α, β) × τ0 × {include, exclude} × seeds
     ("ruan2021_figure5", 2 * 3, 3, 3),
     ("ma2022_efl_text", 4 * 2 * 3, 4 * 3, 2 * 2 * 3),  # {Shakespeare, Sent140} × {FedAvg, EFL} × |T| × seeds
+    ("objective_inconsistency", 2 * 10 * 3, 2 * 10, 2),  # η × (τ, p) settings × algorithms; a trace per R
 ])
 def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace, tmp_path):
     """--configfile replaces the embedded default (no merge): only the paper grid is listed."""

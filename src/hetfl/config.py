@@ -192,10 +192,12 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
         if exp["num_devices"] != len(a):
             raise ConfigError(f"config key 'experiments.{name}.num_devices' has value {exp['num_devices']}, "
                               f"which is not allowed; allowed: {len(a)} (the length of {key}.a)")
-    steps = exp.get("local_steps")
-    if steps is not None and len(steps) != exp["num_devices"]:
-        raise ConfigError(f"config key 'experiments.{name}.local_steps' has {len(steps)} entries, which is "
-                          f"not allowed; allowed: one per device ({exp['num_devices']})")
+    keys = [(f"experiments.{name}.settings.{label}", sv) for label, sv in exp["settings"].items()]
+    for key, steps in [(f"experiments.{name}", exp.get("local_steps"))] + [(k, sv.get("local_steps"))
+                                                                            for k, sv in keys]:
+        if steps is not None and len(steps) != exp["num_devices"]:
+            raise ConfigError(f"config key '{key}.local_steps' has {len(steps)} entries, which is "
+                              f"not allowed; allowed: one per device ({exp['num_devices']})")
 
 
 EVENT_POLICIES = {"arrival": ("fast_reboot", "vanilla"), "departure": ("include", "exclude")}
@@ -362,6 +364,12 @@ def _events(exp: dict[str, Any]) -> list[dict[str, Any] | None]:
              "departure_test_set": ev["departure_test_set"]} for r in ev["rounds"] for pol in ev["policies"]]
 
 
+def _local_steps(exp: dict[str, Any], setting: dict[str, Any]) -> tuple[int, ...] | None:
+    """Fixed local steps per device: the setting's own, else the experiment's, else None (E·⌈n/B⌉)."""
+    steps = setting.get("local_steps") or exp.get("local_steps")
+    return tuple(steps) if steps else None
+
+
 def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
     """All runs of a validated config, in a stable order."""
     for exp_name, exp in config["experiments"].items():
@@ -400,7 +408,7 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
                     seed=seed,
                     algorithm_params=asdict(hp),
                     lr_schedule=exp["lr_schedule"],
-                    local_steps=tuple(exp["local_steps"]) if exp.get("local_steps") else None,
+                    local_steps=_local_steps(exp, sv),
                     quadratic=quad,
                     partition=dict(sv["partition"]) if "partition" in sv else None,
                     data_dir=exp.get("data_dir"),

@@ -78,6 +78,12 @@ def _scheme_figure(runs: pd.DataFrame, out: Path) -> None:
     scheme_curves(runs, out)
 
 
+def _objective_inconsistency(runs: pd.DataFrame, out: Path) -> None:
+    from hetfl.reports.objective_inconsistency import draw
+
+    draw(runs, out)
+
+
 #: figure name -> (the table whose runs draw it, the drawing function). The workflow draws a figure
 #: whenever its table is in the config (workflow/rules/common.smk); `hetfl figure` takes these names.
 FIGURES = {
@@ -85,6 +91,7 @@ FIGURES = {
     "arrival_curves": ("fast_reboot", lambda runs, out: event_curves(runs, out, "test_accuracy", "arrival")),
     "departure_curves": ("crossing_epochs",
                          lambda runs, out: event_curves(runs, out, "test_loss", "departure")),
+    "objective_inconsistency": ("objective_inconsistency", _objective_inconsistency),
 }
 
 
