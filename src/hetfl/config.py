@@ -222,6 +222,10 @@ def _check_event(name: str, exp: dict[str, Any]) -> None:
         if d >= n:
             raise ConfigError(f"config key '{key}.devices' has value {d}, which is not allowed; "
                               f"allowed: 0..{n - 1} (num_devices = {n})")
+    own = [label for label, sv in exp["settings"].items() if "rounds" in sv]
+    if own:
+        raise ConfigError(f"config key 'experiments.{name}.settings.{own[0]}.rounds' is not allowed with an "
+                          f"event; allowed: the experiment's rounds only (events are placed within them)")
     last = max(ev["rounds"]) + ev["stagger"] * (len(ev.get("devices", [0])) - 1)
     if last > exp["rounds"]:
         raise ConfigError(f"config key '{key}.rounds' has value {max(ev['rounds'])}, which is not allowed; "
@@ -304,6 +308,7 @@ class RunSpec:
     event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set}
     clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = all
     sampling_weights: str = "sampled"  # the scheme's weights over the sampled set (engine.sampling)
+    acc_x: float | None = None  # FedFOR's ACC_x target (%), read by reports.fedfor; None = the paper's
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -400,10 +405,10 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
                     scheme=scheme,
                     num_traces=k,
                     trace_order=tuple(exp["trace_order"]),
-                    local_epochs=exp["local_epochs"],
+                    local_epochs=sv.get("local_epochs", exp["local_epochs"]),
                     batch_size=exp["batch_size"],
                     eta0=float(exp["eta0"]),
-                    rounds=exp["rounds"],
+                    rounds=sv.get("rounds", exp["rounds"]),
                     eval_every=exp["eval_every"],
                     seed=seed,
                     algorithm_params=asdict(hp),
@@ -417,4 +422,5 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
                     event=event,
                     clients_per_round=exp.get("clients_per_round"),
                     sampling_weights=exp["sampling_weights"],
+                    acc_x=exp.get("acc_x"),
                 )

@@ -109,6 +109,14 @@ class FedDynElasticNetParams:
 
 
 @dataclass(frozen=True)
+class CompressionParams:
+    """FedAvg + top-k or ST compression with error feedback (FedElasticNet's reviewers' baseline)."""
+
+    bits_per_entry: float = hyper(1.0, "bit budget per entry of each sent tensor (plus one float32); "
+                                  "1 matches scaled sign's cost", exclusive_minimum=0.0, maximum=32.0)
+
+
+@dataclass(frozen=True)
 class AlgorithmEntry:
     """One registered algorithm: where its class lives, its hyperparameters and its source."""
 
@@ -143,6 +151,13 @@ CATALOG: dict[str, AlgorithmEntry] = {e.name: e for e in (
                    ScaffoldElasticNetParams, "FedElasticNet Algorithm 2 (on SCAFFOLD), seed 004"),
     AlgorithmEntry("feddyn_elasticnet", "hetfl.algorithms.elasticnet:FedDynElasticNet",
                    FedDynElasticNetParams, "FedElasticNet Algorithm 3 (on FedDyn), seed 004"),
+    AlgorithmEntry("topk_ef", "hetfl.algorithms.compressed:CompressedFedAvg", CompressionParams,
+                   "FedAvg + top-k + error feedback at a matched bit budget (seed 004's reviewers)"),
+    AlgorithmEntry("sign_ef", "hetfl.algorithms.compressed:SignFedAvg", NoParams,
+                   "FedAvg + scaled sign + error feedback, EF-SignSGD (seed 004's reviewers)"),
+    AlgorithmEntry("st_ef", "hetfl.algorithms.compressed:TernaryFedAvg", CompressionParams,
+                   "FedAvg + sparse ternary (EFL's ST) + error feedback at a matched bit budget "
+                   "(seed 004's reviewers)"),
 )}
 
 

@@ -84,6 +84,12 @@ def _objective_inconsistency(runs: pd.DataFrame, out: Path) -> None:
     draw(runs, out)
 
 
+def _communication_nonzeros(runs: pd.DataFrame, out: Path) -> None:
+    from hetfl.reports.communication_cost import draw_nonzeros
+
+    draw_nonzeros(runs, out)
+
+
 #: figure name -> (the table whose runs draw it, the drawing function). The workflow draws a figure
 #: whenever its table is in the config (workflow/rules/common.smk); `hetfl figure` takes these names.
 FIGURES = {
@@ -92,6 +98,7 @@ FIGURES = {
     "departure_curves": ("crossing_epochs",
                          lambda runs, out: event_curves(runs, out, "test_loss", "departure")),
     "objective_inconsistency": ("objective_inconsistency", _objective_inconsistency),
+    "communication_nonzeros": ("communication_cost", _communication_nonzeros),
 }
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 import pandas as pd
 
 from hetfl.reports import accuracy_difference as ad
+from hetfl.reports import communication_cost as cc
 from hetfl.reports import bmta as bm
 from hetfl.reports import event_tables as ev
+from hetfl.reports import fedfor
 from hetfl.reports import objective_inconsistency as oi
 from hetfl.reports.references import load_reference
 from hetfl.reports.results import collect_runs
@@ -131,7 +133,7 @@ def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
 
 BUILDERS = {"accuracy_difference": build_accuracy_difference, "fast_reboot": build_fast_reboot,
             "crossing_epochs": build_crossing_epochs, "bmta": build_bmta,
-            "objective_inconsistency": oi.build}
+            "objective_inconsistency": oi.build, "fedfor_by_e": fedfor.build, "communication_cost": cc.build}
 
 
 def build_table(name: str, run_dirs: list[Path], out_stem: Path) -> Path:
