@@ -309,6 +309,7 @@ class RunSpec:
     clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = all
     sampling_weights: str = "sampled"  # the scheme's weights over the sampled set (engine.sampling)
     acc_x: float | None = None  # FedFOR's ACC_x target (%), read by reports.fedfor; None = the paper's
+    concept_shift: dict[str, Any] | None = None  # {probability}: FedFOR's label shifts (data.concept_shift)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -423,4 +424,5 @@ def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
                     clients_per_round=exp.get("clients_per_round"),
                     sampling_weights=exp["sampling_weights"],
                     acc_x=exp.get("acc_x"),
+                    concept_shift=dict(exp["concept_shift"]) if exp.get("concept_shift") else None,
                 )

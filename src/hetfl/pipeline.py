@@ -17,7 +17,7 @@ import torch
 import hetfl
 from hetfl.algorithms import make_algorithm
 from hetfl.config import TEXT_MODELS, RunSpec
-from hetfl.data import traces
+from hetfl.data import concept_shift, traces
 from hetfl.data.events import Event, Schedule, build_schedule
 from hetfl.data.federation import Federation, from_device_lists, load_federation, save_federation
 from hetfl.engine.runner import ProgressLog, TrainResult, TrainSettings, train
@@ -167,10 +167,13 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
         raise ValueError(f"model {spec.model!r} cannot read the int64 token ids of dataset {spec.dataset!r}; "
                          f"allowed: {allowed}")
     model = _make_model(spec.model, fed, spec.model_params)
+    maps = None if not spec.concept_shift else concept_shift.label_maps(
+        fed.num_classes, spec.rounds, spec.concept_shift["probability"], spec.seed)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
                              lr_schedule=spec.lr_schedule, local_steps=spec.local_steps,
-                             clients_per_round=spec.clients_per_round, sampling_weights=spec.sampling_weights)
+                             clients_per_round=spec.clients_per_round, sampling_weights=spec.sampling_weights,
+                             label_maps=maps)
     algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
     start = time.perf_counter()
     log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}") if progress else None

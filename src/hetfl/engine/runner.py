@@ -45,6 +45,7 @@ class TrainSettings:
     local_steps: tuple[int, ...] | None = None  # fixed steps of a complete round per device (E·⌈n/B⌉ if None)
     clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = every device
     sampling_weights: str = "sampled"  # the scheme over the sampled set: "sampled" | "population"
+    label_maps: np.ndarray | None = field(default=None, compare=False)  # [R, C]: data.concept_shift
 
 
 def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
@@ -58,14 +59,14 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     """
     device = torch.device(device)
     x_train = torch.from_numpy(fed.x_train).to(device)
-    y_train = torch.from_numpy(fed.y_train).to(device)
+    y_train = torch.tensor(fed.y_train, device=device)  # labels are copies: a concept shift rewrites them
     x_test = torch.from_numpy(fed.x_test).to(device)
-    y_test = torch.from_numpy(fed.y_test).to(device)
+    y_test = torch.tensor(fed.y_test, device=device)
     schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
     test_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.test_sizes)).to(device)
     train_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.train_sizes)).to(device)
     global_test = None if not fed.has_global_test else (
-        torch.from_numpy(fed.x_global).to(device), torch.from_numpy(fed.y_global).to(device))
+        torch.from_numpy(fed.x_global).to(device), torch.tensor(fed.y_global, device=device))
     full = (full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size) if cfg.local_steps is None
             else np.asarray(cfg.local_steps, dtype=np.int64))
     if len(full) != fed.num_devices:
@@ -76,7 +77,11 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     algorithm.setup(Task(model, x_train, y_train, fed.train_offsets))
     state = algorithm.init_state(params, fed.num_devices)
     result = TrainResult()
+    relabel = [] if cfg.label_maps is None else [
+        (y, y.clone()) for y in (y_train, y_test, *([] if global_test is None else [global_test[1]]))]
     for tau in range(1, cfg.rounds + 1):
+        for y, y0 in relabel:  # FedFOR's concept shift: the labels of this round's map, in place
+            y.copy_(torch.as_tensor(cfg.label_maps[tau - 1], device=y.device)[y0])
         # staircase η0/τ, restarted at objective shifts; or constant
         lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
         p = schedule.coefficients(fed.p, tau)

@@ -133,7 +133,8 @@ def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
 
 BUILDERS = {"accuracy_difference": build_accuracy_difference, "fast_reboot": build_fast_reboot,
             "crossing_epochs": build_crossing_epochs, "bmta": build_bmta,
-            "objective_inconsistency": oi.build, "fedfor_by_e": fedfor.build, "communication_cost": cc.build}
+            "objective_inconsistency": oi.build, "fedfor_by_e": fedfor.build, "communication_cost": cc.build,
+            "fedfor_concept_shift": fedfor.build_concept_shift}
 
 
 def build_table(name: str, run_dirs: list[Path], out_stem: Path) -> Path:
