@@ -14,7 +14,9 @@ import yaml
 
 from hetfl.algorithms import ALGORITHM_NAMES
 from hetfl.config import ConfigError, expand_runs, load_config, load_schema, validate_config
-from hetfl.pipeline import make_split, make_traces, run_training
+from hetfl.data.build import make_split
+from hetfl.data.traces import make_traces
+from hetfl.pipeline import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "workflow/config/paper/algorithms_smoke.yaml"
@@ -48,7 +50,7 @@ def test_every_algorithm_trains_and_reports_communication(tmp_path):
             make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
                         seed=spec.seed)
         out = tmp_path / "results" / spec.experiment / spec.run
-        result = run_training(spec, split, trace, out, track=False, progress=False)
+        result = run_training(spec, split, trace, out, progress=False)
         assert result.status == "ok", spec.run
         metrics = pd.read_parquet(out / "metrics.parquet")
         names = set(metrics["metric"])
@@ -72,7 +74,7 @@ def test_quadratic_runs_reach_their_fixed_points(tmp_path):
         split, trace = tmp_path / "q/split.npz", tmp_path / f"t/{spec.trace_key}.npz"
         make_split(split, spec.split_spec(), 0)
         make_traces(trace, traceset=spec.traceset, num_devices=2, rounds=spec.rounds, seed=0)
-        run_training(spec, split, trace, tmp_path / name, track=False, progress=False)
+        run_training(spec, split, trace, tmp_path / name, progress=False)
         m = pd.read_parquet(tmp_path / name / "metrics.parquet")
         x[name] = m[m.metric == "x"].sort_values("round")["value"].iloc[-1]
     assert x["scaffold"] == pytest.approx(11 / 3, abs=1e-3)

@@ -24,8 +24,9 @@ def test_arrival_schedule_fast_reboot():
     # before τ0 the arriving device is outside the objective: the others are renormalised
     np.testing.assert_allclose(s.coefficients(p, 3), [0.5, 0.5, 0.0])
     assert not s.sending[2, 2] and not s.test_devices[2, 2]
-    np.testing.assert_allclose(s.coefficients(p, 4), [0.25, 0.25, 1.5])  # 3·p^l
-    np.testing.assert_allclose(s.coefficients(p, 5), [0.25, 0.25, 0.75])  # (1 + 2/4)·p^l
+    np.testing.assert_allclose(s.coefficients(p, 4), p)  # in the objective from τ0, unboosted
+    np.testing.assert_allclose(s.boost[3], [1.0, 1.0, 3.0])  # 3·p^l at τ0 (engine.schemes.boosted_weights)
+    np.testing.assert_allclose(s.boost[4], [1.0, 1.0, 1.5])  # (1 + 2/4)·p^l
     assert s.sending[3, 2] and s.test_devices[3, 2]
     # learning rate restarts: η0/(τ − τ0 + 1) from τ0 on
     assert [s.lr(1.0, t) for t in (1, 3, 4, 5, 6)] == [1.0, 1 / 3, 1.0, 0.5, 1 / 3]
@@ -53,10 +54,16 @@ def test_departure_include_keeps_coefficient_sends_nothing_no_reset():
     np.testing.assert_allclose(s.coefficients(p, 4), p)
     assert not s.sending[3, 0]
     assert s.lr(1.0, 4) == 0.25
-    # both options are evaluated on the same test data: the remaining devices' holdout by default
+    # the paper's reading (Figure 4, Corollary 4.0.3): include is scored on every device's holdout (f0),
+    # exclude on the remaining devices' (f1)
     exc = build_schedule([Event("departure", 3, (0,), "exclude")], 3, 5)
-    np.testing.assert_array_equal(s.test_devices, exc.test_devices)
-    assert not s.test_devices[3, 0]
+    assert s.test_devices.all()
+    assert not exc.test_devices[2:, 0].any() and exc.test_devices[:2].all() and exc.test_devices[:, 1:].all()
+    # remaining / all: both options on the same data
+    rem = [build_schedule([Event("departure", 3, (0,), pol)], 3, 5, "remaining")
+           for pol in ("include", "exclude")]
+    np.testing.assert_array_equal(rem[0].test_devices, rem[1].test_devices)
+    assert not rem[0].test_devices[3, 0]
     assert build_schedule([Event("departure", 3, (0,), "include")], 3, 5, "all").test_devices.all()
 
 

@@ -49,7 +49,8 @@ def _three_client_logistic(global_test: bool):
 def test_runner_reports_mean_client_accuracy_fairness_and_global_test():
     fed = _three_client_logistic(global_test=True)
     model = make_model("logreg", 2, 2)
-    cfg = TrainSettings(scheme="C", local_epochs=1, batch_size=2, eta0=0.5, rounds=2, seed=0)
+    cfg = TrainSettings(scheme="C", local_epochs=1, batch_size=2, eta0=0.5, rounds=2, seed=0,
+                        local_work="epochs")
     res = train(model, fed, np.ones((2, 3)), cfg)
     last = {k: v for r, k, v in res.records if r == 2}
     W, b = res.params
@@ -92,7 +93,7 @@ def test_global_test_set_round_trips_through_split_npz(tmp_path):
 
 
 def test_mnist5k_split_keeps_the_source_test_split_as_global_test(tmp_path):
-    from hetfl.pipeline import make_split
+    from hetfl.data.build import make_split
 
     spec = {"dataset": "mnist5k", "num_devices": 10, "test_fraction": 0.2, "sizes": {"distribution": "equal"},
             "partition": {"label_skew": "iid"}}

@@ -7,7 +7,9 @@ import sys
 import numpy as np
 
 from hetfl.config import RunSpec
-from hetfl.pipeline import make_split, make_traces, run_training
+from hetfl.data.build import make_split
+from hetfl.data.traces import make_traces
+from hetfl.pipeline import run_training
 
 
 def test_mnist5k_one_label_per_device_split_and_training(tmp_path):
@@ -25,7 +27,7 @@ def test_mnist5k_one_label_per_device_split_and_training(tmp_path):
                    model="logreg", algorithm="fedavg", scheme="C", num_traces=5,
                    trace_order=("T_0", "T_30", "T_50", "T_70", "T_90"), local_epochs=1, batch_size=10,
                    eta0=0.1, rounds=2, eval_every=1, seed=0, partition=split_spec["partition"])
-    result = run_training(spec, tmp_path / "split.npz", tmp_path / "t.npz", tmp_path / "run", track=False,
+    result = run_training(spec, tmp_path / "split.npz", tmp_path / "t.npz", tmp_path / "run",
                           progress=False)
     assert result.status == "ok"
     info = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -55,13 +57,13 @@ def test_image_model_on_token_ids_fails_before_training(tmp_path):
     ys = [rng.integers(0, 80, 6) for _ in range(2)]
     fed = from_device_lists(xs, ys, xs, ys, num_classes=80)
     assert fed.x_train.dtype == np.int64
-    save_federation(fed, tmp_path / "split.npz", tmp_path / "manifest.json", {})
-    make_traces(tmp_path / "t.npz", traceset="T1", num_devices=2, rounds=1, seed=0)
     spec = RunSpec(experiment="e", run="r", table="none", dataset="shakespeare", setting="NIID", alpha=0,
                    beta=0, iid=False, num_devices=2, sizes={"distribution": "equal"}, test_fraction=0.2,
                    model="char_lstm", algorithm="fedavg", scheme="C", num_traces=1, trace_order=("T_0",),
                    local_epochs=1, batch_size=3, eta0=0.1, rounds=1, eval_every=1, seed=0)
+    save_federation(fed, tmp_path / "split.npz", tmp_path / "manifest.json", {**spec.split_spec(), "seed": 0})
+    make_traces(tmp_path / "t.npz", traceset="T1", num_devices=2, rounds=1, seed=0)
     with pytest.raises(ValueError, match=r"model 'logreg' cannot read the int64 token ids.*char_lstm"):
         run_training(dataclasses.replace(spec, model="logreg"), tmp_path / "split.npz", tmp_path / "t.npz",
-                     tmp_path / "run", track=False, progress=False)
+                     tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()  # nothing half-written

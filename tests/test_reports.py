@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from hetfl.reports.accuracy_difference import (
     accuracy_difference,
     default_caption,
     percent_improvement,
+    point_difference,
     write_tables,
 )
 from hetfl.reports.references import available_references, load_reference
@@ -84,6 +86,10 @@ def run_dirs(tmp_path: Path) -> list[Path]:
         make_run(tmp_path, "A", 0, 0.80, setting="IID", num_traces=3),
         make_run(tmp_path, "B", 0, 0.76, setting="IID", num_traces=3),
         make_run(tmp_path, "C", 0, 0.70, setting="IID", num_traces=3),
+        # NIID |T|=4, three seeds (paper: B/A 38.2, C/B 3.2): B/A points 10, 9, 14; C/B points -3, -2, -2.
+        *(make_run(tmp_path, sch, s, acc, num_traces=4)
+          for s, accs in enumerate([(0.50, 0.60, 0.57), (0.52, 0.61, 0.59), (0.48, 0.62, 0.60)])
+          for sch, acc in zip("ABC", accs, strict=True)),
     ]
     return dirs
 
@@ -202,56 +208,91 @@ def test_percent_improvement_is_relative() -> None:
     assert math.isinf(percent_improvement(0.5, 0.0))
 
 
+def test_point_difference_is_in_percentage_points() -> None:
+    assert point_difference(0.88, 0.80) == pytest.approx(8.0)  # §5.2: "differences in the test accuracies"
+    np.testing.assert_allclose(point_difference(np.array([0.9, 0.6]), np.array([0.75, 0.8])), [15.0, -20.0])
+
+
 # --- accuracy difference --------------------------------------------------------------------------
+
+
+def rows_of(table: pd.DataFrame, improvement: str) -> pd.DataFrame:
+    return table[table["improvement"] == improvement]
 
 
 def test_accuracy_difference_columns_and_order(table: pd.DataFrame) -> None:
     assert list(table.columns) == OUTPUT_COLUMNS
-    keys = list(zip(table.setting, table.num_traces, table.comparison, strict=True))
+    keys = list(zip(table.setting, table.num_traces, table.comparison, table.improvement, strict=True))
     assert keys == sorted(keys)
-    assert keys[:2] == [("IID", 1, "B_vs_A"), ("IID", 1, "C_vs_B")]
-    assert len(table) == 4 * 2
+    assert keys[:2] == [("IID", 1, "B_vs_A", "points"), ("IID", 1, "B_vs_A", "relative")]
+    assert len(table) == 5 * 2 * 2  # cells × comparisons × {points, relative}
 
 
-def test_mean_std_over_two_seeds_and_paper_join(table: pd.DataFrame) -> None:
-    b_a = row(table, "NIID", 2, "B_vs_A")
-    assert b_a["reproduced_mean"] == pytest.approx(15.0)  # (10 + 20) / 2
-    assert b_a["reproduced_std"] == pytest.approx(math.sqrt(50.0))  # ddof=1
-    assert b_a["n_seeds"] == 2 and b_a["n_excluded"] == 0
-    assert b_a["paper"] == pytest.approx(9.6)
-    assert bool(b_a["same_sign"])  # bool(pd.NA) would raise
-
-    c_b = row(table, "NIID", 2, "C_vs_B")
-    assert c_b["reproduced_mean"] == pytest.approx(2.5)  # (5 + 0) / 2
-    assert c_b["reproduced_std"] == pytest.approx(math.sqrt(12.5))
+def test_both_forms_mean_std_ci_over_two_seeds(table: pd.DataFrame) -> None:
+    t1 = 12.706204736174707  # t_{1, 0.975}
+    pts = row(rows_of(table, "points"), "NIID", 2, "B_vs_A")
+    assert pts["reproduced_mean"] == pytest.approx(11.5)  # (8 + 15) / 2 points
+    assert pts["reproduced_std"] == pytest.approx(math.sqrt(24.5))
+    assert pts["ci_low"] == pytest.approx(11.5 - t1 * 3.5)
+    assert pts["ci_high"] == pytest.approx(11.5 + t1 * 3.5)
+    assert pts["paper"] == pytest.approx(9.6) and pts["verdict"] == "agrees" and bool(pts["same_sign"])
+    rel = row(rows_of(table, "relative"), "NIID", 2, "B_vs_A")
+    assert rel["reproduced_mean"] == pytest.approx(15.0)  # (10 + 20) / 2 %
+    assert rel["reproduced_std"] == pytest.approx(math.sqrt(50.0))  # ddof=1
+    assert rel["n_seeds"] == 2 and rel["n_excluded"] == 0
+    c_b = row(rows_of(table, "points"), "NIID", 2, "C_vs_B")
+    assert c_b["reproduced_mean"] == pytest.approx(2.2)  # (4.4 + 0) / 2
     assert c_b["paper"] == pytest.approx(1.5)
 
 
+def test_verdicts_by_hand_over_three_seeds(table: pd.DataFrame) -> None:
+    t2 = 4.302652729749464  # t_{2, 0.975}
+    b_a = row(rows_of(table, "points"), "NIID", 4, "B_vs_A")
+    half = t2 * math.sqrt(7.0) / math.sqrt(3.0)  # points 10, 9, 14: mean 11, s² = 7
+    assert b_a["reproduced_mean"] == pytest.approx(11.0)
+    assert (b_a["ci_low"], b_a["ci_high"]) == (pytest.approx(11 - half), pytest.approx(11 + half))
+    assert b_a["verdict"] == "same direction"  # CI in (4.4, 17.6) excludes 0, paper 38.2 outside
+    c_b = row(rows_of(table, "points"), "NIID", 4, "C_vs_B")
+    half = t2 * math.sqrt(1 / 3) / math.sqrt(3.0)  # -3, -2, -2: mean -7/3, s² = 1/3
+    assert c_b["ci_high"] == pytest.approx(-7 / 3 + half) and c_b["ci_high"] < 0
+    assert c_b["verdict"] == "disagrees"  # the paper's +3.2 has the other sign
+
+
+def test_not_comparable_cells(run_dirs: list[Path]) -> None:
+    runs = collect_runs(run_dirs).assign(comparable=lambda d: d["setting"] != "NIID")
+    table = accuracy_difference(runs, load_reference(TABLE3))
+    assert set(table.loc[table["setting"] == "NIID", "verdict"]) == {"not comparable"}
+    iid = table[(table["setting"] == "IID") & table["num_traces"].isin([1, 3])]  # cells with a paper value
+    assert "not comparable" not in set(iid["verdict"])
+
+
 def test_diverged_run_is_excluded(table: pd.DataFrame) -> None:
-    b_a = row(table, "IID", 1, "B_vs_A")
+    b_a = row(rows_of(table, "relative"), "IID", 1, "B_vs_A")
     assert b_a["n_seeds"] == 1 and b_a["n_excluded"] == 1
     assert b_a["reproduced_mean"] == pytest.approx(-2.5)
-    assert math.isnan(b_a["reproduced_std"])  # one seed -> no sample std
+    assert math.isnan(b_a["reproduced_std"]) and math.isnan(b_a["ci_low"])  # one seed: no std, no CI
     assert b_a["paper"] == pytest.approx(-0.6) and bool(b_a["same_sign"])
+    assert b_a["verdict"] == "inconclusive"
+    assert row(rows_of(table, "points"), "IID", 1, "B_vs_A")["reproduced_mean"] == pytest.approx(-2.0)
 
-    c_b = row(table, "IID", 1, "C_vs_B")
+    c_b = row(rows_of(table, "relative"), "IID", 1, "C_vs_B")
     assert c_b["n_seeds"] == 1 and c_b["n_excluded"] == 1
     assert c_b["reproduced_mean"] == pytest.approx(100 * 0.01 / 0.78)
 
 
 def test_missing_partner_and_absent_paper(table: pd.DataFrame) -> None:
     for comparison in ("B_vs_A", "C_vs_B"):
-        r = row(table, "IID", 9, comparison)
+        r = row(rows_of(table, "points"), "IID", 9, comparison)
         assert r["n_seeds"] == 0 and r["n_excluded"] == 1
         assert math.isnan(r["reproduced_mean"]) and math.isnan(r["paper"])
-        assert pd.isna(r["same_sign"])
+        assert pd.isna(r["same_sign"]) and r["verdict"] == "not comparable"
 
 
 def test_same_sign_false_and_zero_paper(table: pd.DataFrame) -> None:
-    b_a = row(table, "IID", 3, "B_vs_A")
-    assert b_a["reproduced_mean"] == pytest.approx(-5.0) and b_a["paper"] == pytest.approx(6.6)
+    b_a = row(rows_of(table, "points"), "IID", 3, "B_vs_A")
+    assert b_a["reproduced_mean"] == pytest.approx(-4.0) and b_a["paper"] == pytest.approx(6.6)
     assert not bool(b_a["same_sign"])
-    c_b = row(table, "IID", 3, "C_vs_B")
+    c_b = row(rows_of(table, "points"), "IID", 3, "C_vs_B")
     assert c_b["paper"] == 0.0 and pd.isna(c_b["same_sign"])  # sign of 0.0 is undefined
     assert str(table["same_sign"].dtype) == "boolean"
 
@@ -267,8 +308,8 @@ def test_duplicate_runs_rejected(run_dirs: list[Path]) -> None:
 
 def test_default_caption_states_formula_and_note() -> None:
     caption = default_caption("IID column uses SYNTHETIC(0, 0); reduced scale.", rounds=50, n_devices=20)
-    assert "100·(acc_B − acc_A)/acc_A" in caption
-    assert "final round" in caption and "mean ± sample standard deviation" in caption
+    assert "100·(acc_B − acc_A)" in caption and "100·(acc_B − acc_A)/acc_A" in caption
+    assert "final round" in caption and "95 % Student-t CI" in caption and "not comparable" in caption
     assert "50 rounds" in caption and "20 devices" in caption
     assert caption.endswith("IID column uses SYNTHETIC(0, 0); reduced scale.")
 
@@ -283,16 +324,17 @@ def test_write_tables(table: pd.DataFrame, tmp_path: Path) -> None:
 
     md = stem.with_name(stem.name + ".md").read_text(encoding="utf-8")
     assert md.startswith(caption)
-    for header in ("B vs A (reproduced)", "B vs A (paper)", "C vs B (reproduced)", "C vs B (paper)"):
+    for header in ("B vs A (reproduced)", "B vs A (paper)", "B vs A verdict", "C vs B verdict",
+                   r"\|T\|"):
         assert header in md
-    lines = [line for line in md.splitlines() if "| NIID" in line and "| 2 " in line]
-    assert len(lines) == 1
-    assert "15.0 ± 7.1" in lines[0] and "2.5 ± 3.5" in lines[0] and "9.6" in lines[0] and "1.5" in lines[0]
-    assert "-2.5 (n=1, 1 excl.)" in md
+    lines = [line for line in md.splitlines() if "| NIID" in line and re.search(r"\|\s+2\s+\|", line)]
+    assert len(lines) == 1  # the printed form is points: 11.5 [-33.0, 56.0]
+    assert "11.5 [-33.0, 56.0]" in lines[0] and "9.6" in lines[0] and "agrees" in lines[0]
+    assert "-2.0 (n=1, 1 excl.)" in md
 
     tex = stem.with_name(stem.name + ".tex").read_text(encoding="utf-8")
     assert r"\caption{" in tex and r"\begin{tabular}" in tex and r"\end{table}" in tex
-    assert r"15.0 $\pm$ 7.1" in tex
+    assert r"11.5 [-33.0, 56.0]" in tex
     assert r"100\%" in tex and r"SYNTHETIC\_1\_1" in tex  # caption escaped for LaTeX
     assert sorted(p.name for p in stem.parent.iterdir()) == [
         "table3_accuracy_difference.csv",

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from hetfl.config import ConfigError, expand_runs, validate_config
+from hetfl.data.build import make_split
 from hetfl.data.leaf import LEAF_LETTERS
-from hetfl.pipeline import make_split
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,14 +33,20 @@ def workflow_dir(tmp_path_factory):
 @pytest.mark.slow
 def test_table_is_built_with_paper_values(workflow_dir):
     table = pd.read_csv(workflow_dir / "reports/tables/accuracy_difference.csv")
-    cols = ["dataset", "setting", "num_traces", "comparison", "reproduced_mean", "reproduced_std", "paper"]
+    cols = ["dataset", "setting", "num_traces", "comparison", "reproduced_mean", "reproduced_std", "paper",
+            "ci_low", "ci_high", "n_seeds", "verdict", "improvement", "local_work", "completion",
+            "trace_assignment"]
     assert set(cols) <= set(table.columns)
-    assert len(table) == 2 * 2  # |T| ∈ {1, 6} × two comparisons
-    assert set(table["n_seeds"]) == {2}
+    assert len(table) == 2 * 2 * 2  # |T| ∈ {1, 6} × two comparisons × {points, relative}
+    assert set(table["n_seeds"]) == {2} and set(table["local_work"]) == {"steps"}
     row = table[(table.num_traces == 6) & (table.comparison == "B_vs_A")].iloc[0]
     assert row["paper"] == pytest.approx(30.5)  # SYNTHETIC NIID |T| = 6, paper Table 3
+    assert set(table["verdict"]) == {"not comparable"}  # 8 devices and 4 rounds are not the paper's set-up
     md = (workflow_dir / "reports/tables/accuracy_difference.md").read_text()
-    assert "100·(acc_B − acc_A)/acc_A" in md and "±" in md
+    assert "100·(acc_B − acc_A)" in md and "num_devices = 8 (paper: 50)" in md and "Verdicts: " in md
+    assert "Runs read: " in md and "E[K_τ]" in md
+    readings = pd.read_csv(workflow_dir / "reports/tables/accuracy_difference_readings.csv")
+    assert set(readings["reading"]) == {"paper/default", "improvement=relative", "completion=nearest"}
 
 
 @pytest.mark.slow
@@ -61,7 +67,7 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
     client = MlflowClient(tracking_uri=f"sqlite:///{workflow_dir / 'results/mlflow.db'}")
     exp = client.get_experiment_by_name("tiny_table3")
     runs = client.search_runs([exp.experiment_id], max_results=100)
-    assert len(runs) == 12  # tiny_table3 only
+    assert len(runs) == 12 + 6  # tiny_table3 only: its grid and the completion=nearest variants (|T| = 6)
     assert client.get_run(run_id).data.params["scheme"] == "C"
     history = client.get_metric_history(run_id, "test_accuracy")
     assert [m.step for m in history] == [1, 2, 3, 4]
@@ -92,13 +98,17 @@ def test_second_invocation_has_nothing_to_do(workflow_dir):
 @pytest.mark.slow
 def test_event_tables_and_figures(workflow_dir):
     fast = pd.read_csv(workflow_dir / "reports/tables/fast_reboot.csv")
-    assert set(fast["method"]) == {"fast_reboot", "vanilla"} and set(fast["tau0"]) == {3}
-    assert (fast["n_seeds"] == 2).all()
-    assert "paper" in fast.columns
+    assert set(fast["method"]) == {"fast_reboot", "vanilla", "vanilla_minus_fast"}
+    assert set(fast["tau0"]) == {3}
+    assert (fast["n_seeds"] == 2).all() and {"paper", "ci_low", "ci_high", "verdict"} <= set(fast.columns)
     cross = pd.read_csv(workflow_dir / "reports/tables/crossing_epochs.csv")
     assert len(cross) == 1 and cross.iloc[0]["n_seeds"] == 2
     md = (workflow_dir / "reports/tables/crossing_epochs.md").read_text()
-    assert "remain after the departure" in md  # the caption says which test data
+    assert "as the paper's Figure 4" in md  # the caption says which test data
+    for table, reading in (("fast_reboot", "boost=multiplicative"),
+                           ("crossing_epochs", "departure_test_set=remaining")):
+        readings = pd.read_csv(workflow_dir / f"reports/tables/{table}_readings.csv")
+        assert set(readings["reading"]) == {"paper/default", reading}
     for fig in ("scheme_curves", "arrival_curves", "departure_curves"):
         assert (workflow_dir / f"reports/figures/{fig}.png").stat().st_size > 1000
     run_json = workflow_dir / "results/tiny_table4/NIID_T5_C_arr3_fast_reboot_s0/run.json"

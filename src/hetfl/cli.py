@@ -24,7 +24,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _cmd_split(args: argparse.Namespace) -> int:
-    from hetfl.pipeline import make_split
+    from hetfl.data.build import make_split
 
     if args.spec:
         text = args.spec if args.spec.lstrip().startswith("{") else Path(args.spec).read_text()
@@ -85,22 +85,60 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    from hetfl.pipeline import make_traces
+    from hetfl.data.traces import make_traces
 
     tr = make_traces(args.out, traceset=args.traceset, num_devices=args.num_devices, rounds=args.rounds,
-                     seed=args.seed)
+                     seed=args.seed, assignment=args.assignment, p_inactive=args.p_inactive)
     print(f"wrote {args.out}: traces {', '.join(tr.trace_names)}; mean fraction {tr.fractions.mean():.3f}, "
           f"inactive {(tr.fractions == 0).mean():.3%}", file=sys.stderr)
     return 0
+
+
+def _prepare_by_hand(spec) -> tuple[Path, Path]:
+    """`hetfl train --config`: the run's split and traces at their canonical paths, made (again) when they
+    are missing or were made for other parameters."""
+    from hetfl import paths
+    from hetfl.data.build import check_split, make_split
+    from hetfl.data.traces import load_traces, make_traces
+    from hetfl.pipeline import check_traces
+
+    split = paths.split_dir(spec) / "split.npz"
+    trace = paths.trace_file(spec)
+    try:
+        check_split(split, spec.split_spec(), spec.seed)
+    except (FileNotFoundError, ValueError) as why:
+        if split.exists():
+            print(f"hetfl train: making the split again: {why}", file=sys.stderr)
+        make_split(split, spec.split_spec(), spec.seed)
+    try:
+        check_traces(load_traces(trace), spec, trace)
+    except (FileNotFoundError, ValueError) as why:
+        if trace.exists():
+            print(f"hetfl train: making the traces again: {why}", file=sys.stderr)
+        make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
+                    seed=spec.seed, assignment=spec.trace_assignment, p_inactive=spec.p_inactive)
+    return split, trace
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from hetfl import paths
-    from hetfl.pipeline import make_split, make_traces, run_training, spec_from_arg
+    from hetfl.config import RunSpec
+    from hetfl.pipeline import run_cell, run_training, spec_from_arg
 
     torch.set_num_threads(args.threads)
+    if args.cell:  # the workflow: every run of a cell in this process
+        if not args.split:
+            raise ConfigError("hetfl train --cell needs --split")
+        text = args.cell if args.cell.lstrip().startswith("[") else Path(args.cell).read_text()
+        specs = [RunSpec.from_dict(d) for d in json.loads(text)]
+        traces = {s.run: paths.trace_file(s, args.traces_root) for s in specs}
+        statuses = run_cell(specs, Path(args.split), traces, args.results_root or "results", args.log_dir,
+                            device=args.device, checkpoint_every=args.checkpoint_every)
+        print(f"cell {specs[0].split_key}: " + ", ".join(f"{n} {s}" for s, n in _count(statuses.values())),
+              file=sys.stderr)
+        return 0
     if args.spec:
         if not (args.split and args.traces and args.out):
             raise ConfigError("hetfl train --spec needs --split, --traces and --out")
@@ -108,33 +146,43 @@ def _cmd_train(args: argparse.Namespace) -> int:
         split, trace, out = Path(args.split), Path(args.traces), Path(args.out)
     else:
         if not (args.config and args.experiment and args.run):
-            raise ConfigError("hetfl train needs either --spec or --config with --experiment and --run")
+            raise ConfigError("hetfl train needs --cell, --spec, or --config with --experiment and --run")
         matches = [s for s in expand_runs(load_config(args.config))
                    if s.experiment == args.experiment and s.run == args.run]
         if not matches:
             raise ConfigError(f"no run '{args.experiment}/{args.run}' in {args.config}; "
                               f"list them with: hetfl runs {args.config}")
         spec = matches[0]
-        split = paths.split_dir(spec) / "split.npz"
-        trace = paths.trace_stem(spec).with_suffix(".npz")
+        split, trace = _prepare_by_hand(spec)
         out = Path(args.out) if args.out else paths.run_dir(spec)
-        if not split.exists():
-            make_split(split, spec.split_spec(), spec.seed)
-        if not trace.exists():
-            make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
-                        seed=spec.seed)
-    result = run_training(spec, split, trace, out, device=args.device, track=not args.no_mlflow,
-                          results_root=args.results_root)
+    result = run_training(spec, split, trace, out, device=args.device, checkpoint_every=args.checkpoint_every)
+    if not args.no_mlflow:  # by hand: mirror this run (the workflow mirrors per experiment: rule track)
+        _mirror_by_hand(out, args.results_root or "results")
     print(f"{spec.experiment}/{spec.run}: {result.status} after {result.rounds_done} rounds -> {out}",
           file=sys.stderr)
     return 0
 
 
+def _count(values) -> list[tuple[int, str]]:
+    from collections import Counter
+
+    return [(n, v) for v, n in sorted(Counter(values).items())]
+
+
+def _mirror_by_hand(run_dir: Path, results_root: str) -> None:
+    try:
+        from hetfl.tracking import mirror_run_dirs
+
+        mirror_run_dirs(results_root, [run_dir])
+    except Exception as exc:  # results on disk are the source of truth: never lose them to tracking
+        print(f"warning: MLflow logging failed ({exc!r}); results are kept in {run_dir}", file=sys.stderr)
+
+
 def _cmd_table(args: argparse.Namespace) -> int:
     from hetfl.reports.tables import build_table
 
-    out = build_table(args.table, [Path(p) for p in args.runs], Path(args.out))
-    print(f"wrote {out}.{{md,csv,tex}}", file=sys.stderr)
+    out = build_table(args.table, [Path(p) for p in args.runs], Path(args.out), readings=args.readings)
+    print(f"wrote {out}.{{md,csv{'' if args.readings else ',tex'}}}", file=sys.stderr)
     return 0
 
 
@@ -225,10 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-devices", type=int, required=True)
     p.add_argument("--rounds", type=int, required=True)
     p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--assignment", default="random", choices=["random", "stratified"],
+                   help="device -> trace: uniformly at random (Ruan et al. 5.1) or spread evenly")
+    p.add_argument("--p-inactive", type=float, default=0.05,
+                   help="inactive probability of T_hi, T_mi, T_lo (unpublished; docs/readings.md)")
     p.add_argument("--out", required=True, help="path of the .npz (a .csv is written beside it)")
     p.set_defaults(func=_cmd_trace)
 
-    p = sub.add_parser("train", help="train one run; writes metrics.parquet and run.json, mirrors to MLflow")
+    p = sub.add_parser("train", help="train one run (or a cell of runs); writes metrics.parquet and run.json")
+    p.add_argument("--cell", help="a JSON list of run specs sharing one split (or a file holding it): the "
+                                  "workflow trains a cell in one process; needs --split")
+    p.add_argument("--traces-root", default="data_splits", help="with --cell: where data_splits/traces is")
+    p.add_argument("--log-dir", help="with --cell: write each run's progress to <log-dir>/<run>.log")
+    p.add_argument("--checkpoint-every", type=int, default=20,
+                   help="checkpoint every K rounds so a killed run resumes (0: only the final one)")
     p.add_argument("--spec", help="run spec as JSON, or a path to a JSON file or an earlier run.json")
     p.add_argument("--split")
     p.add_argument("--traces")
@@ -239,13 +297,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch threads (Snakemake passes {threads})")
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     p.add_argument("--no-mlflow", action="store_true", help="do not mirror the run to MLflow")
-    p.add_argument("--results-root", help="directory holding the default MLflow store (default: results/)")
+    p.add_argument("--results-root", help="results directory: --cell writes runs under it; it holds the "
+                                          "default MLflow store (default: results/)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("table", help="build a paper table from run directories")
     p.add_argument("table", help="one of the table builders (hetfl.reports.tables.BUILDERS), e.g. "
                                   "accuracy_difference")
     p.add_argument("--out", required=True, help="output stem; .md, .csv and .tex are written")
+    p.add_argument("--readings", action="store_true",
+                   help="the readings table instead: every cell under every reading of the runs' readings "
+                        "axis (.md and .csv; docs/readings.md)")
     p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
     p.set_defaults(func=_cmd_table)
 

@@ -10,7 +10,7 @@ import copy
 import itertools
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -232,6 +232,30 @@ def _check_event(name: str, exp: dict[str, Any]) -> None:
                           f"allowed: events within the run's {exp['rounds']} rounds")
 
 
+def _check_readings(name: str, exp: dict[str, Any]) -> None:
+    """The readings axis must change something: every value of every reading yields at least one variant
+    run inside readings_grid, whose values must be the experiment's own."""
+    grid = exp.get("readings_grid") or {}
+    for key, own in (("settings", list(exp["settings"])), ("num_traces", exp["num_traces"]),
+                     ("seeds", exp["seeds"])):
+        for value in grid.get(key, []):
+            if value not in own:
+                raise ConfigError(f"config key 'experiments.{name}.readings_grid.{key}' has value "
+                                  f"{json.dumps(value)}, which is not allowed; allowed: one of "
+                                  + ", ".join(json.dumps(v) for v in own))
+    readings = exp.get("readings") or {}
+    if not readings:
+        return
+    defaults = [s for s in _grid(name, exp) if _in_readings_grid(s, grid)]
+    for key, values in readings.items():
+        for value in values:
+            if not any(_variant(s, key, value) is not None for s in defaults):
+                raise ConfigError(f"config key 'experiments.{name}.readings.{key}' has value "
+                                  f"{json.dumps(value)}, which changes no run of this experiment (it is the "
+                                  "experiment's own value, or the reading does not apply to its runs: see "
+                                  "docs/readings.md); allowed: a value that changes a run")
+
+
 def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None) -> None:
     """Rules JSON Schema cannot express."""
     for name, exp in config["experiments"].items():
@@ -256,6 +280,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
                 f"config key 'experiments.{name}.sizes.max_size' has value {sizes['max_size']}, which is "
                 f"not allowed; allowed: >= sizes.min_size ({sizes['min_size']})"
             )
+        _check_readings(name, exp)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -268,6 +293,13 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
     return validate_config(raw)
+
+
+# The traces with inactive rounds (Ruan et al. Table 2): p_inactive only changes runs that use one of them.
+INACTIVE_TRACES = ("T_hi", "T_mi", "T_lo")
+DEFAULT_P_INACTIVE = 0.05
+# readings that change the data split (a variant with one of them gets its own split)
+SPLIT_READINGS = ("iid", "label_choice")
 
 
 @dataclass(frozen=True)
@@ -305,7 +337,13 @@ class RunSpec:
     data_dir: str | None = None
     global_test: bool = True  # real datasets: also evaluate on the source's own test split
     model_params: dict[str, Any] = field(default_factory=dict)
-    event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set}
+    event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set, boost}
+    # readings where the paper is silent or ambiguous (docs/readings.md)
+    local_work: str = "steps"  # E counts local updates (steps) or epochs
+    completion: str = "floor"  # fraction of the round -> updates: floor or nearest
+    trace_assignment: str = "random"  # device -> trace: random or stratified
+    p_inactive: float = DEFAULT_P_INACTIVE  # inactive probability of T_hi, T_mi, T_lo
+    reading: str = ""  # "" = the experiment's own readings; "key=value" = a variant of the readings axis
     clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = all
     sampling_weights: str = "sampled"  # the scheme's weights over the sampled set (engine.sampling)
     acc_x: float | None = None  # FedFOR's ACC_x target (%), read by reports.fedfor; None = the paper's
@@ -338,26 +376,52 @@ class RunSpec:
         return spec
 
     @property
+    def split_setting(self) -> str:
+        """The setting's split directory: a reading that changes the data (iid, label_choice) gets its own."""
+        key = self.reading.split("=", 1)[0]
+        return f"{self.setting}__{reading_suffix(self.reading)}" if key in SPLIT_READINGS else self.setting
+
+    @property
     def split_key(self) -> str:
         """Runs with equal split keys share one split (the data does not depend on scheme or traces)."""
-        return f"{self.experiment}/{self.setting}/seed{self.seed}"
+        return f"{self.experiment}/{self.split_setting}/seed{self.seed}"
 
     @property
     def traceset(self) -> str:
         return traceset_label(self.trace_order[: self.num_traces])
 
     @property
+    def trace_options(self) -> str:
+        """Suffix of the trace file for readings that change the traces ('' under the defaults)."""
+        used = self.trace_order[: self.num_traces]
+        opts = "_stratified" if self.trace_assignment == "stratified" else ""
+        if self.p_inactive != DEFAULT_P_INACTIVE and set(used) & set(INACTIVE_TRACES):
+            opts += f"_pi{self.p_inactive:g}"
+        return opts
+
+    @property
     def trace_key(self) -> str:
-        return f"{self.traceset}/n{self.num_devices}_r{self.rounds}_seed{self.seed}"
+        return f"{self.traceset}/n{self.num_devices}_r{self.rounds}_seed{self.seed}{self.trace_options}"
+
+    @property
+    def cell(self) -> str:
+        """The training job this run belongs to: every run that shares its split trains in one process."""
+        return self.split_key
+
+
+def reading_suffix(reading: str) -> str:
+    """'local_work=epochs' -> 'local_work-epochs' (run names and split directories)."""
+    return reading.replace("=", "-")
 
 
 def run_name(setting: str, num_traces: int, scheme: str, seed: int, algorithm: str | None = None,
-             event: dict[str, Any] | None = None) -> str:
+             event: dict[str, Any] | None = None, reading: str = "") -> str:
     """Deterministic run name from the run's grid coordinates (the algorithm first when the experiment
-    runs more than one; the event's round and policy when it has one)."""
+    runs more than one; the event's round and policy when it has one; the reading variant last)."""
     ev = f"_{event['kind'][:3]}{event['round']}_{event['policy']}" if event else ""
     name = f"{setting}_T{num_traces}_{scheme}{ev}_s{seed}"
-    return f"{algorithm}_{name}" if algorithm else name
+    name = f"{algorithm}_{name}" if algorithm else name
+    return f"{name}__{reading_suffix(reading)}" if reading else name
 
 
 def _events(exp: dict[str, Any]) -> list[dict[str, Any] | None]:
@@ -367,7 +431,57 @@ def _events(exp: dict[str, Any]) -> list[dict[str, Any] | None]:
         return [None]
     devices = list(ev.get("devices") or [exp["num_devices"] - 1])
     return [{"kind": ev["kind"], "round": r, "policy": pol, "devices": devices, "stagger": ev["stagger"],
-             "departure_test_set": ev["departure_test_set"]} for r in ev["rounds"] for pol in ev["policies"]]
+             "departure_test_set": ev["departure_test_set"], "boost": ev["boost"]}
+            for r in ev["rounds"] for pol in ev["policies"]]
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _variant(spec: RunSpec, key: str, value: Any) -> RunSpec | None:
+    """`spec` with reading `key` set to `value`, or None when the reading does not apply to this run or
+    cannot change it (the readings table then shows the default run under that reading)."""
+    used = set(spec.trace_order[: spec.num_traces])
+    changes: dict[str, Any]
+    if key in ("local_work", "completion", "trace_assignment", "p_inactive", "local_epochs", "eta0"):
+        if getattr(spec, key) == value:
+            return None
+        if key in ("completion", "trace_assignment") and used <= {"T_0"}:
+            return None  # every device completes every round: nothing to round or to assign
+        if key == "p_inactive" and not used & set(INACTIVE_TRACES):
+            return None
+        changes = {key: value}
+    elif key == "iid":
+        if spec.dataset != "synthetic" or spec.alpha or spec.beta or spec.iid == value:
+            return None
+        changes = {"iid": value}
+    elif key == "label_choice":
+        part = spec.partition or {}
+        if part.get("label_skew") != "pathological" or part.get("label_choice", "cyclic") == value:
+            return None
+        changes = {"partition": {**part, "label_choice": value}}
+    elif key in ("departure_test_set", "boost"):
+        ev = spec.event
+        kind = "departure" if key == "departure_test_set" else "arrival"
+        if ev is None or ev["kind"] != kind or ev[key] == value:
+            return None
+        changes = {"event": {**ev, key: value}}
+    else:  # the schema lists every key; this guards the two lists against drifting apart
+        raise ConfigError(f"config key 'readings.{key}' is not a reading hetfl knows")
+    reading = f"{key}={_format_value(value)}"
+    name = f"{spec.run}__{reading_suffix(reading)}"
+    return replace(spec, run=name, reading=reading, **changes)
+
+
+def _in_readings_grid(spec: RunSpec, grid: dict[str, list[Any]]) -> bool:
+    return all([spec.num_traces in grid.get("num_traces", [spec.num_traces]),
+                spec.seed in grid.get("seeds", [spec.seed]),
+                spec.setting in grid.get("settings", [spec.setting])])
 
 
 def _local_steps(exp: dict[str, Any], setting: dict[str, Any]) -> tuple[int, ...] | None:
@@ -377,52 +491,70 @@ def _local_steps(exp: dict[str, Any], setting: dict[str, Any]) -> tuple[int, ...
 
 
 def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
-    """All runs of a validated config, in a stable order."""
+    """All runs of a validated config, in a stable order: each experiment's grid under its own readings,
+    then, for each reading of its `readings` axis, the variants (one reading changed at a time)."""
     for exp_name, exp in config["experiments"].items():
-        algorithms = _algorithms(exp)
-        tag = len(algorithms) > 1  # run names carry the algorithm only when there is more than one
-        for algorithm, setting, sv in ((a, s, v) for a in algorithms for s, v in exp["settings"].items()):
-            hp = parse_hyperparameters(algorithm, exp["algorithm_params"].get(algorithm))
-            quad = {"a": [float(v) for v in sv["a"]], "b": [float(v) for v in sv["b"]]} \
-                if exp["dataset"] == "quadratic" else None
-            if quad is not None and "n" in sv:  # only when given: earlier splits keep their params
-                quad["n"] = [int(v) for v in sv["n"]]
-            for k, scheme, event, seed in itertools.product(exp["num_traces"], exp["schemes"], _events(exp),
-                                                            exp["seeds"]):
-                yield RunSpec(
-                    experiment=exp_name,
-                    run=run_name(setting, k, scheme, seed, algorithm if tag else None, event),
-                    table=exp["table"],
-                    dataset=exp["dataset"],
-                    setting=setting,
-                    alpha=float(sv.get("alpha", 0.0)),
-                    beta=float(sv.get("beta", 0.0)),
-                    iid=bool(sv.get("iid", False)),
-                    num_devices=exp["num_devices"],
-                    sizes=dict(exp["sizes"]),
-                    test_fraction=exp["test_fraction"],
-                    model=exp["model"],
-                    algorithm=algorithm,
-                    scheme=scheme,
-                    num_traces=k,
-                    trace_order=tuple(exp["trace_order"]),
-                    local_epochs=sv.get("local_epochs", exp["local_epochs"]),
-                    batch_size=exp["batch_size"],
-                    eta0=float(exp["eta0"]),
-                    rounds=sv.get("rounds", exp["rounds"]),
-                    eval_every=exp["eval_every"],
-                    seed=seed,
-                    algorithm_params=asdict(hp),
-                    lr_schedule=exp["lr_schedule"],
-                    local_steps=_local_steps(exp, sv),
-                    quadratic=quad,
-                    partition=dict(sv["partition"]) if "partition" in sv else None,
-                    data_dir=exp.get("data_dir"),
-                    global_test=exp["global_test"],
-                    model_params=dict(exp["model_params"]),
-                    event=event,
-                    clients_per_round=exp.get("clients_per_round"),
-                    sampling_weights=exp["sampling_weights"],
-                    acc_x=exp.get("acc_x"),
-                    concept_shift=dict(exp["concept_shift"]) if exp.get("concept_shift") else None,
-                )
+        defaults = list(_grid(exp_name, exp))
+        yield from defaults
+        grid = exp.get("readings_grid") or {}
+        for key, values in (exp.get("readings") or {}).items():
+            for value in values:
+                for spec in defaults:
+                    variant = _variant(spec, key, value) if _in_readings_grid(spec, grid) else None
+                    if variant is not None:
+                        yield variant
+
+
+def _grid(exp_name: str, exp: dict[str, Any]) -> Iterator[RunSpec]:
+    """The experiment's grid under its own readings."""
+    algorithms = _algorithms(exp)
+    tag = len(algorithms) > 1  # run names carry the algorithm only when there is more than one
+    for algorithm, setting, sv in ((a, s, v) for a in algorithms for s, v in exp["settings"].items()):
+        hp = parse_hyperparameters(algorithm, exp["algorithm_params"].get(algorithm))
+        quad = {"a": [float(v) for v in sv["a"]], "b": [float(v) for v in sv["b"]]} \
+            if exp["dataset"] == "quadratic" else None
+        if quad is not None and "n" in sv:  # only when given: earlier splits keep their params
+            quad["n"] = [int(v) for v in sv["n"]]
+        for k, scheme, event, seed in itertools.product(exp["num_traces"], exp["schemes"], _events(exp),
+                                                        exp["seeds"]):
+            yield RunSpec(
+                experiment=exp_name,
+                run=run_name(setting, k, scheme, seed, algorithm if tag else None, event),
+                table=exp["table"],
+                dataset=exp["dataset"],
+                setting=setting,
+                alpha=float(sv.get("alpha", 0.0)),
+                beta=float(sv.get("beta", 0.0)),
+                iid=bool(sv.get("iid", False)),
+                num_devices=exp["num_devices"],
+                sizes=dict(exp["sizes"]),
+                test_fraction=exp["test_fraction"],
+                model=exp["model"],
+                algorithm=algorithm,
+                scheme=scheme,
+                num_traces=k,
+                trace_order=tuple(exp["trace_order"]),
+                local_epochs=sv.get("local_epochs", exp["local_epochs"]),
+                batch_size=exp["batch_size"],
+                eta0=float(exp["eta0"]),
+                rounds=sv.get("rounds", exp["rounds"]),
+                eval_every=exp["eval_every"],
+                seed=seed,
+                algorithm_params=asdict(hp),
+                lr_schedule=exp["lr_schedule"],
+                local_steps=_local_steps(exp, sv),
+                quadratic=quad,
+                partition=dict(sv["partition"]) if "partition" in sv else None,
+                data_dir=exp.get("data_dir"),
+                global_test=exp["global_test"],
+                model_params=dict(exp["model_params"]),
+                event=event,
+                local_work=exp["local_work"],
+                completion=exp["completion"],
+                trace_assignment=exp["trace_assignment"],
+                p_inactive=float(exp["p_inactive"]),
+                clients_per_round=exp.get("clients_per_round"),
+                sampling_weights=exp["sampling_weights"],
+                acc_x=exp.get("acc_x"),
+                concept_shift=dict(exp["concept_shift"]) if exp.get("concept_shift") else None,
+            )

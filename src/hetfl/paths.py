@@ -11,8 +11,9 @@ def split_dir(spec: RunSpec, root: str | Path = "data_splits") -> Path:
     return Path(root) / spec.experiment / spec.setting / f"seed{spec.seed}"
 
 
-def trace_stem(spec: RunSpec, root: str | Path = "data_splits") -> Path:
-    return Path(root) / "traces" / spec.trace_key
+def trace_file(spec: RunSpec, root: str | Path = "data_splits") -> Path:
+    """The run's trace file (appended, not with_suffix: a key such as ..._pi0.02 has a dot of its own)."""
+    return Path(root) / "traces" / f"{spec.trace_key}.npz"
 
 
 def run_dir(spec: RunSpec, root: str | Path = "results") -> Path:

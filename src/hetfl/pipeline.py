@@ -1,14 +1,25 @@
-"""The steps of the one flow (split → traces → train), callable from the CLI and from tests."""
+"""Training in the one flow: one run, or a cell of runs that share a split, in one process.
+
+`run_training` trains one run and writes metrics.parquet and run.json atomically. It refuses a split or
+trace file made for other parameters (data.build.check_split, check_traces), checkpoints every K rounds
+(torch.save, atomic; loaded with weights_only=True) and resumes a killed run so that its final metrics
+are bitwise those of an uninterrupted one. A finished run leaves a light checkpoint (its records and
+run.json, no tensors), so when Snakemake reruns a killed cell job every finished run is restored instead
+of retrained. A checkpoint is reused only under the same key: spec, split and trace hashes, the code
+fingerprint of the training job (hetfl.fingerprint) and the torch/numpy versions.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
-import subprocess
 import sys
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import pandas as pd
@@ -16,102 +27,20 @@ import torch
 
 import hetfl
 from hetfl.algorithms import make_algorithm
-from hetfl.config import TEXT_MODELS, RunSpec
+from hetfl.config import INACTIVE_TRACES, TEXT_MODELS, RunSpec
 from hetfl.data import concept_shift, traces
+from hetfl.data.build import check_split
 from hetfl.data.events import Event, Schedule, build_schedule
-from hetfl.data.federation import Federation, from_device_lists, load_federation, save_federation
-from hetfl.engine.runner import ProgressLog, TrainResult, TrainSettings, train
+from hetfl.data.federation import Federation, load_federation
+from hetfl.engine.runner import ProgressLog, Snapshot, TrainResult, TrainSettings, train
+from hetfl.engine.schemes import complete_round_steps, local_steps
+from hetfl.fingerprint import fingerprint, git_state
 from hetfl.io import atomic_write, atomic_write_json, file_sha256
 from hetfl.models import make_model
 from hetfl.models.base import BatchedModel
 
-
-def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size_spec: dict[str, Any],
-                    test_fraction: float, seed: int) -> Federation:
-    """SYNTHETIC(α, β) with per-device counts from the size distribution and a local train/test holdout."""
-    from hetfl.data import sizes as sizes_mod
-    from hetfl.data import synthetic
-
-    rng = np.random.default_rng([seed, 0])
-    n = sizes_mod.sample_sizes(num_devices, sizes_mod.SizeSpec(**size_spec), rng)
-    gen = synthetic.generate_synthetic(alpha, beta, n, rng, iid=iid)
-    parts: list[list[np.ndarray]] = [[], [], [], []]
-    for x, y in zip(gen.xs, gen.ys, strict=True):
-        tr, te = synthetic.holdout_split(len(y), test_fraction, rng)
-        for lst, arr in zip(parts, (x[tr], y[tr], x[te], y[te]), strict=True):
-            lst.append(arr)
-    return from_device_lists(*parts, num_classes=gen.b.shape[-1])
-
-
-def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: int,
-                      sizes: dict[str, Any] | None, test_fraction: float, seed: int,
-                      data_dir: str | None = None, global_test: bool = True) -> Federation:
-    """A real dataset dealt to devices: label skew × size skew, then a local train/test holdout each.
-
-    `sizes` with distribution "equal" means the partitioner's own equal split of all samples. With
-    `global_test`, the source's own test split (when it has one) becomes the global test set.
-    """
-    from hetfl.data import sizes as sizes_mod
-    from hetfl.data.partition import PartitionSpec, local_holdout, partition
-    from hetfl.data.sources import has_split, load_source
-
-    src = load_source(name, data_dir=data_dir, split="train")
-    held_out = None
-    if global_test and has_split(name, "test", data_dir=data_dir):
-        test = load_source(name, data_dir=data_dir, split="test")
-        held_out = (test.x, test.y)
-    size_spec = None if not sizes or sizes.get("distribution") == "equal" else sizes_mod.SizeSpec(**sizes)
-    spec = PartitionSpec(**partition_spec, sizes=size_spec)
-    parts = partition(src.y, spec, num_devices, seed, client_ids=src.client_ids)
-    train_parts, test_parts = local_holdout(parts, test_fraction, seed)
-    return from_device_lists([src.x[i] for i in train_parts], [src.y[i] for i in train_parts],
-                             [src.x[i] for i in test_parts], [src.y[i] for i in test_parts],
-                             num_classes=src.num_classes, global_test=held_out)
-
-
-def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> dict[str, Any]:
-    """Write split.npz and manifest.json for a split spec (RunSpec.split_spec())."""
-    from hetfl.data import quadratic as quad_data
-    from hetfl.data.sources import SOURCES
-
-    s = dict(split_spec)
-    dataset = s.get("dataset")
-    if dataset == "quadratic":
-        q = s.get("quadratic") or {}
-        a, b = q.get("a", quad_data.DEFAULT_A), q.get("b", quad_data.DEFAULT_B)
-        fed = quad_data.build_quadratic(a, b, q.get("n"))
-    elif dataset == "synthetic":
-        if s.get("alpha") is None or s.get("beta") is None:
-            raise ValueError("dataset 'synthetic' needs alpha and beta")
-        fed = build_synthetic(s["alpha"], s["beta"], s.get("iid", False), s["num_devices"],
-                              s.get("sizes") or {}, s.get("test_fraction", 0.2), seed)
-    elif dataset in SOURCES:
-        fed = build_from_source(dataset, s.get("partition") or {"label_skew": "iid"}, s["num_devices"],
-                                s.get("sizes"), s.get("test_fraction", 0.2), seed, s.get("data_dir"),
-                                s.get("global_test", True))
-    else:
-        raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic, quadratic, "
-                         f"{', '.join(SOURCES)}")
-    out_npz = Path(out_npz)
-    return save_federation(fed, out_npz, out_npz.with_name("manifest.json"), {**s, "seed": seed})
-
-
-def make_traces(out_npz: str | Path, *, traceset: str, num_devices: int, rounds: int, seed: int
-                ) -> traces.Traces:
-    """Traces of a trace set ("T8", or names joined by '-'); see data.traces.parse_traceset."""
-    names = traces.parse_traceset(traceset)
-    tr = traces.generate_traces(len(names), num_devices, rounds, seed, names=names)
-    out_npz = Path(out_npz)
-    traces.save_traces(tr, out_npz, out_npz.with_suffix(".csv"))
-    return tr
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+CHECKPOINT = "checkpoint.pt"
+DEFAULT_CHECKPOINT_EVERY = 20
 
 
 def resolve_device(device: str) -> torch.device:
@@ -143,72 +72,227 @@ def event_schedule(spec: RunSpec, num_devices: int) -> Schedule | None:
                   for i, d in enumerate(ev["devices"])]
     else:
         events = [Event(ev["kind"], ev["round"], tuple(ev["devices"]), ev["policy"])]
-    return build_schedule(events, num_devices, spec.rounds, ev.get("departure_test_set", "remaining"))
+    return build_schedule(events, num_devices, spec.rounds, ev.get("departure_test_set", "paper"))
+
+
+def check_traces(tr: traces.Traces, spec: RunSpec, path: str | Path) -> None:
+    """Refuse traces made for other parameters than the run's (trace set, N, R, seed, assignment,
+    p_inactive)."""
+    if tr.params is None:
+        raise ValueError(f"traces {path} do not record how they were made (an older hetfl wrote them); "
+                         "delete them and let hetfl make them again")
+    want = {"traceset": spec.traceset, "num_devices": spec.num_devices, "rounds": spec.rounds,
+            "seed": spec.seed, "assignment": spec.trace_assignment, "p_inactive": float(spec.p_inactive)}
+    if not set(spec.trace_order[: spec.num_traces]) & set(INACTIVE_TRACES):
+        want.pop("p_inactive")  # no trace of the set has inactive rounds: the value changes nothing
+    diff = {k: (tr.params.get(k), v) for k, v in want.items() if tr.params.get(k) != v}
+    if diff:
+        what = "; ".join(f"{k}: traces have {json.dumps(a)}, run needs {json.dumps(b)}"
+                         for k, (a, b) in diff.items())
+        raise ValueError(f"traces {path} were made for another run ({what}); delete them (or run "
+                         "`snakemake --forcerun trace`) so that they are made again")
+
+
+def participation(tr: traces.Traces, spec: RunSpec, train_sizes: np.ndarray) -> dict[str, Any]:
+    """What the traces gave this run: devices per trace, P(complete round) per trace, and E[K_τ], the mean
+    number of devices completing their round (the captions of Table 3 state them; docs/readings.md)."""
+    full = (complete_round_steps(train_sizes, spec.local_epochs, spec.batch_size, spec.local_work)
+            if spec.local_steps is None else np.asarray(spec.local_steps, dtype=np.int64))
+    done = np.stack([local_steps(row, full, spec.completion) for row in tr.fractions])
+    complete = done == full[None, :]
+    names = np.asarray(tr.trace_names)[tr.assignment]
+    p_complete = {t: float(complete[:, names == t].mean()) for t in tr.trace_names if (names == t).any()}
+    return {"devices_per_trace": tr.devices_per_trace(), "p_complete": p_complete,
+            "mean_complete_devices": float(complete.sum(axis=1).mean())}
+
+
+def _for_model(fed: Federation, model: str) -> Federation:
+    """The federation as the model reads it: a linear model sees images as flat vectors (views, no copy)."""
+    if model != "logreg" or fed.x_train.ndim <= 2:
+        return fed
+    flat = {k: getattr(fed, k).reshape(len(getattr(fed, k)), -1) for k in ("x_train", "x_test")}
+    if fed.x_global is not None:
+        flat["x_global"] = fed.x_global.reshape(len(fed.x_global), -1)
+    return replace(fed, **flat)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What run.json says about the code and the files a run came from."""
+
+    code: str  # hetfl.fingerprint of the training job
+    commit: str
+    dirty: bool | None
+
+
+def provenance(algorithms: Iterable[str]) -> Provenance:
+    commit, dirty = git_state()
+    return Provenance(fingerprint("train", tuple(sorted(set(algorithms)))), commit, dirty)
+
+
+def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str) -> str:
+    """A checkpoint continues a run only if nothing that decides its numbers has changed."""
+    blob = json.dumps({"spec": spec.to_dict(), "split": split_sha, "traces": traces_sha, "code": code,
+                       "torch": torch.__version__, "numpy": np.__version__}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _pack(records: list[tuple[int, str, float]]) -> dict[str, Any]:
+    """Records as three tensors and a name list: torch.save pickles a list of tuples object by object."""
+    names = sorted({m for _, m, _ in records})
+    index = {m: i for i, m in enumerate(names)}
+    return {"names": names,
+            "round": torch.tensor([r for r, _, _ in records], dtype=torch.int64),
+            "metric": torch.tensor([index[m] for _, m, _ in records], dtype=torch.int64),
+            "value": torch.tensor([v for _, _, v in records], dtype=torch.float64)}
+
+
+def _unpack(packed: dict[str, Any]) -> list[tuple[int, str, float]]:
+    names = packed["names"]
+    return [(int(r), names[int(m)], float(v))
+            for r, m, v in zip(packed["round"], packed["metric"], packed["value"], strict=True)]
+
+
+def _load_checkpoint(path: Path, key: str) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # a torn or foreign file is not an error: the run starts over and overwrites it
+        return None
+    return ckpt if isinstance(ckpt, dict) and ckpt.get("key") == key else None
+
+
+def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+
+def _write_outputs(out_dir: Path, records: list[tuple[int, str, float]], info: dict[str, Any]) -> None:
+    metrics = pd.DataFrame(records, columns=["round", "metric", "value"]).astype(
+        {"round": "int64", "metric": "string", "value": "float64"})
+    atomic_write(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
+    atomic_write_json(out_dir / "run.json", info)
 
 
 def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, out_dir: str | Path,
-                 *, device: str = "cpu", results_root: str | Path | None = None, track: bool = True,
-                 progress: bool = True) -> TrainResult:
-    """Train one run and write metrics.parquet and run.json (each atomically), then mirror to MLflow."""
+                 *, device: str = "cpu", progress: bool | TextIO = True,
+                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
+                 prov: Provenance | None = None) -> TrainResult:
+    """Train one run and write metrics.parquet and run.json (each atomically).
+
+    progress: True prints progress lines to stderr, a stream prints them there, False prints none.
+    fed: the split already loaded (a cell's runs share it). checkpoint_every = 0 keeps no mid-run checkpoint.
+    """
     out_dir = Path(out_dir)
     dev = resolve_device(device)
-    fed = load_federation(split_npz)
+    check_split(split_npz, spec.split_spec(), spec.seed)
     tr = traces.load_traces(traces_npz)
+    check_traces(tr, spec, traces_npz)
+    fed = _for_model(fed if fed is not None else load_federation(split_npz), spec.model)
     if tr.fractions.shape != (spec.rounds, fed.num_devices):
         raise ValueError(f"traces {traces_npz} have shape {tr.fractions.shape}; the run needs "
                          f"(rounds, num_devices) = ({spec.rounds}, {fed.num_devices})")
-    if spec.model == "logreg" and fed.x_train.ndim > 2:  # a linear model sees images as flat vectors
-        fed.x_train = fed.x_train.reshape(len(fed.x_train), -1)
-        fed.x_test = fed.x_test.reshape(len(fed.x_test), -1)
-        if fed.x_global is not None:
-            fed.x_global = fed.x_global.reshape(len(fed.x_global), -1)
     if np.issubdtype(fed.x_train.dtype, np.integer) and spec.model not in TEXT_MODELS.values():
         allowed = ", ".join(f"{m} ({d})" for d, m in TEXT_MODELS.items())
         raise ValueError(f"model {spec.model!r} cannot read the int64 token ids of dataset {spec.dataset!r}; "
                          f"allowed: {allowed}")
+    prov = prov or provenance([spec.algorithm])
+    split_sha, traces_sha = file_sha256(split_npz), file_sha256(traces_npz)
+    key = checkpoint_key(spec, split_sha, traces_sha, prov.code)
+    ckpt_path = out_dir / CHECKPOINT
+    ckpt = _load_checkpoint(ckpt_path, key)
+    if ckpt is not None and "info" in ckpt:  # finished under the same key: restore, do not retrain
+        records = _unpack(ckpt["records"])
+        _write_outputs(out_dir, records, ckpt["info"])
+        return TrainResult(records=records, status=ckpt["info"]["status"],
+                           rounds_done=ckpt["info"]["rounds_done"])
+
     model = _make_model(spec.model, fed, spec.model_params)
-    maps = None if not spec.concept_shift else concept_shift.label_maps(
-        fed.num_classes, spec.rounds, spec.concept_shift["probability"], spec.seed)
     settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
                              eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
                              lr_schedule=spec.lr_schedule, local_steps=spec.local_steps,
+                             local_work=spec.local_work, completion=spec.completion,
+                             boost=(spec.event or {}).get("boost", "additive"),
                              clients_per_round=spec.clients_per_round, sampling_weights=spec.sampling_weights,
-                             label_maps=maps)
+                             label_maps=None if not spec.concept_shift else concept_shift.label_maps(
+                                 fed.num_classes, spec.rounds, spec.concept_shift["probability"], spec.seed))
     algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
+    resume = None if ckpt is None else Snapshot(ckpt["tau"], ckpt["params"], ckpt["state"],
+                                                _unpack(ckpt["records"]), ckpt["status"])
+    wall_before = 0.0 if ckpt is None else float(ckpt["wall"])
     start = time.perf_counter()
-    log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}") if progress else None
-    result = train(model, fed, tr.fractions, settings, device=dev, progress=log, algorithm=algorithm,
-                   schedule=event_schedule(spec, fed.num_devices))
-    wall = time.perf_counter() - start
 
-    metrics = pd.DataFrame(result.records, columns=["round", "metric", "value"]).astype(
-        {"round": "int64", "metric": "string", "value": "float64"})
-    atomic_write(out_dir / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
+    def save(snap: Snapshot) -> None:
+        _save_checkpoint(ckpt_path, {"key": key, "tau": snap.tau, "params": [t.cpu() for t in snap.params],
+                                     "state": _cpu(snap.state), "records": _pack(snap.records),
+                                     "status": snap.status,
+                                     "wall": wall_before + time.perf_counter() - start})
+
+    stream = None if progress is False else (sys.stderr if progress is True else progress)
+    log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}", stream=stream) if stream else None
+    result = train(model, fed, tr.fractions, settings, device=dev, progress=log, algorithm=algorithm,
+                   schedule=event_schedule(spec, fed.num_devices), resume=resume,
+                   checkpoint=save if checkpoint_every else None, checkpoint_every=checkpoint_every)
     info = {
         "spec": spec.to_dict(),
         "status": result.status,
         "rounds_done": result.rounds_done,
-        "split": {"path": str(split_npz), "sha256": file_sha256(split_npz)},
-        "traces": {"path": str(traces_npz), "sha256": file_sha256(traces_npz)},
+        "resumed_from_round": None if resume is None else resume.tau,
+        "split": {"path": str(split_npz), "sha256": split_sha},
+        "traces": {"path": str(traces_npz), "sha256": traces_sha,
+                   **participation(tr, spec, fed.train_sizes)},
         "versions": {"hetfl": hetfl.__version__, "python": platform.python_version(),
                      "torch": torch.__version__, "numpy": np.__version__, "pandas": pd.__version__},
-        "git_commit": _git_commit(),
+        "git_commit": prov.commit,
+        "git_dirty": prov.dirty,
+        "code_fingerprint": prov.code,
         "device": str(dev),
         "torch_threads": torch.get_num_threads(),
-        "wall_time_s": round(wall, 3),
+        "wall_time_s": round(wall_before + time.perf_counter() - start, 3),
     }
-    if track:
-        try:
-            from hetfl.tracking import log_run
-
-            info["mlflow_run_id"] = log_run(
-                results_root or "results", spec.experiment, spec.run, spec.to_dict(),
-                result.records, {"hetfl.status": result.status, "git_commit": info["git_commit"]})
-        except Exception as exc:  # results on disk are the source of truth: never lose them to tracking
-            info["mlflow_error"] = repr(exc)
-            print(f"warning: MLflow logging failed ({exc!r}); results are kept in {out_dir}", file=sys.stderr)
-    atomic_write_json(out_dir / "run.json", info)
+    info = json.loads(json.dumps(info))  # plain JSON types (torch.__version__ is a str subclass)
+    _write_outputs(out_dir, result.records, info)
+    # the light final checkpoint: enough to restore both outputs, no tensors (loads with weights_only=True)
+    _save_checkpoint(ckpt_path, {"key": key, "records": _pack(result.records), "info": info})
     return result
+
+
+def _cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
+
+
+def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, str | Path],
+             results_root: str | Path = "results", log_dir: str | Path | None = None, *, device: str = "cpu",
+             checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> dict[str, str]:
+    """Train every run of a cell (runs that share a split) in this process: imports, the split and the code
+    fingerprint are paid once. traces_of maps each run name to its trace file; each run writes
+    <results_root>/<experiment>/<run>/ and, with log_dir, its progress to <log_dir>/<run>.log.
+    Returns {run: status}."""
+    if len({s.split_key for s in specs}) > 1:
+        raise ValueError(f"a cell's runs share one split; got {sorted({s.split_key for s in specs})}")
+    fed = load_federation(split_npz)
+    prov = provenance(s.algorithm for s in specs)
+    statuses: dict[str, str] = {}
+    for spec in specs:
+        out = Path(results_root) / spec.experiment / spec.run
+        if log_dir is None:
+            result = run_training(spec, split_npz, traces_of[spec.run], out, device=device, fed=fed,
+                                  prov=prov, checkpoint_every=checkpoint_every)
+        else:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            with open(Path(log_dir) / f"{spec.run}.log", "w", encoding="utf-8") as stream:
+                result = run_training(spec, split_npz, traces_of[spec.run], out, device=device, fed=fed,
+                                      prov=prov, checkpoint_every=checkpoint_every, progress=stream)
+        statuses[spec.run] = result.status
+        print(f"{spec.experiment}/{spec.run}: {result.status} after {result.rounds_done} rounds -> {out}",
+              file=sys.stderr, flush=True)
+    return statuses
 
 
 def spec_from_arg(arg: str) -> RunSpec:

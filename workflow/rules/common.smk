@@ -1,8 +1,11 @@
-# Config validation and grid expansion only; the logic lives in hetfl.config.
+# Config validation, grid expansion and target functions only; the logic lives in hetfl.
 import json
+import re
 import sys
+from collections import defaultdict
 
 from hetfl.config import ConfigError, expand_runs, validate_config
+from hetfl.fingerprint import fingerprint
 from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
 from hetfl.reports.tables import BUILDERS as TABLE_BUILDERS
 
@@ -15,6 +18,8 @@ config.update(_validated)
 
 RUNS = {(s.experiment, s.run): s for s in expand_runs(config)}
 TABLES = sorted({s.table for s in RUNS.values()} - {"none"})
+# tables whose experiments have a readings axis also get <table>_readings.{md,csv}
+READINGS_TABLES = sorted({s.table for s in RUNS.values() if s.reading} - {"none"})
 
 
 wildcard_constraints:
@@ -23,10 +28,7 @@ wildcard_constraints:
     setting=r"[A-Za-z0-9_.-]+",
     seed=r"\d+",
     traceset=r"T[A-Za-z0-9_.-]+",
-
-
-def spec_of(wc):
-    return RUNS[(wc.experiment, wc.run)]
+    opts=r"(_stratified)?(_pi[0-9.]+)?",
 
 
 def split_spec(wc):
@@ -39,16 +41,38 @@ def split_spec_json(wc):
     return json.dumps(split_spec(wc).split_spec(), sort_keys=True)
 
 
-def train_inputs(wc):
-    s = spec_of(wc)
-    return {
-        "split": f"data_splits/{s.split_key}/split.npz",
-        "traces": f"data_splits/traces/{s.trace_key}.npz",
-    }
+def run_files(specs, reading=None):
+    """run.json of each spec (reading: None = every run, "" = the experiments' own readings only)."""
+    return [f"results/{s.experiment}/{s.run}/run.json" for s in specs if reading is None or s.reading == reading]
 
 
-def runs_of_table(table):
-    return [f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values() if s.table == table]
+def runs_of_table(table, reading=""):
+    return run_files([s for s in RUNS.values() if s.table == table], reading)
+
+
+# A cell = the runs that share a split; each cell trains in one `hetfl train --cell` process (imports and
+# the split paid once). Cells of an experiment whose runs have the same names up to (setting, seed) share
+# one rule with those two wildcards (usually one rule per experiment; workflow/rules/train.smk).
+CELLS = defaultdict(list)
+for _s in RUNS.values():
+    CELLS[_s.cell].append(_s)
+
+
+def name_template(spec):
+    """The run's name with its setting and seed as Snakemake wildcards."""
+    name = spec.run.replace(f"{spec.setting}_T", "{setting}_T", 1)
+    return re.sub(rf"_s{spec.seed}(?=__|$)", "_s{seed}", name, count=1)
+
+
+def train_groups():
+    """[(experiment, split_suffix, templates, cells)]: cells with equal templates share a rule."""
+    groups = defaultdict(list)
+    for key, specs in CELLS.items():
+        first = specs[0]
+        suffix = first.split_setting[len(first.setting):]
+        templates = tuple(sorted(name_template(s) for s in specs))
+        groups[(first.experiment, suffix, templates)].append(key)
+    return [(e, suf, t, cells) for (e, suf, t), cells in sorted(groups.items())]
 
 
 # figure -> the table whose runs draw it (the registry hetfl.reports.figures.FIGURES), for the tables run
@@ -56,8 +80,9 @@ FIGURES = {f: t for f, (t, _) in FIGURE_REGISTRY.items() if t in TABLES}
 
 
 def all_targets():
-    """Every table and figure, and the runs of experiments that feed no table (table: none)."""
-    tables = [f"reports/tables/{t}.{ext}" for t in TABLES if t != "none" for ext in ("md", "csv", "tex")]
+    """Every table (and readings table) and figure, the runs of experiments that feed no table, the mirrors."""
+    tables = [f"reports/tables/{t}.{ext}" for t in TABLES for ext in ("md", "csv", "tex")]
+    tables += [f"reports/tables/{t}_readings.{ext}" for t in READINGS_TABLES for ext in ("md", "csv")]
     figures = [f"reports/figures/{f}.png" for f in FIGURES]
     mirrors = [f"results/{e}/mlflow.json" for e in sorted({s.experiment for s in RUNS.values()})]
-    return tables + figures + runs_of_table("none") + mirrors
+    return tables + figures + runs_of_table("none", None) + mirrors

@@ -6,16 +6,31 @@ rule split:
         "logs/split/{experiment}/{setting}/seed{seed}.log",
     params:
         spec=split_spec_json,
+        code=fingerprint("split"),
     shell:
         "hetfl split --spec {params.spec:q} --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
 
 
+def trace_assignment(wc):
+    return "stratified" if "_stratified" in wc.opts else "random"
+
+
+def trace_p_inactive(wc):
+    found = re.search(r"_pi([0-9.]+)", wc.opts)
+    return found.group(1) if found else "0.05"
+
+
 rule trace:
     output:
-        npz="data_splits/traces/{traceset}/n{n}_r{r}_seed{seed}.npz",
-        csv="data_splits/traces/{traceset}/n{n}_r{r}_seed{seed}.csv",
+        npz="data_splits/traces/{traceset}/n{n}_r{r}_seed{seed}{opts}.npz",
+        csv="data_splits/traces/{traceset}/n{n}_r{r}_seed{seed}{opts}.csv",
     log:
-        "logs/trace/{traceset}/n{n}_r{r}_seed{seed}.log",
+        "logs/trace/{traceset}/n{n}_r{r}_seed{seed}{opts}.log",
+    params:
+        assignment=trace_assignment,
+        p_inactive=trace_p_inactive,
+        code=fingerprint("trace"),
     shell:
         "hetfl trace --traceset {wildcards.traceset} --num-devices {wildcards.n} --rounds {wildcards.r}"
-        " --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
+        " --seed {wildcards.seed} --assignment {params.assignment} --p-inactive {params.p_inactive}"
+        " --out {output.npz} > {log} 2>&1"

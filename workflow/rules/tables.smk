@@ -9,8 +9,28 @@ rule table:
         "logs/tables/{table}.log",
     wildcard_constraints:
         table="|".join(TABLE_BUILDERS),
+    params:
+        code=fingerprint("table"),
     shell:
         "hetfl table {wildcards.table} --out reports/tables/{wildcards.table} {input.runs} > {log} 2>&1"
+
+
+# Every cell under every reading of the experiments' readings axis (docs/readings.md).
+rule table_readings:
+    input:
+        runs=lambda wc: runs_of_table(wc.table, None),
+    output:
+        md="reports/tables/{table}_readings.md",
+        csv="reports/tables/{table}_readings.csv",
+    log:
+        "logs/tables/{table}_readings.log",
+    wildcard_constraints:
+        table="|".join(TABLE_BUILDERS),
+    params:
+        code=fingerprint("table"),
+    shell:
+        "hetfl table {wildcards.table} --readings --out reports/tables/{wildcards.table}_readings {input.runs}"
+        " > {log} 2>&1"
 
 
 rule figure:
@@ -23,5 +43,7 @@ rule figure:
         "logs/figures/{figure}.log",
     wildcard_constraints:
         figure="|".join(FIGURES) or "none",
+    params:
+        code=fingerprint("figure"),
     shell:
         "hetfl figure {wildcards.figure} --out reports/figures/{wildcards.figure} {input.runs} > {log} 2>&1"

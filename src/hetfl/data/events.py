@@ -16,7 +16,7 @@ import numpy as np
 
 ARRIVAL_POLICIES = ("fast_reboot", "vanilla")
 DEPARTURE_POLICIES = ("include", "exclude")
-TEST_SETS = ("remaining", "all")
+TEST_SETS = ("paper", "remaining", "all")
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,15 @@ class Schedule:
 
     in_objective: np.ndarray  # bool: device k is in the global objective F = Σ p^k F_k this round
     sending: np.ndarray  # bool: device k takes part this round (trains and uploads)
-    boost: np.ndarray  # float: multiplier of p^k (fast reboot), 1 otherwise
+    boost: np.ndarray  # float: 1 + δ^k/p^k (fast reboot), 1 otherwise; engine.schemes.boosted_weights
     test_devices: np.ndarray  # bool: device k's holdout is in this round's test set
     shift_round: np.ndarray  # int [R]: last objective shift (1 if none); η_τ = η0/(τ − shift + 1)
 
     def coefficients(self, p: np.ndarray, tau: int) -> np.ndarray:
-        """p_τ^k before the scheme: p^k renormalised over the objective's devices, times the boost."""
+        """p^k renormalised over the objective's devices this round (the boost is applied with the scheme)."""
         row = self.in_objective[tau - 1]
         base = np.where(row, p, 0.0)
-        return base / base.sum() * self.boost[tau - 1]
+        return base / base.sum()
 
     def lr(self, eta0: float, tau: int) -> float:
         """Ruan et al. §5.1 staircase η_τ = η0/τ, restarted at the last objective shift (Cor. 3.2.1)."""
@@ -67,8 +67,14 @@ def fast_reboot_boost(tau: int, tau0: int, factor: float = 3.0) -> float:
 
 
 def build_schedule(events: Sequence[Event], num_devices: int, rounds: int,
-                   departure_test_set: str = "remaining") -> Schedule:
-    """The schedule of a run with the given events (none: everyone in, no shift)."""
+                   departure_test_set: str = "paper") -> Schedule:
+    """The schedule of a run with the given events (none: everyone in, no shift).
+
+    departure_test_set (docs/readings.md): "paper" scores 'include' on every device's holdout (the original
+    objective's data, f0 of Corollary 4.0.3) and 'exclude' on the remaining devices' (f1), as Figure 4's
+    caption says ("except for the include option, models are tested with new datasets that ... exclude
+    holdout data from the departing device"); "remaining" and "all" score both options on the same data.
+    """
     if departure_test_set not in TEST_SETS:
         raise ValueError(f"departure_test_set '{departure_test_set}' is not allowed; "
                          f"allowed: {', '.join(TEST_SETS)}")
@@ -96,7 +102,8 @@ def build_schedule(events: Sequence[Event], num_devices: int, rounds: int,
                 sending[after, d] = False
                 if ev.policy == "exclude":
                     in_obj[after, d] = False
-                if departure_test_set == "remaining":
+                if departure_test_set == "remaining" or (departure_test_set == "paper"
+                                                         and ev.policy == "exclude"):
                     test[after, d] = False
             if ev.policy == "exclude":
                 shift[after] = ev.round

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["DISTRIBUTIONS", "SizeSpec", "sample_sizes"]
 
@@ -94,9 +93,13 @@ def sample_sizes(num_devices: int, spec: SizeSpec, rng: np.random.Generator) -> 
     if spec.distribution == "equal":
         raw = np.full(num_devices, float(spec.size))
     elif spec.distribution == "pareto":
+        from scipy import stats  # lazily: a run that only checks its split's sizes spec needs no scipy
+
         x = stats.pareto(b=spec.index).rvs(size=num_devices, random_state=rng)
         raw = np.floor(spec.size * np.asarray(x, dtype=np.float64))
     else:  # lognormal
+        from scipy import stats
+
         lk = np.asarray(stats.lognorm(s=spec.sigma).rvs(size=num_devices, random_state=rng), dtype=np.float64)
         raw = np.rint(spec.size * num_devices * lk / lk.sum())
     return _clip_to_counts(raw, spec)

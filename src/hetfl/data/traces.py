@@ -10,18 +10,22 @@ published, so each trace here is a distribution that matches those two moments:
 
 T_0 is the constant 1. The clip at 1 gives the point mass of complete rounds Scheme A needs; ``low``
 keeps active rounds away from 0. (mu, sigma) are fitted so the mixture's exact mean and std equal
-Table 2. Each device gets one trace drawn uniformly from the first ``num_traces`` traces and samples its
-fraction i.i.d. from it every round (Ruan et al. §5.1).
+Table 2. Each device gets one trace from the first ``num_traces`` traces — drawn uniformly and
+independently (``random``, Ruan et al. §5.1: "each simulated device is randomly assigned a trace") or
+spread evenly (``stratified``, a reading: docs/readings.md) — and samples its fraction i.i.d. from it
+every round.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,9 +33,8 @@ import pandas as pd
 from hetfl.data.tracesets import TRACE_NAMES, parse_traceset, traceset_label
 from hetfl.io import atomic_write
 
-__all__ = ["TRACE_NAMES", "parse_traceset", "traceset_label"]
-
 __all__ = [
+    "ASSIGNMENTS",
     "DEFAULT_LOW",
     "DEFAULT_P_INACTIVE",
     "TRACE_NAMES",
@@ -39,12 +42,16 @@ __all__ = [
     "Traces",
     "generate_traces",
     "load_traces",
+    "make_traces",
+    "parse_traceset",
     "reference_moments",
     "save_traces",
     "trace_distribution",
+    "traceset_label",
 ]
 
 DEFAULT_P_INACTIVE = 0.05  # for the traces with inactive rounds (T_hi, T_mi, T_lo)
+ASSIGNMENTS = ("random", "stratified")
 DEFAULT_LOW = 0.05  # lower clip of active fractions: low * E >= 1 epoch for E >= 20
 _REFERENCE_CSV = "reports/references/ruan2021_table2_traces.csv"
 _FIT_TOL = 1e-9
@@ -182,6 +189,12 @@ class Traces:
     fractions: np.ndarray  # float64 [R, N], 0 = inactive
     assignment: np.ndarray  # int64 [N], index into trace_names
     trace_names: tuple[str, ...]  # the first num_traces names
+    params: dict | None = None  # how they were made (make_traces): traceset, N, R, seed, assignment, ...
+
+    def devices_per_trace(self) -> dict[str, int]:
+        """How many devices each trace got (run.json records it: a multinomial draw varies by seed)."""
+        counts = np.bincount(self.assignment, minlength=len(self.trace_names))
+        return {name: int(c) for name, c in zip(self.trace_names, counts, strict=True)}
 
     @property
     def rounds(self) -> int:
@@ -201,10 +214,13 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
 
 
 def generate_traces(num_traces: int, num_devices: int, rounds: int, seed: int,
-                    names: Sequence[str] = TRACE_NAMES) -> Traces:
-    """Assign each device a trace uniformly from the first ``num_traces`` of ``names`` and sample
-    ``rounds`` fractions.
+                    names: Sequence[str] = TRACE_NAMES, assignment: str = "random",
+                    p_inactive: float | None = None) -> Traces:
+    """Assign each device a trace from the first ``num_traces`` of ``names`` and sample ``rounds`` fractions.
 
+    assignment "random": each device's trace uniformly and independently (a multinomial count per trace);
+    "stratified": a random permutation of N devices over the traces in turn (N // |T| or N // |T| + 1 each).
+    p_inactive: the inactive probability of the traces that have inactive rounds (None = 0.05).
     Deterministic in ``seed`` (``np.random.default_rng(seed)``): the assignment is drawn first, then each
     trace's devices' [rounds, n_t] block in trace order.
     """
@@ -216,21 +232,46 @@ def generate_traces(num_traces: int, num_devices: int, rounds: int, seed: int,
     num_devices = _check_int("num_devices", num_devices, 1)
     rounds = _check_int("rounds", rounds, 1)
     seed = _check_int("seed", seed, 0)
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"assignment={assignment!r} is not allowed; allowed: {', '.join(ASSIGNMENTS)}")
     rng = np.random.default_rng(seed)
-    assignment = rng.integers(0, num_traces, size=num_devices).astype(np.int64)
+    if assignment == "random":
+        assigned = rng.integers(0, num_traces, size=num_devices).astype(np.int64)
+    else:
+        assigned = rng.permutation(np.arange(num_devices, dtype=np.int64) % num_traces)
     fractions = np.empty((rounds, num_devices), dtype=np.float64)
     for t in range(num_traces):
-        cols = np.flatnonzero(assignment == t)
+        cols = np.flatnonzero(assigned == t)
         if cols.size:
-            fractions[:, cols] = trace_distribution(names[t]).sample(rng, (rounds, cols.size))
-    return Traces(fractions=fractions, assignment=assignment, trace_names=names[:num_traces])
+            inactive = None if p_inactive is None or not _has_inactive(names[t]) else p_inactive
+            fractions[:, cols] = trace_distribution(names[t], inactive).sample(rng, (rounds, cols.size))
+    return Traces(fractions=fractions, assignment=assigned, trace_names=names[:num_traces])
+
+
+def _has_inactive(name: str) -> bool:
+    return bool(_reference_table().set_index("trace").loc[name, "has_inactive"])
+
+
+def make_traces(out_npz: str | os.PathLike[str], *, traceset: str, num_devices: int, rounds: int, seed: int,
+                assignment: str = "random", p_inactive: float = DEFAULT_P_INACTIVE) -> Traces:
+    """Traces of a trace set ("T8", or names joined by '-'), written with the parameters that made them."""
+    names = parse_traceset(traceset)
+    tr = generate_traces(len(names), num_devices, rounds, seed, names=names, assignment=assignment,
+                         p_inactive=p_inactive)
+    tr.params = {"traceset": traceset, "num_devices": num_devices, "rounds": rounds, "seed": seed,
+                 "assignment": assignment, "p_inactive": float(p_inactive)}
+    out = Path(out_npz)
+    save_traces(tr, out, out.with_suffix(".csv"))
+    return tr
 
 
 def save_traces(traces: Traces, npz_path: str | os.PathLike[str], csv_path: str | os.PathLike[str]) -> None:
     """Write ``traces`` atomically as NPZ (exact) and long CSV: round (1-based), device, trace, fraction."""
     fr, asg = np.asarray(traces.fractions, dtype=np.float64), np.asarray(traces.assignment, dtype=np.int64)
     names = np.array(traces.trace_names, dtype=np.str_)
-    atomic_write(npz_path, lambda tmp: np.savez(tmp, fractions=fr, assignment=asg, trace_names=names))
+    params = np.array(json.dumps(traces.params or {}, sort_keys=True))
+    atomic_write(npz_path, lambda tmp: np.savez(tmp, fractions=fr, assignment=asg, trace_names=names,
+                                                params=params))
     r, n = fr.shape
     long = pd.DataFrame(
         {
@@ -249,8 +290,9 @@ def load_traces(npz_path: str | os.PathLike[str]) -> Traces:
         fractions = np.asarray(z["fractions"], dtype=np.float64)
         assignment = np.asarray(z["assignment"], dtype=np.int64)
         names = tuple(str(s) for s in z["trace_names"])
+        params = json.loads(str(z["params"])) if "params" in z else None
     if fractions.ndim != 2 or assignment.shape != (fractions.shape[1],):
         raise ValueError(
             f"{npz_path}: fractions {fractions.shape} and assignment {assignment.shape} disagree"
         )
-    return Traces(fractions=fractions, assignment=assignment, trace_names=names)
+    return Traces(fractions=fractions, assignment=assignment, trace_names=names, params=params or None)

@@ -16,9 +16,9 @@ from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
 from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means, per_sample
 from hetfl.engine.local import local_sgd
-from hetfl.engine.minibatch import full_steps, minibatch_indices
+from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.sampling import sample_clients, sampled_coefficients
-from hetfl.engine.schemes import aggregation_weights, local_steps
+from hetfl.engine.schemes import boosted_weights, complete_round_steps, local_steps
 from hetfl.models.base import BatchedModel
 
 LocalTrainer = Callable[..., list[torch.Tensor]]
@@ -42,20 +42,52 @@ class TrainSettings:
     eval_every: int = 1
     seed: int = 0
     lr_schedule: str = "staircase"  # or "constant": η_τ = η0 (the quadratic test bed)
-    local_steps: tuple[int, ...] | None = None  # fixed steps of a complete round per device (E·⌈n/B⌉ if None)
+    local_steps: tuple[int, ...] | None = None  # fixed steps of a complete round per device (replaces E)
+    local_work: str = "steps"  # E counts updates (Ruan et al. footnote 1) or "epochs" (docs/readings.md)
+    completion: str = "floor"  # a completed fraction f -> ⌊f·full⌋ or "nearest" round(f·full) steps
+    boost: str = "additive"  # fast reboot's boost with the scheme (engine.schemes.boosted_weights)
     clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = every device
     sampling_weights: str = "sampled"  # the scheme over the sampled set: "sampled" | "population"
     label_maps: np.ndarray | None = field(default=None, compare=False)  # [R, C]: data.concept_shift
 
 
+@dataclass
+class Snapshot:
+    """A run after `tau` rounds: enough to continue it and end bitwise where an uninterrupted run ends.
+
+    Minibatches are seeded per (seed, round, client) and the initial model by the seed, so the parameters,
+    the algorithm's state and the records so far are the whole state of the round loop.
+    """
+
+    tau: int
+    params: list[torch.Tensor]
+    state: object
+    records: list[tuple[int, str, float]]
+    status: str = "ok"
+
+
+def _to(obj: object, device: torch.device) -> object:
+    """Every tensor of a nested dict/list/tuple moved to `device` (an algorithm's state)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
+
+
 def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
           device: torch.device | str = "cpu", progress: Callable[[int, dict[str, float]], None] | None = None,
           local_trainer: LocalTrainer = local_sgd, algorithm: Algorithm | None = None,
-          schedule: Schedule | None = None) -> TrainResult:
+          schedule: Schedule | None = None, resume: Snapshot | None = None,
+          checkpoint: Callable[[Snapshot], None] | None = None, checkpoint_every: int = 0) -> TrainResult:
     """Run cfg.rounds rounds of `algorithm` (default FedAvg) with Scheme cfg.scheme on the federation.
 
-    fractions: [R, N] fraction of the E local epochs each device completes (the participation traces).
+    fractions: [R, N] fraction of each device's complete round it completes (the participation traces).
     schedule: arrivals and departures (data.events); None means every device takes part throughout.
+    resume: continue a run from a snapshot (pipeline's checkpoints); checkpoint(snapshot) is called every
+    `checkpoint_every` rounds and at the last round (or divergence).
     """
     device = torch.device(device)
     x_train = torch.from_numpy(fed.x_train).to(device)
@@ -67,8 +99,8 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     train_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.train_sizes)).to(device)
     global_test = None if not fed.has_global_test else (
         torch.from_numpy(fed.x_global).to(device), torch.tensor(fed.y_global, device=device))
-    full = (full_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size) if cfg.local_steps is None
-            else np.asarray(cfg.local_steps, dtype=np.int64))
+    full = (complete_round_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size, cfg.local_work)
+            if cfg.local_steps is None else np.asarray(cfg.local_steps, dtype=np.int64))
     if len(full) != fed.num_devices:
         raise ValueError(f"local_steps has {len(full)} entries; the federation has {fed.num_devices} devices")
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -77,18 +109,25 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
     algorithm.setup(Task(model, x_train, y_train, fed.train_offsets))
     state = algorithm.init_state(params, fed.num_devices)
     result = TrainResult()
+    first = 1
+    if resume is not None:
+        params = [t.to(device) for t in resume.params]
+        state = _to(resume.state, device)
+        result = TrainResult(records=list(resume.records), status=resume.status, rounds_done=resume.tau)
+        first = resume.tau + 1 if resume.status == "ok" else cfg.rounds + 1
     relabel = [] if cfg.label_maps is None else [
         (y, y.clone()) for y in (y_train, y_test, *([] if global_test is None else [global_test[1]]))]
-    for tau in range(1, cfg.rounds + 1):
+    for tau in range(first, cfg.rounds + 1):
         for y, y0 in relabel:  # FedFOR's concept shift: the labels of this round's map, in place
             y.copy_(torch.as_tensor(cfg.label_maps[tau - 1], device=y.device)[y0])
         # staircase η0/τ, restarted at objective shifts; or constant
         lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
         p = schedule.coefficients(fed.p, tau)
-        in_round = sample_clients(fed.num_devices, cfg.clients_per_round, cfg.seed, tau)
-        done = np.where(schedule.sending[tau - 1] & in_round, local_steps(fractions[tau - 1], full), 0)
-        weights, discarded = aggregation_weights(
-            cfg.scheme, sampled_coefficients(p, in_round, cfg.sampling_weights), done, full)
+        in_round = sample_clients(fed.num_devices, cfg.clients_per_round, cfg.seed, tau)  # engine.sampling
+        p_in = sampled_coefficients(p, in_round, cfg.sampling_weights)
+        done = np.where(schedule.sending[tau - 1] & in_round,
+                        local_steps(fractions[tau - 1], full, cfg.completion), 0)
+        weights, discarded = boosted_weights(cfg.scheme, p_in, schedule.boost[tau - 1], done, full, cfg.boost)
         clients = np.flatnonzero((weights != 0) & (done > 0))
         row: dict[str, float] = {}
         if not discarded and len(clients):
@@ -126,6 +165,10 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
             progress(tau, row)
         if diverged:
             result.status = "diverged"
+        if checkpoint is not None and (diverged or tau == cfg.rounds
+                                       or (checkpoint_every and tau % checkpoint_every == 0)):
+            checkpoint(Snapshot(tau, params, state, result.records, result.status))
+        if diverged:
             break
     result.params = [t.cpu() for t in algorithm.global_model(state, params)]
     return result

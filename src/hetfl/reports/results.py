@@ -87,7 +87,8 @@ def collect_runs(run_dirs: Iterable[Path]) -> pd.DataFrame:
     """One row per run directory.
 
     Columns: every ``spec`` field (nested objects flattened with dotted names), ``status``,
-    ``run_dir``, ``last_round`` (largest round in the metrics) and ``final_<metric>`` for each
+    ``run_dir``, the provenance ``git_commit``/``git_dirty``/``code_fingerprint``, the participation
+    ``mean_complete_devices``/``p_complete``/``traces_sha256`` (None for records that lack them), ``last_round`` (largest round in the metrics) and ``final_<metric>`` for each
     metric, i.e. the value at the metric's last (largest) recorded round -- NaN stays NaN, so a
     diverged run keeps its NaN. Raises ``FileNotFoundError``/``ValueError`` naming the offending file.
     """
@@ -96,9 +97,17 @@ def collect_runs(run_dirs: Iterable[Path]) -> pd.DataFrame:
         record = load_run_json(run_dir)
         metrics = load_metrics(run_dir)
         row = _flatten(record["spec"])
+        traces = record.get("traces") if isinstance(record.get("traces"), Mapping) else {}
         extra: dict[str, Any] = {
             "status": record["status"],
             "run_dir": str(run_dir),
+            # provenance and participation (tables name the commits they read and state E[K_τ])
+            "git_commit": record.get("git_commit", "unknown"),
+            "git_dirty": record.get("git_dirty"),
+            "code_fingerprint": record.get("code_fingerprint"),
+            "mean_complete_devices": traces.get("mean_complete_devices"),
+            "p_complete": traces.get("p_complete"),
+            "traces_sha256": traces.get("sha256"),
             "last_round": int(metrics["round"].max()) if len(metrics) else pd.NA,
             **_final_values(metrics, run_dir / METRICS_PARQUET),
         }

@@ -9,8 +9,11 @@ import pandas as pd
 
 from hetfl.io import atomic_write_text
 
-_TEX_ESCAPES = {"%": r"\%", "_": r"\_", "&": r"\&", "#": r"\#", "±": r"$\pm$", ">": r"$>$", "τ": r"$\tau$",
-                "α": r"$\alpha$", "β": r"$\beta$", "·": r"$\cdot$", "−": "-", "—": "--"}
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "%": r"\%", "$": r"\$", "_": r"\_", "&": r"\&", "#": r"\#",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$",
+                ">": r"$>$", "<": r"$<$", "τ": r"$\tau$", "α": r"$\alpha$", "β": r"$\beta$", "·": r"$\cdot$",
+                "−": r"$-$", "×": r"$\times$", "—": "---", "–": "--", "|": r"\textbar{}", "≥": r"$\geq$",
+                "≤": r"$\leq$", "∞": r"$\infty$", "η": r"$\eta$", "λ": r"$\lambda$", "μ": r"$\mu$"}
 
 
 def latex_escape(text: str) -> str:
@@ -28,11 +31,18 @@ def to_latex(layout: pd.DataFrame, caption: str, label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def markdown(frame: pd.DataFrame) -> str:
+    """A pipe table with '|' inside headers and cells escaped (|T| would otherwise split a column)."""
+    esc = frame.rename(columns=lambda c: str(c).replace("|", "\\|"))
+    esc = esc.apply(lambda col: col.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v))
+    return esc.to_markdown(index=False)
+
+
 def write_frame_tables(tidy: pd.DataFrame, layout: pd.DataFrame, out_stem: Path, caption: str) -> None:
     """<stem>.csv = tidy; <stem>.md = caption + layout; <stem>.tex = layout with \\caption."""
     out_stem = Path(out_stem)
     label = re.sub(r"[^A-Za-z0-9:_-]", "-", out_stem.name)
-    md = caption + "\n\n" + layout.to_markdown(index=False) + "\n"
+    md = caption + "\n\n" + markdown(layout) + "\n"
     for suffix, text in ((".csv", tidy.to_csv(index=False)), (".md", md),
                          (".tex", to_latex(layout, caption, label))):
         atomic_write_text(out_stem.with_name(out_stem.name + suffix), text)

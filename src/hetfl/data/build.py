@@ -1,0 +1,139 @@
+"""Data of the one flow: a split spec and a seed become split.npz and manifest.json (pure, seeded).
+
+`hetfl split` and the workflow's split rule call `make_split`; `check_split` tells a run whether an
+existing split was made for it (issue: a stale split must never be trained on in silence).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetfl.data.federation import Federation, from_device_lists, save_federation
+
+
+def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size_spec: dict[str, Any],
+                    test_fraction: float, seed: int) -> Federation:
+    """SYNTHETIC(α, β) with per-device counts from the size distribution and a local train/test holdout."""
+    from hetfl.data import sizes as sizes_mod
+    from hetfl.data import synthetic
+
+    rng = np.random.default_rng([seed, 0])
+    n = sizes_mod.sample_sizes(num_devices, sizes_mod.SizeSpec(**size_spec), rng)
+    gen = synthetic.generate_synthetic(alpha, beta, n, rng, iid=iid)
+    parts: list[list[np.ndarray]] = [[], [], [], []]
+    for x, y in zip(gen.xs, gen.ys, strict=True):
+        tr, te = synthetic.holdout_split(len(y), test_fraction, rng)
+        for lst, arr in zip(parts, (x[tr], y[tr], x[te], y[te]), strict=True):
+            lst.append(arr)
+    return from_device_lists(*parts, num_classes=gen.b.shape[-1])
+
+
+def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: int,
+                      sizes: dict[str, Any] | None, test_fraction: float, seed: int,
+                      data_dir: str | None = None, global_test: bool = True) -> Federation:
+    """A real dataset dealt to devices: label skew × size skew, then a local train/test holdout each.
+
+    `sizes` with distribution "equal" means the partitioner's own equal split of all samples. With
+    `global_test`, the source's own test split (when it has one) becomes the global test set.
+    """
+    from hetfl.data import sizes as sizes_mod
+    from hetfl.data.partition import PartitionSpec, local_holdout, partition
+    from hetfl.data.sources import has_split, load_source
+
+    src = load_source(name, data_dir=data_dir, split="train")
+    held_out = None
+    if global_test and has_split(name, "test", data_dir=data_dir):
+        test = load_source(name, data_dir=data_dir, split="test")
+        held_out = (test.x, test.y)
+    size_spec = None if not sizes or sizes.get("distribution") == "equal" else sizes_mod.SizeSpec(**sizes)
+    spec = PartitionSpec(**partition_spec, sizes=size_spec)
+    parts = partition(src.y, spec, num_devices, seed, client_ids=src.client_ids)
+    train_parts, test_parts = local_holdout(parts, test_fraction, seed)
+    return from_device_lists([src.x[i] for i in train_parts], [src.y[i] for i in train_parts],
+                             [src.x[i] for i in test_parts], [src.y[i] for i in test_parts],
+                             num_classes=src.num_classes, global_test=held_out)
+
+
+def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Write split.npz and manifest.json for a split spec (RunSpec.split_spec())."""
+    from hetfl.data import quadratic as quad_data
+    from hetfl.data.sources import SOURCES
+
+    s = dict(split_spec)
+    dataset = s.get("dataset")
+    if dataset == "quadratic":
+        q = s.get("quadratic") or {}
+        a, b = q.get("a", quad_data.DEFAULT_A), q.get("b", quad_data.DEFAULT_B)
+        fed = quad_data.build_quadratic(a, b, q.get("n"))
+    elif dataset == "synthetic":
+        if s.get("alpha") is None or s.get("beta") is None:
+            raise ValueError("dataset 'synthetic' needs alpha and beta")
+        fed = build_synthetic(s["alpha"], s["beta"], s.get("iid", False), s["num_devices"],
+                              s.get("sizes") or {}, s.get("test_fraction", 0.2), seed)
+    elif dataset in SOURCES:
+        fed = build_from_source(dataset, s.get("partition") or {"label_skew": "iid"}, s["num_devices"],
+                                s.get("sizes"), s.get("test_fraction", 0.2), seed, s.get("data_dir"),
+                                s.get("global_test", True))
+    else:
+        raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic, quadratic, "
+                         f"{', '.join(SOURCES)}")
+    out_npz = Path(out_npz)
+    return save_federation(fed, out_npz, out_npz.with_name("manifest.json"), {**s, "seed": seed})
+
+
+def resolve_split_spec(split_spec: dict[str, Any]) -> dict[str, Any]:
+    """The split spec as make_split reads it, every default filled in, so two specs that make the same
+    data compare equal (a by-hand `hetfl split` may give fewer keys than a config's run spec)."""
+    from dataclasses import asdict
+
+    from hetfl.data import quadratic as quad_data
+    from hetfl.data.partition import PartitionSpec
+    from hetfl.data.sizes import SizeSpec
+
+    s = json.loads(json.dumps(split_spec, sort_keys=True))  # tuples -> lists, a copy
+    dataset = s.get("dataset")
+    if dataset == "quadratic":
+        q = s.get("quadratic") or {}
+        a = [float(v) for v in q.get("a", quad_data.DEFAULT_A)]
+        b = [float(v) for v in q.get("b", quad_data.DEFAULT_B)]
+        n = [int(v) for v in q.get("n", [1] * len(a))]
+        return {"dataset": dataset, "quadratic": {"a": a, "b": b, "n": n}}
+    out = {"dataset": dataset, "num_devices": s.get("num_devices"),
+           "test_fraction": float(s.get("test_fraction", 0.2))}
+    sizes = s.get("sizes") or None
+    if dataset == "synthetic":
+        out.update(alpha=float(s.get("alpha")), beta=float(s.get("beta")), iid=bool(s.get("iid", False)),
+                   sizes=asdict(SizeSpec(**sizes)) if sizes else None)
+        return out
+    part = asdict(PartitionSpec(**(s.get("partition") or {"label_skew": "iid"})))
+    part.pop("sizes")
+    equal = not sizes or sizes.get("distribution") == "equal"  # build_from_source: the partitioner's split
+    out.update(partition=part, sizes=None if equal else asdict(SizeSpec(**sizes)),
+               data_dir=s.get("data_dir"), global_test=bool(s.get("global_test", True)))
+    return out
+
+
+def split_mismatch(manifest: dict[str, Any], split_spec: dict[str, Any], seed: int) -> dict[str, tuple]:
+    """{key: (what the split was made with, what the run needs)} for every key that differs."""
+    want = {**resolve_split_spec(split_spec), "seed": seed}
+    have = {**resolve_split_spec({k: v for k, v in manifest.items() if k in split_spec or k == "dataset"}),
+            "seed": manifest.get("seed")}
+    return {k: (have.get(k), want[k]) for k in want if have.get(k) != want[k]}
+
+
+def check_split(split_npz: str | Path, split_spec: dict[str, Any], seed: int) -> None:
+    """Refuse a split whose manifest says it was made for other data than the run's split spec."""
+    manifest_path = Path(split_npz).with_name("manifest.json")
+    if not manifest_path.is_file():
+        raise ValueError(f"split {split_npz} has no manifest.json beside it, so hetfl cannot tell what data "
+                         "it holds; delete the directory and let hetfl make it again")
+    diff = split_mismatch(json.loads(manifest_path.read_text()), split_spec, seed)
+    if diff:
+        what = "; ".join(f"{k}: split has {json.dumps(a)}, run needs {json.dumps(b)}"
+                         for k, (a, b) in diff.items())
+        raise ValueError(f"split {split_npz} was made for other data ({what}); delete it (or run "
+                         "`snakemake --forcerun split`) so that it is made again for this run")

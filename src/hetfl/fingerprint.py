@@ -1,0 +1,111 @@
+"""Code fingerprints: the source files a job's output depends on, hashed.
+
+A job's code is the import closure of its entry module inside hetfl (imports inside functions included),
+plus the data files it reads (the paper references). The workflow passes each job's fingerprint as a
+Snakemake param, so editing a file under src/hetfl reruns exactly the jobs whose closure holds it
+(Snakemake's `params` rerun trigger); run.json records it beside the git commit and a dirty flag, and a
+training checkpoint is reused only under the same fingerprint.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+
+#: job kind -> entry modules (the workflow's rules call these through the CLI)
+ENTRIES: dict[str, tuple[str, ...]] = {
+    "split": ("hetfl.data.build",),
+    "trace": ("hetfl.data.traces",),
+    "train": ("hetfl.pipeline",),
+    "table": ("hetfl.reports.tables",),
+    "figure": ("hetfl.reports.figures",),
+}
+#: data files (relative to the package) each kind reads besides code
+DATA: dict[str, tuple[str, ...]] = {
+    "trace": ("reports/references/ruan2021_table2_traces.csv",),
+    "table": ("reports/references/*.csv",),
+    "figure": ("reports/references/*.csv",),
+}
+
+
+def module_file(name: str) -> Path | None:
+    """The file of module `name` inside hetfl (a package's __init__.py), or None outside it."""
+    if name != "hetfl" and not name.startswith("hetfl."):
+        return None
+    parts = name.split(".")[1:]
+    if not parts:
+        return PACKAGE / "__init__.py"
+    rel = Path(*parts)
+    for path in (PACKAGE / rel.with_suffix(".py"), PACKAGE / rel / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported(path: Path) -> set[str]:
+    """hetfl modules a file imports anywhere in it (`from hetfl.x import y`: x, and x.y if a module)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n for n in names if module_file(n) is not None}
+
+
+@functools.cache
+def closure(entries: tuple[str, ...]) -> tuple[Path, ...]:
+    """Every hetfl source file reachable by imports from the entry modules (and their parent packages)."""
+    seen: set[Path] = set()
+    todo = list(entries)
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ too
+            path = module_file(".".join(parts[:i]))
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            todo.extend(_imported(path))
+    return tuple(sorted(seen))
+
+
+def algorithm_modules(algorithms: Iterable[str]) -> tuple[str, ...]:
+    """The modules that define the given algorithms (their classes are imported by name at run time)."""
+    from hetfl.algorithms import CATALOG
+
+    return tuple(sorted({CATALOG[a].target.split(":")[0] for a in algorithms if a in CATALOG}))
+
+
+@functools.cache
+def fingerprint(kind: str, algorithms: tuple[str, ...] = ()) -> str:
+    """16 hex digits of sha256 over the closure of `kind`'s entries (train: plus the algorithms' modules)
+    and its data files, each file hashed with its path relative to the package."""
+    if kind not in ENTRIES:
+        raise ValueError(f"job kind '{kind}' is unknown; allowed: {', '.join(ENTRIES)}")
+    files = set(closure(ENTRIES[kind] + algorithm_modules(algorithms)))
+    for pattern in DATA.get(kind, ()):
+        files.update(PACKAGE.glob(pattern))
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def git_state() -> tuple[str, bool | None]:
+    """(commit, dirty) of the checkout hetfl runs from: dirty = uncommitted changes under src/hetfl.
+    ("unknown", None) outside a git checkout."""
+    try:
+        run = functools.partial(subprocess.run, capture_output=True, text=True, check=True, cwd=PACKAGE)
+        commit = run(["git", "rev-parse", "HEAD"]).stdout.strip()
+        dirty = bool(run(["git", "status", "--porcelain", "--", "."]).stdout.strip())
+        return commit, dirty
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", None

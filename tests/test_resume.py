@@ -1,0 +1,137 @@
+"""Stale inputs are refused; killed runs resume bitwise; finished runs are restored; stale checkpoints not."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from hetfl.config import RunSpec
+from hetfl.data.build import make_split
+from hetfl.data.traces import make_traces
+from hetfl.pipeline import CHECKPOINT, Provenance, run_cell, run_training
+
+SPEC = RunSpec(experiment="e", run="r", table="none", dataset="synthetic", setting="NIID", alpha=1.0,
+               beta=1.0, iid=False, num_devices=20, sizes={"distribution": "pareto", "size": 20, "index": 0.5,
+                                                 "max_size": 200, "min_size": 10, "sigma": 0.3},
+               test_fraction=0.2, model="logreg", algorithm="scaffold", scheme="C", num_traces=8,
+               trace_order=("T_0", "T_30", "T_50", "T_70", "T_90", "T_hi", "T_mi", "T_lo"),
+               local_epochs=5,
+               batch_size=20, eta0=1.0, rounds=12, eval_every=1, seed=0,
+               algorithm_params={"global_lr": 1.0})
+
+
+def _inputs(tmp_path: Path, spec: RunSpec = SPEC) -> tuple[Path, Path]:
+    split, trace = tmp_path / "split" / "split.npz", tmp_path / "traces.npz"
+    make_split(split, spec.split_spec(), spec.seed)
+    make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
+                seed=spec.seed)
+    return split, trace
+
+
+def test_stale_split_and_traces_are_refused_naming_the_key(tmp_path):
+    split, trace = _inputs(tmp_path)
+    with pytest.raises(ValueError, match=r"alpha: split has 1.0, run needs 0.5.*delete it"):
+        run_training(dataclasses.replace(SPEC, alpha=0.5), split, trace, tmp_path / "run", progress=False)
+    with pytest.raises(ValueError, match=r"seed: traces have 0, run needs 1"):
+        make_split(tmp_path / "s1" / "split.npz", SPEC.split_spec(), 1)
+        run_training(dataclasses.replace(SPEC, seed=1), tmp_path / "s1" / "split.npz", trace,
+                     tmp_path / "run", progress=False)
+    with pytest.raises(ValueError, match=r"assignment: traces have \"random\", run needs \"stratified\""):
+        run_training(dataclasses.replace(SPEC, trace_assignment="stratified"), split, trace, tmp_path / "run",
+                     progress=False)
+    assert not (tmp_path / "run").exists()  # refused before any output
+
+
+def test_a_by_hand_split_with_fewer_keys_is_the_same_data(tmp_path):
+    """`hetfl split` by hand fills defaults the config states explicitly: equal after resolution."""
+    split = tmp_path / "split.npz"
+    make_split(split, {"dataset": "synthetic", "alpha": 1.0, "beta": 1.0, "num_devices": 20,
+                       "sizes": {"distribution": "pareto", "size": 20, "max_size": 200, "min_size": 10}}, 0)
+    trace = tmp_path / "t.npz"
+    make_traces(trace, traceset="T8", num_devices=20, rounds=12, seed=0)
+    assert run_training(SPEC, split, trace, tmp_path / "run", progress=False).status == "ok"
+
+
+def test_cli_by_hand_rebuilds_a_stale_split(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("experiments:\n  e:\n    table: none\n    dataset: synthetic\n    settings:\n"
+                   "      NIID: {alpha: 1.0, beta: 1.0}\n    num_devices: 4\n    schemes: [C]\n"
+                   "    num_traces: [2]\n    rounds: 2\n    seeds: [0]\n")
+    cmd = [sys.executable, "-m", "hetfl.cli", "train", "--config", str(cfg), "--experiment", "e", "--run",
+           "NIID_T2_C_s0", "--no-mlflow"]
+    assert subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True).returncode == 0
+    cfg.write_text(cfg.read_text().replace("alpha: 1.0", "alpha: 0.5"))
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "making the split again: split" in proc.stderr
+    assert "alpha: split has 1.0, run needs 0.5" in proc.stderr
+    manifest = json.loads((tmp_path / "data_splits/e/NIID/seed0/manifest.json").read_text())
+    info = json.loads((tmp_path / "results/e/NIID_T2_C_s0/run.json").read_text())
+    assert manifest["alpha"] == 0.5 == info["spec"]["alpha"]  # the data used and the record agree
+
+
+def _train_cmd(spec: RunSpec, split: Path, trace: Path, out: Path, every: int) -> list[str]:
+    return [sys.executable, "-m", "hetfl.cli", "train", "--spec", json.dumps(spec.to_dict()), "--split",
+            str(split), "--traces", str(trace), "--out", str(out), "--no-mlflow", "--checkpoint-every",
+            str(every)]
+
+
+def test_killed_run_resumes_to_bitwise_the_same_metrics(tmp_path):
+    spec = dataclasses.replace(SPEC, num_devices=50, rounds=400)
+    split, trace = _inputs(tmp_path, spec)
+    whole = tmp_path / "whole"
+    assert subprocess.run(_train_cmd(spec, split, trace, whole, 0), capture_output=True).returncode == 0
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(_train_cmd(spec, split, trace, out, 5), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    seen = 0
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if (out / CHECKPOINT).exists():
+            try:
+                seen = torch.load(out / CHECKPOINT, weights_only=True).get("tau", 0)
+            except Exception:  # caught mid-rename: look again
+                seen = 0
+            if seen >= 10:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        time.sleep(0.02)
+    proc.wait()
+    assert 10 <= seen < spec.rounds, "the run must be killed part-way (lengthen it if this machine is fast)"
+    assert not (out / "metrics.parquet").exists()
+
+    again = subprocess.run(_train_cmd(spec, split, trace, out, 5), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    info = json.loads((out / "run.json").read_text())
+    assert info["resumed_from_round"] >= seen and info["rounds_done"] == spec.rounds
+    pd.testing.assert_frame_equal(pd.read_parquet(whole / "metrics.parquet"),
+                                  pd.read_parquet(out / "metrics.parquet"))
+
+
+def test_finished_runs_are_restored_and_stale_checkpoints_ignored(tmp_path):
+    split, trace = _inputs(tmp_path)
+    specs = [SPEC, dataclasses.replace(SPEC, run="r2", scheme="B")]
+    run_cell(specs, split, {s.run: trace for s in specs}, tmp_path / "results")
+    first = {s.run: (tmp_path / "results/e" / s.run / "run.json").read_text() for s in specs}
+    for s in specs:  # Snakemake removes a killed job's outputs before it reruns the job
+        (tmp_path / "results/e" / s.run / "run.json").unlink()
+        (tmp_path / "results/e" / s.run / "metrics.parquet").unlink()
+    run_cell(specs, split, {s.run: trace for s in specs}, tmp_path / "results")
+    for s in specs:
+        assert (tmp_path / "results/e" / s.run / "run.json").read_text() == first[s.run]  # restored as it was
+    # other code (another fingerprint) must not reuse the checkpoint
+    out = tmp_path / "results/e/r"
+    prov = Provenance(code="0" * 16, commit="x", dirty=False)
+    result = run_training(SPEC, split, trace, out, progress=False, prov=prov)
+    info = json.loads((out / "run.json").read_text())
+    assert result.rounds_done == SPEC.rounds and info["code_fingerprint"] == "0" * 16
+    assert info["resumed_from_round"] is None and info["wall_time_s"] != json.loads(first["r"])["wall_time_s"]
