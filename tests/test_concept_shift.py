@@ -54,3 +54,43 @@ def test_average_best_per_stretch_by_hand():
     # shifts at the start of rounds 4 and 6: stretches 1-3 (best 0.5), 4-5 (0.3), 6-7 (0.6)
     assert segment_best_mean(acc, [4, 6]) == pytest.approx(100 * (0.5 + 0.3 + 0.6) / 3)
     assert segment_best_mean(acc, []) == pytest.approx(60.0)
+
+
+def _table5_runs(tmp_path, probability):
+    import json
+
+    from hetfl.config import expand_runs, validate_config
+    from hetfl.reports.results import collect_runs
+
+    cfg = {"experiments": {"cs": {
+        "table": "fedfor_concept_shift", "dataset": "mnist5k", "num_devices": 3,
+        "settings": {"E2": {"partition": {"label_skew": "iid"}, "local_epochs": 2}},
+        "algorithms": ["fedbn", "fedfor"], "concept_shift": {"probability": probability}, "schemes": ["B"],
+        "num_traces": [1], "rounds": 4, "seeds": [0, 1]}}}
+    curves = {("fedbn", 0): [0.2, 0.4, 0.3, 0.5], ("fedbn", 1): [0.1, 0.5, 0.2, 0.4],
+              ("fedfor", 0): [0.3, 0.5, 0.4, 0.6], ("fedfor", 1): [0.3, 0.6, 0.5, 0.6]}
+    dirs = []
+    for spec in expand_runs(validate_config(cfg)):
+        d = tmp_path / f"{probability}_{spec.run}"
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({"spec": spec.to_dict(), "status": "ok"}))
+        pd.DataFrame({"round": [1, 2, 3, 4], "metric": "global_test_accuracy",
+                      "value": curves[(spec.algorithm, spec.seed)]}).to_parquet(d / "metrics.parquet")
+        dirs.append(d)
+    return collect_runs(dirs)
+
+
+def test_table5_by_hand(tmp_path):
+    from hetfl.reports.fedfor import concept_shift_table
+
+    # no shift: one stretch, the best accuracy. FedBN 50, 50; FedFOR 60, 60 → Δ = 10 in both seeds
+    still = concept_shift_table(_table5_runs(tmp_path, 0.0)).set_index("method")
+    assert still.loc["FedBN", "reproduced_mean"] == pytest.approx(50.0)
+    assert still.loc["FedFOR", "diff_mean"] == pytest.approx(10.0)
+    assert still.loc["FedFOR", "paper"] == pytest.approx(47.28) and still.loc["FedFOR", "paper_diff"] == \
+        pytest.approx(47.28 - 46.84)  # Table 5, E = 2
+    assert still.loc["FedFOR", "verdict"] == "not comparable"  # the paper's FedFOR runs on FedBN's backbone
+    # a shift every round: every round is a stretch, the measure is the mean accuracy
+    moving = concept_shift_table(_table5_runs(tmp_path, 1.0)).set_index("method")
+    assert moving.loc["FedBN", "reproduced_mean"] == pytest.approx(100 * (1.4 / 4 + 1.2 / 4) / 2)
+    assert moving.loc["FedBN", "shifts_mean"] == 3

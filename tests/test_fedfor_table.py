@@ -29,6 +29,13 @@ def test_best_up_to_half_and_full():
     assert math.isnan(fedfor.best_up_to(acc[acc.index > 3], 3))
 
 
+def test_halfway_is_the_paper_s_when_the_rounds_are():
+    t4 = fedfor.reference_cells("Table 4")
+    assert fedfor.halfway(t4, 16, 25) == 15  # the paper's t = 15 of 25
+    assert fedfor.halfway(t4, 1, 100) == 50
+    assert fedfor.halfway(t4, 16, 10) == 5  # a reduced run: ⌊R/2⌋
+
+
 def test_reference_cells_of_the_three_tables():
     t2 = fedfor.reference_cells("Table 2").set_index(["method", "local_epochs", "measure"])
     assert t2.loc[("FedFOR", 8, "best@full"), "paper"] == pytest.approx(70.93)

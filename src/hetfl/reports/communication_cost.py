@@ -179,7 +179,10 @@ def draw_nonzeros(runs: pd.DataFrame, out: Path) -> None:
     settings = sorted(runs["setting"].unique())
     fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.6), squeeze=False, sharey=True)
     for ax, setting in zip(axes[0], settings, strict=True):
-        for algorithm, g in runs[runs["setting"] == setting].groupby("algorithm", sort=True):
+        order = {a: i for i, a in enumerate(LABELS)}
+        sel = runs[runs["setting"] == setting]
+        for algorithm in sorted(sel["algorithm"].unique(), key=lambda a: order.get(a, len(order))):
+            g = sel[sel["algorithm"] == algorithm]
             mean = pd.concat([curve(d, "nonzeros_up") for d in g["run_dir"]], axis=1).mean(axis=1)
             style = "--" if algorithm.endswith("_ef") else "-"
             ax.plot(mean.index, mean.to_numpy(), style, label=LABELS.get(algorithm, algorithm))

@@ -7,7 +7,8 @@ performance" and "the global training steps required to achieve X performance (g
 
 Per run (hetfl's reading, docs/fedfor.md):
 - validation accuracy = `global_test_accuracy` (the source's own test split), else `test_accuracy`;
-- best@half = its maximum over the evaluated rounds ≤ ⌊R/2⌋, best@full over all R rounds;
+- best@half = its maximum over the evaluated rounds up to the paper's halfway round when the run has the
+  paper's R rounds (Table 4, E = 16: 15 of 25), else up to ⌊R/2⌋; best@full over all R rounds;
 - ACC_x = the first evaluated round whose accuracy is ≥ x % (computed here from the curve, for the x of
   the run's `acc_x`, else the paper table's own x), or censored "> R" when it never gets there.
 Over seeds: mean ± sample std (as the paper), and the paired difference to the table's baseline (FedAvg in
@@ -99,7 +100,16 @@ def reference_cells(table: str) -> pd.DataFrame:
                                        "paper_std"])
 
 
-def _per_seed(g: pd.DataFrame, acc_x: float | None) -> pd.DataFrame:
+def halfway(ref: pd.DataFrame, e: int, rounds: int) -> int:
+    """The paper's halfway round for E when its full round is `rounds`, else ⌊rounds/2⌋."""
+    cells = ref[(ref["local_epochs"] == e) & ref["measure"].isin(["best@half", "best@full"])]
+    half, full = cells[cells["measure"] == "best@half"]["round"], cells[cells["measure"] == "best@full"]["round"]
+    if len(half) and len(full) and int(full.iloc[0]) == rounds:
+        return int(half.iloc[0])
+    return rounds // 2
+
+
+def _per_seed(g: pd.DataFrame, acc_x: float | None, half: int) -> pd.DataFrame:
     """One row per run: seed, best@half, best@full and ACC_x bounds [lo, hi] (hi = ∞ when censored)."""
     rows = []
     for _, r in g.iterrows():
@@ -108,7 +118,7 @@ def _per_seed(g: pd.DataFrame, acc_x: float | None) -> pd.DataFrame:
         reached = rounds_to_reach(acc, acc_x) if acc_x is not None else None
         lo = float(reached) if reached is not None else (float(total + 1) if acc_x is not None else math.nan)
         hi = float(reached) if reached is not None else (math.inf if acc_x is not None else math.nan)
-        rows.append({"seed": int(r["seed"]), "best@half": best_up_to(acc, total // 2),
+        rows.append({"seed": int(r["seed"]), "best@half": best_up_to(acc, half),
                      "best@full": best_up_to(acc, total), "ACC_x_lo": lo, "ACC_x_hi": hi})
     return pd.DataFrame(rows).set_index("seed").sort_index()
 
@@ -127,9 +137,10 @@ def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True) -> pd.DataFrame:
     for (dataset, e), cell in runs.groupby([dataset_col, "local_epochs"], sort=True):
         x = cell["acc_x"].dropna()
         acc_x = float(x.iloc[0]) if len(x) else paper_x
-        seeds = {m: _per_seed(g, acc_x) for m, g in cell.groupby("method")}
-        base = seeds.get(baseline_name)
         total = int(cell["rounds"].max())
+        half = halfway(ref, int(e), total) if len(ref) else total // 2
+        seeds = {m: _per_seed(g, acc_x, half) for m, g in cell.groupby("method")}
+        base = seeds.get(baseline_name)
         for method, per in sorted(seeds.items()):
             for measure in MEASURES:
                 if measure == "ACC_x" and acc_x is None:
@@ -138,7 +149,7 @@ def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True) -> pd.DataFrame:
                 p_base = ref[(ref["method"] == baseline_name) & (ref["local_epochs"] == e)
                              & (ref["measure"] == measure)]
                 row = {"paper_table": table or "—", "dataset": dataset, "local_epochs": int(e),
-                       "measure": measure, "round": {"best@half": total // 2, "best@full": total}.get(measure),
+                       "measure": measure, "round": {"best@half": half, "best@full": total}.get(measure),
                        "acc_x": acc_x if measure == "ACC_x" else np.nan, "method": method,
                        "paper": float(paper["paper"].iloc[0]) if len(paper) else np.nan,
                        "paper_std": float(paper["paper_std"].iloc[0]) if len(paper) else np.nan,
@@ -240,7 +251,8 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
              f"{first.get('partition.draw', 'disjoint')}" if skew == "longtail" else f"label skew {skew}")
     stand_in = dataset not in ("cifar10", "domainnet", "digit5")
     return (f"Reproduction of Tian, Smith and Kira (2022), FedFOR {table}: best validation accuracy (%) up to "
-            "half (⌊R/2⌋) and all R of the rounds and, where a target is set, ACC_x = the first round whose "
+            "the halfway round t (the paper's when the run has its R rounds, else ⌊R/2⌋) and all R of the rounds "
+            "and, where a target is set, ACC_x = the first round whose "
             "validation accuracy reaches x % ('> R' when it never does); validation accuracy = the "
             "source's own test split. Cells: mean ± sample std over seeds (the paper: mean (std) over 3 "
             "runs); Δ = the paired per-seed difference to the baseline with its 95 % Student-t interval "
