@@ -49,6 +49,25 @@ def test_the_engine_trains_and_evaluates_on_the_round_s_labels(tiny_fed):
         [r for r in plain.records if r[1] == "test_accuracy"]
 
 
+def test_a_shifting_run_keeps_its_labels_to_itself_in_a_stacked_cell(tiny_fed):
+    """Runs of a cell share Data; a run under concept shift relabels its own copies, so a run stacked with
+    it trains exactly as it would alone, and the federation's arrays stay as they were."""
+    from hetfl.engine.runner import Data, RunLoop, train_stacked
+
+    y_before = tiny_fed.y_train.copy()
+    cfg = TrainSettings(scheme="B", local_epochs=1, batch_size=10, eta0=0.5, rounds=3, seed=0)
+    maps = label_maps(10, 3, 1.0, seed=0)  # a shift at rounds 2 and 3
+    data = Data.of(tiny_fed)
+    loops = [RunLoop(make_model("logreg", 60, 10), data, np.ones((3, 4)), c)
+             for c in (cfg, dataclasses.replace(cfg, label_maps=maps))]
+    plain, shifted = train_stacked(loops)
+    alone = train(make_model("logreg", 60, 10), tiny_fed, np.ones((3, 4)), cfg)
+    for a, b in zip(plain.params, alone.params, strict=True):
+        torch.testing.assert_close(a, b)
+    assert not all(torch.equal(a, b) for a, b in zip(shifted.params, alone.params, strict=True))
+    np.testing.assert_array_equal(tiny_fed.y_train, y_before)
+
+
 def test_average_best_per_stretch_by_hand():
     acc = pd.Series([0.2, 0.5, 0.4, 0.1, 0.3, 0.6, 0.2], index=range(1, 8))
     # shifts at the start of rounds 4 and 6: stretches 1-3 (best 0.5), 4-5 (0.3), 6-7 (0.6)

@@ -121,9 +121,17 @@ def test_fast_reboot_table_from_runs(tmp_path):
     assert fast.reproduced_mean == pytest.approx(1.5) and fast.n_never == 0 and fast.paper == 1
     van = tidy[tidy.method == "vanilla"].iloc[0]
     # seed 0 never recovers within the 2 observed rounds; seed 1 recovers at round 5 (r = 2)
-    assert van.n_never == 1 and van.reproduced_mean == 2 and van.paper == 2
+    # bounds rule: seed 0 lies in [3, ∞), seed 1 is 2; no mean is made up, the CI is [t-low of (3, 2), ∞)
+    t1 = 12.706204736174707  # t_{1, 0.975}
+    assert van.n_never == 1 and np.isnan(van.reproduced_mean) and van.paper == 2
+    assert van.ci_low == pytest.approx(2.5 - t1 * 0.5) and np.isinf(van.ci_high) and van.verdict == "agrees"
+    # the paired cell vanilla − fast: seed 0 in [3 − 1, ∞), seed 1 = 2 − 2 = 0; the paper's is 2 − 1 = 1
+    diff = tidy[tidy.method == "vanilla_minus_fast"].iloc[0]
+    assert diff.ci_low == pytest.approx(1.0 - t1 * 1.0) and np.isinf(diff.ci_high) and diff.paper == 1
+    assert diff.verdict == "agrees"
     cells = layout(tidy, ["dataset"]).iloc[0]
-    assert cells["vanilla (reproduced)"] == "2.0 (1 of 2 > 2)"
+    assert cells["vanilla (reproduced)"] == f"1 of 2 censored [{2.5 - t1 * 0.5:.1f}, ∞]"
+    assert cells["fast (reproduced)"].startswith("1.5 [")
 
 
 def test_crossing_table_from_runs(tmp_path):
@@ -132,14 +140,20 @@ def test_crossing_table_from_runs(tmp_path):
     ref = pd.DataFrame({"dataset": ["SYNTHETIC"], "alpha": [1.0], "beta": [1.0], "tau0": [2],
                         "rounds_to_cross": [9]})
     rows = []
-    curves = {"include": [1.0, .9, .8, .75, .7], "exclude": [1.0, .9, 1.0, .8, .6]}
-    for policy, vals in curves.items():
-        rows.append({"dataset": "SYNTHETIC", "setting": "S", "alpha": 1.0, "beta": 1.0, "event_round": 2,
-                     "event_policy": policy, "seed": 0,
-                     "run_dir": _fake_run(tmp_path / policy, "test_loss", vals)})
-    tidy = crossing(pd.DataFrame(rows), ref)
-    row = tidy.iloc[0]
-    assert row.reproduced_mean == 3 and row.paper == 9  # round 5: 0.6 < 0.7 (round 2 is a tie)
+    include = [1.0, .9, .8, .75, .7]
+    excludes = [[1.0, .9, 1.0, .8, .6],  # crosses at round 5 (round 2 is a tie): r = 3
+                [1.0, .9, .85, .7, .6],  # round 4: 0.7 < 0.75, r = 2
+                [1.0, .9, 1.0, .9, .8]]  # never within the 3 rounds observed after τ0: in [4, ∞)
+    for seed, exclude in enumerate(excludes):
+        for policy, vals in (("include", include), ("exclude", exclude)):
+            rows.append({"dataset": "SYNTHETIC", "setting": "S", "alpha": 1.0, "beta": 1.0, "event_round": 2,
+                         "event_policy": policy, "seed": seed,
+                         "run_dir": _fake_run(tmp_path / f"{policy}{seed}", "test_loss", vals)})
+    row = crossing(pd.DataFrame(rows), ref).iloc[0]
+    t2 = 4.302652729749464  # t_{2, 0.975}; lower bounds 3, 2, 4: mean 3, s = 1
+    assert row.n_seeds == 3 and row.n_never == 1 and np.isnan(row.reproduced_mean) and row.paper == 9
+    assert row.ci_low == pytest.approx(3 - t2 / np.sqrt(3)) and np.isinf(row.ci_high)
+    assert row.verdict == "agrees"
 
 
 def test_training_with_an_arrival(tiny_fed):

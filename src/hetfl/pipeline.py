@@ -11,6 +11,7 @@ fingerprint of the training job (hetfl.fingerprint) and the torch/numpy versions
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import platform
@@ -32,7 +33,15 @@ from hetfl.data import concept_shift, traces
 from hetfl.data.build import check_split
 from hetfl.data.events import Event, Schedule, build_schedule
 from hetfl.data.federation import Federation, load_federation
-from hetfl.engine.runner import ProgressLog, Snapshot, TrainResult, TrainSettings, train
+from hetfl.engine.runner import (
+    Data,
+    ProgressLog,
+    RunLoop,
+    Snapshot,
+    TrainResult,
+    TrainSettings,
+    train_stacked,
+)
 from hetfl.engine.schemes import complete_round_steps, local_steps
 from hetfl.fingerprint import fingerprint, git_state
 from hetfl.io import atomic_write, atomic_write_json, file_sha256
@@ -174,6 +183,103 @@ def _write_outputs(out_dir: Path, records: list[tuple[int, str, float]], info: d
     atomic_write_json(out_dir / "run.json", info)
 
 
+class RunJob:
+    """One run from its inputs to its outputs: checks, checkpoint, the round loop, run.json.
+
+    `restored` is set when a finished checkpoint with the same key exists (its outputs are written back);
+    otherwise `loop` is the run's engine.runner.RunLoop, to train alone or stacked with other runs, and
+    `finish(result)` writes metrics.parquet, run.json and the light final checkpoint.
+    """
+
+    def __init__(self, spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, out_dir: str | Path, *,
+                 device: str = "cpu", progress: bool | TextIO = True,
+                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
+                 prov: Provenance | None = None, data: Data | None = None) -> None:
+        self.spec, self.out_dir = spec, Path(out_dir)
+        self.split_npz, self.traces_npz = split_npz, traces_npz
+        self.device = resolve_device(device)
+        check_split(split_npz, spec.split_spec(), spec.seed)
+        tr = traces.load_traces(traces_npz)
+        check_traces(tr, spec, traces_npz)
+        fed = data.fed if data is not None else _for_model(
+            fed if fed is not None else load_federation(split_npz), spec.model)
+        if tr.fractions.shape != (spec.rounds, fed.num_devices):
+            raise ValueError(f"traces {traces_npz} have shape {tr.fractions.shape}; the run needs "
+                             f"(rounds, num_devices) = ({spec.rounds}, {fed.num_devices})")
+        if np.issubdtype(fed.x_train.dtype, np.integer) and spec.model not in TEXT_MODELS.values():
+            allowed = ", ".join(f"{m} ({d})" for d, m in TEXT_MODELS.items())
+            raise ValueError(f"model {spec.model!r} cannot read the int64 token ids of dataset "
+                             f"{spec.dataset!r}; allowed: {allowed}")
+        self.prov = prov or provenance([spec.algorithm])
+        self.split_sha, self.traces_sha = file_sha256(split_npz), file_sha256(traces_npz)
+        self.participation = participation(tr, spec, fed.train_sizes)
+        self.key = checkpoint_key(spec, self.split_sha, self.traces_sha, self.prov.code)
+        self.ckpt_path = self.out_dir / CHECKPOINT
+        ckpt = _load_checkpoint(self.ckpt_path, self.key)
+        self.restored: TrainResult | None = None
+        self.loop: RunLoop | None = None
+        if ckpt is not None and "info" in ckpt:  # finished under the same key: restore, do not retrain
+            records = _unpack(ckpt["records"])
+            _write_outputs(self.out_dir, records, ckpt["info"])
+            self.restored = TrainResult(records=records, status=ckpt["info"]["status"],
+                                        rounds_done=ckpt["info"]["rounds_done"])
+            return
+        settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs,
+                                 batch_size=spec.batch_size, eta0=spec.eta0, rounds=spec.rounds,
+                                 eval_every=spec.eval_every, seed=spec.seed, lr_schedule=spec.lr_schedule,
+                                 local_steps=spec.local_steps, local_work=spec.local_work,
+                                 completion=spec.completion,
+                                 boost=(spec.event or {}).get("boost", "additive"),
+                                 clients_per_round=spec.clients_per_round,
+                                 sampling_weights=spec.sampling_weights,
+                                 label_maps=None if not spec.concept_shift else concept_shift.label_maps(
+                                     fed.num_classes, spec.rounds, spec.concept_shift["probability"],
+                                     spec.seed))
+        self.resume = None if ckpt is None else Snapshot(ckpt["tau"], ckpt["params"], ckpt["state"],
+                                                         _unpack(ckpt["records"]), ckpt["status"])
+        self.wall_before = 0.0 if ckpt is None else float(ckpt["wall"])
+        self.start = time.perf_counter()
+        stream = None if progress is False else (sys.stderr if progress is True else progress)
+        log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}", stream=stream) if stream else None
+        self.loop = RunLoop(_make_model(spec.model, fed, spec.model_params),
+                            data if data is not None else Data.of(fed, self.device), tr.fractions, settings,
+                            make_algorithm(spec.algorithm, spec.algorithm_params),
+                            event_schedule(spec, fed.num_devices), self.resume, log,
+                            self._save if checkpoint_every else None, checkpoint_every)
+
+    def _save(self, snap: Snapshot) -> None:
+        _save_checkpoint(self.ckpt_path, {
+            "key": self.key, "tau": snap.tau, "params": [t.cpu() for t in snap.params],
+            "state": _cpu(snap.state), "records": _pack(snap.records), "status": snap.status,
+            "wall": self.wall_before + time.perf_counter() - self.start})
+
+    def finish(self, result: TrainResult, stacked_with: int = 1) -> TrainResult:
+        spec = self.spec
+        info = {
+            "spec": spec.to_dict(),
+            "status": result.status,
+            "rounds_done": result.rounds_done,
+            "resumed_from_round": None if self.resume is None else self.resume.tau,
+            "split": {"path": str(self.split_npz), "sha256": self.split_sha},
+            "traces": {"path": str(self.traces_npz), "sha256": self.traces_sha, **self.participation},
+            "versions": {"hetfl": hetfl.__version__, "python": platform.python_version(),
+                         "torch": torch.__version__, "numpy": np.__version__, "pandas": pd.__version__},
+            "git_commit": self.prov.commit,
+            "git_dirty": self.prov.dirty,
+            "code_fingerprint": self.prov.code,
+            "device": str(self.device),
+            "torch_threads": torch.get_num_threads(),
+            # a run trained stacked with others shares their wall time (engine.runner.train_stacked)
+            "stacked_runs": stacked_with,
+            "wall_time_s": round(self.wall_before + time.perf_counter() - self.start, 3),
+        }
+        info = json.loads(json.dumps(info))  # plain JSON types (torch.__version__ is a str subclass)
+        _write_outputs(self.out_dir, result.records, info)
+        # the light final checkpoint: both outputs, no tensors (it loads with weights_only=True)
+        _save_checkpoint(self.ckpt_path, {"key": self.key, "records": _pack(result.records), "info": info})
+        return result
+
+
 def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, out_dir: str | Path,
                  *, device: str = "cpu", progress: bool | TextIO = True,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
@@ -181,80 +287,13 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
     """Train one run and write metrics.parquet and run.json (each atomically).
 
     progress: True prints progress lines to stderr, a stream prints them there, False prints none.
-    fed: the split already loaded (a cell's runs share it). checkpoint_every = 0 keeps no mid-run checkpoint.
+    fed: the split already loaded. checkpoint_every = 0 keeps no mid-run checkpoint.
     """
-    out_dir = Path(out_dir)
-    dev = resolve_device(device)
-    check_split(split_npz, spec.split_spec(), spec.seed)
-    tr = traces.load_traces(traces_npz)
-    check_traces(tr, spec, traces_npz)
-    fed = _for_model(fed if fed is not None else load_federation(split_npz), spec.model)
-    if tr.fractions.shape != (spec.rounds, fed.num_devices):
-        raise ValueError(f"traces {traces_npz} have shape {tr.fractions.shape}; the run needs "
-                         f"(rounds, num_devices) = ({spec.rounds}, {fed.num_devices})")
-    if np.issubdtype(fed.x_train.dtype, np.integer) and spec.model not in TEXT_MODELS.values():
-        allowed = ", ".join(f"{m} ({d})" for d, m in TEXT_MODELS.items())
-        raise ValueError(f"model {spec.model!r} cannot read the int64 token ids of dataset {spec.dataset!r}; "
-                         f"allowed: {allowed}")
-    prov = prov or provenance([spec.algorithm])
-    split_sha, traces_sha = file_sha256(split_npz), file_sha256(traces_npz)
-    key = checkpoint_key(spec, split_sha, traces_sha, prov.code)
-    ckpt_path = out_dir / CHECKPOINT
-    ckpt = _load_checkpoint(ckpt_path, key)
-    if ckpt is not None and "info" in ckpt:  # finished under the same key: restore, do not retrain
-        records = _unpack(ckpt["records"])
-        _write_outputs(out_dir, records, ckpt["info"])
-        return TrainResult(records=records, status=ckpt["info"]["status"],
-                           rounds_done=ckpt["info"]["rounds_done"])
-
-    model = _make_model(spec.model, fed, spec.model_params)
-    settings = TrainSettings(scheme=spec.scheme, local_epochs=spec.local_epochs, batch_size=spec.batch_size,
-                             eta0=spec.eta0, rounds=spec.rounds, eval_every=spec.eval_every, seed=spec.seed,
-                             lr_schedule=spec.lr_schedule, local_steps=spec.local_steps,
-                             local_work=spec.local_work, completion=spec.completion,
-                             boost=(spec.event or {}).get("boost", "additive"),
-                             clients_per_round=spec.clients_per_round, sampling_weights=spec.sampling_weights,
-                             label_maps=None if not spec.concept_shift else concept_shift.label_maps(
-                                 fed.num_classes, spec.rounds, spec.concept_shift["probability"], spec.seed))
-    algorithm = make_algorithm(spec.algorithm, spec.algorithm_params)
-    resume = None if ckpt is None else Snapshot(ckpt["tau"], ckpt["params"], ckpt["state"],
-                                                _unpack(ckpt["records"]), ckpt["status"])
-    wall_before = 0.0 if ckpt is None else float(ckpt["wall"])
-    start = time.perf_counter()
-
-    def save(snap: Snapshot) -> None:
-        _save_checkpoint(ckpt_path, {"key": key, "tau": snap.tau, "params": [t.cpu() for t in snap.params],
-                                     "state": _cpu(snap.state), "records": _pack(snap.records),
-                                     "status": snap.status,
-                                     "wall": wall_before + time.perf_counter() - start})
-
-    stream = None if progress is False else (sys.stderr if progress is True else progress)
-    log = ProgressLog(spec.rounds, f"{spec.experiment}/{spec.run}", stream=stream) if stream else None
-    result = train(model, fed, tr.fractions, settings, device=dev, progress=log, algorithm=algorithm,
-                   schedule=event_schedule(spec, fed.num_devices), resume=resume,
-                   checkpoint=save if checkpoint_every else None, checkpoint_every=checkpoint_every)
-    info = {
-        "spec": spec.to_dict(),
-        "status": result.status,
-        "rounds_done": result.rounds_done,
-        "resumed_from_round": None if resume is None else resume.tau,
-        "split": {"path": str(split_npz), "sha256": split_sha},
-        "traces": {"path": str(traces_npz), "sha256": traces_sha,
-                   **participation(tr, spec, fed.train_sizes)},
-        "versions": {"hetfl": hetfl.__version__, "python": platform.python_version(),
-                     "torch": torch.__version__, "numpy": np.__version__, "pandas": pd.__version__},
-        "git_commit": prov.commit,
-        "git_dirty": prov.dirty,
-        "code_fingerprint": prov.code,
-        "device": str(dev),
-        "torch_threads": torch.get_num_threads(),
-        "wall_time_s": round(wall_before + time.perf_counter() - start, 3),
-    }
-    info = json.loads(json.dumps(info))  # plain JSON types (torch.__version__ is a str subclass)
-    _write_outputs(out_dir, result.records, info)
-    # the light final checkpoint: enough to restore both outputs, no tensors (loads with weights_only=True)
-    _save_checkpoint(ckpt_path, {"key": key, "records": _pack(result.records), "info": info})
-    return result
+    job = RunJob(spec, split_npz, traces_npz, out_dir, device=device, progress=progress,
+                 checkpoint_every=checkpoint_every, fed=fed, prov=prov)
+    if job.restored is not None:
+        return job.restored
+    return job.finish(train_stacked([job.loop])[0])
 
 
 def _cpu(obj: Any) -> Any:
@@ -267,31 +306,50 @@ def _cpu(obj: Any) -> Any:
     return obj
 
 
+#: models with fewer parameters train a cell's runs stacked (one local_sgd call per round for all of them);
+#: bigger ones train run after run so that only one run's model and state is in memory
+STACK_MAX_PARAMETERS = 1_000_000
+
+
 def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, str | Path],
              results_root: str | Path = "results", log_dir: str | Path | None = None, *, device: str = "cpu",
              checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> dict[str, str]:
     """Train every run of a cell (runs that share a split) in this process: imports, the split and the code
-    fingerprint are paid once. traces_of maps each run name to its trace file; each run writes
-    <results_root>/<experiment>/<run>/ and, with log_dir, its progress to <log_dir>/<run>.log.
+    fingerprint are paid once, and small models train all their runs stacked (engine.runner.train_stacked:
+    each run ends bitwise where it would alone). traces_of maps each run name to its trace file; each run
+    writes <results_root>/<experiment>/<run>/ and, with log_dir, its progress to <log_dir>/<run>.log.
     Returns {run: status}."""
     if len({s.split_key for s in specs}) > 1:
         raise ValueError(f"a cell's runs share one split; got {sorted({s.split_key for s in specs})}")
     fed = load_federation(split_npz)
     prov = provenance(s.algorithm for s in specs)
+    dev = resolve_device(device)
+    data: dict[str, Data] = {}  # one copy on the device per model's view of the data
     statuses: dict[str, str] = {}
-    for spec in specs:
-        out = Path(results_root) / spec.experiment / spec.run
-        if log_dir is None:
-            result = run_training(spec, split_npz, traces_of[spec.run], out, device=device, fed=fed,
-                                  prov=prov, checkpoint_every=checkpoint_every)
-        else:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            with open(Path(log_dir) / f"{spec.run}.log", "w", encoding="utf-8") as stream:
-                result = run_training(spec, split_npz, traces_of[spec.run], out, device=device, fed=fed,
-                                      prov=prov, checkpoint_every=checkpoint_every, progress=stream)
-        statuses[spec.run] = result.status
-        print(f"{spec.experiment}/{spec.run}: {result.status} after {result.rounds_done} rounds -> {out}",
-              file=sys.stderr, flush=True)
+    with contextlib.ExitStack() as files:
+        jobs = []
+        for spec in specs:
+            if spec.model not in data:
+                data[spec.model] = Data.of(_for_model(fed, spec.model), dev)
+            stream: bool | TextIO = True
+            if log_dir is not None:
+                Path(log_dir).mkdir(parents=True, exist_ok=True)
+                stream = files.enter_context(open(Path(log_dir) / f"{spec.run}.log", "w", encoding="utf-8"))
+            jobs.append(RunJob(spec, split_npz, traces_of[spec.run],
+                               Path(results_root) / spec.experiment / spec.run, device=device,
+                               progress=stream, checkpoint_every=checkpoint_every, prov=prov,
+                               data=data[spec.model]))
+        todo = [j for j in jobs if j.restored is None]
+        small = [j for j in todo if sum(p.numel() for p in j.loop.params) < STACK_MAX_PARAMETERS]
+        for job, result in zip(small, train_stacked([j.loop for j in small]), strict=True):
+            job.finish(result, stacked_with=len(small))
+        for job in (j for j in todo if j not in small):
+            job.finish(train_stacked([job.loop])[0])
+        for job in jobs:
+            result = job.restored or job.loop.result
+            statuses[job.spec.run] = result.status
+            print(f"{job.spec.experiment}/{job.spec.run}: {result.status} after {result.rounds_done} rounds"
+                  f"{' (restored)' if job.restored else ''} -> {job.out_dir}", file=sys.stderr, flush=True)
     return statuses
 
 

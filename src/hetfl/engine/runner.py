@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -77,101 +77,269 @@ def _to(obj: object, device: torch.device) -> object:
     return obj
 
 
-def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
-          device: torch.device | str = "cpu", progress: Callable[[int, dict[str, float]], None] | None = None,
-          local_trainer: LocalTrainer = local_sgd, algorithm: Algorithm | None = None,
-          schedule: Schedule | None = None, resume: Snapshot | None = None,
-          checkpoint: Callable[[Snapshot], None] | None = None, checkpoint_every: int = 0) -> TrainResult:
-    """Run cfg.rounds rounds of `algorithm` (default FedAvg) with Scheme cfg.scheme on the federation.
+@dataclass(frozen=True)
+class Data:
+    """A federation on the engine's device, shared by every run of a cell (converted once)."""
 
-    fractions: [R, N] fraction of each device's complete round it completes (the participation traces).
-    schedule: arrivals and departures (data.events); None means every device takes part throughout.
-    resume: continue a run from a snapshot (pipeline's checkpoints); checkpoint(snapshot) is called every
-    `checkpoint_every` rounds and at the last round (or divergence).
+    fed: Federation
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    test_device: torch.Tensor  # the device of every test sample
+    train_device: torch.Tensor
+    global_test: tuple[torch.Tensor, torch.Tensor] | None
+
+    @classmethod
+    def of(cls, fed: Federation, device: torch.device | str = "cpu") -> Data:
+        def put(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a).to(device)
+
+        n = np.arange(fed.num_devices)
+        return cls(fed, put(fed.x_train), put(fed.y_train), put(fed.x_test), put(fed.y_test),
+                   put(np.repeat(n, fed.test_sizes)), put(np.repeat(n, fed.train_sizes)),
+                   None if not fed.has_global_test else (put(fed.x_global), put(fed.y_global)))
+
+
+@dataclass(frozen=True)
+class LocalWork:
+    """What a round asks of local training (engine.local.local_sgd's arguments)."""
+
+    info: RoundInfo
+    batch_idx: np.ndarray  # [K, max steps, B]
+    correction: object
+    ctx: dict[str, list[torch.Tensor]]
+    start: list[torch.Tensor] | None
+
+    @property
+    def plain(self) -> bool:
+        """Plain SGD from the broadcast model: it can share one local_sgd call with other runs' clients."""
+        return self.correction is None and not self.ctx and self.start is None
+
+
+class RunLoop:
+    """One run's rounds (Ruan et al. §3.1): broadcast, local SGD, aggregation (Eq. 2), evaluation.
+
+    `plan(tau)` does a round's bookkeeping up to local training and says what local training it needs;
+    `finish(tau, finals)` aggregates, evaluates and records. `train` calls local_sgd in between for one
+    run; `train_stacked` calls it once for the clients of several runs.
     """
-    device = torch.device(device)
-    x_train = torch.from_numpy(fed.x_train).to(device)
-    y_train = torch.tensor(fed.y_train, device=device)  # labels are copies: a concept shift rewrites them
-    x_test = torch.from_numpy(fed.x_test).to(device)
-    y_test = torch.tensor(fed.y_test, device=device)
-    schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
-    test_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.test_sizes)).to(device)
-    train_device = torch.from_numpy(np.repeat(np.arange(fed.num_devices), fed.train_sizes)).to(device)
-    global_test = None if not fed.has_global_test else (
-        torch.from_numpy(fed.x_global).to(device), torch.tensor(fed.y_global, device=device))
-    full = (complete_round_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size, cfg.local_work)
-            if cfg.local_steps is None else np.asarray(cfg.local_steps, dtype=np.int64))
-    if len(full) != fed.num_devices:
-        raise ValueError(f"local_steps has {len(full)} entries; the federation has {fed.num_devices} devices")
-    gen = torch.Generator().manual_seed(cfg.seed)
-    params = [t.to(device) for t in model.init_params(gen)]
-    algorithm = algorithm or FedAvg()
-    algorithm.setup(Task(model, x_train, y_train, fed.train_offsets))
-    state = algorithm.init_state(params, fed.num_devices)
-    result = TrainResult()
-    first = 1
-    if resume is not None:
-        params = [t.to(device) for t in resume.params]
-        state = _to(resume.state, device)
-        result = TrainResult(records=list(resume.records), status=resume.status, rounds_done=resume.tau)
-        first = resume.tau + 1 if resume.status == "ok" else cfg.rounds + 1
-    relabel = [] if cfg.label_maps is None else [
-        (y, y.clone()) for y in (y_train, y_test, *([] if global_test is None else [global_test[1]]))]
-    for tau in range(first, cfg.rounds + 1):
-        for y, y0 in relabel:  # FedFOR's concept shift: the labels of this round's map, in place
+
+    def __init__(self, model: BatchedModel, data: Data, fractions: np.ndarray, cfg: TrainSettings,
+                 algorithm: Algorithm | None = None, schedule: Schedule | None = None,
+                 resume: Snapshot | None = None,
+                 progress: Callable[[int, dict[str, float]], None] | None = None,
+                 checkpoint: Callable[[Snapshot], None] | None = None, checkpoint_every: int = 0) -> None:
+        fed = data.fed
+        self.model, self.data, self.fractions, self.cfg = model, data, fractions, cfg
+        self.schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
+        self.progress, self.checkpoint, self.checkpoint_every = progress, checkpoint, checkpoint_every
+        self.full = (complete_round_steps(fed.train_sizes, cfg.local_epochs, cfg.batch_size, cfg.local_work)
+                     if cfg.local_steps is None else np.asarray(cfg.local_steps, dtype=np.int64))
+        if len(self.full) != fed.num_devices:
+            raise ValueError(f"local_steps has {len(self.full)} entries; the federation has "
+                             f"{fed.num_devices} devices")
+        device = data.x_train.device
+        self._labels: list[tuple[torch.Tensor, torch.Tensor]] = []  # (this run's labels, the originals)
+        if cfg.label_maps is not None:  # FedFOR's concept shift rewrites labels: this run's own copies
+            g = None if data.global_test is None else (data.global_test[0], data.global_test[1].clone())
+            data = replace(data, y_train=data.y_train.clone(), y_test=data.y_test.clone(), global_test=g)
+            self.data = data
+            ys = [data.y_train, data.y_test] + ([] if g is None else [g[1]])
+            self._labels = [(y, y.clone()) for y in ys]
+        gen = torch.Generator().manual_seed(cfg.seed)
+        self.params = [t.to(device) for t in model.init_params(gen)]
+        self.algorithm = algorithm or FedAvg()
+        self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets))
+        self.state = self.algorithm.init_state(self.params, fed.num_devices)
+        self.result = TrainResult()
+        self.next_round = 1
+        if resume is not None:
+            self.params = [t.to(device) for t in resume.params]
+            self.state = _to(resume.state, device)
+            self.result = TrainResult(records=list(resume.records), status=resume.status,
+                                      rounds_done=resume.tau)
+            self.next_round = resume.tau + 1 if resume.status == "ok" else cfg.rounds + 1
+        self._round: tuple[dict[str, float], RoundInfo | None, np.ndarray, bool] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.next_round > self.cfg.rounds
+
+    def plan(self, tau: int) -> LocalWork | None:
+        """Round τ up to local training: η_τ, p_τ^k of the scheme, who trains how many steps."""
+        cfg, schedule, fed = self.cfg, self.schedule, self.data.fed
+        for y, y0 in self._labels:  # FedFOR's concept shift: the labels of round τ's map, in place
             y.copy_(torch.as_tensor(cfg.label_maps[tau - 1], device=y.device)[y0])
         # staircase η0/τ, restarted at objective shifts; or constant
         lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
         p = schedule.coefficients(fed.p, tau)
         in_round = sample_clients(fed.num_devices, cfg.clients_per_round, cfg.seed, tau)  # engine.sampling
-        p_in = sampled_coefficients(p, in_round, cfg.sampling_weights)
         done = np.where(schedule.sending[tau - 1] & in_round,
-                        local_steps(fractions[tau - 1], full, cfg.completion), 0)
-        weights, discarded = boosted_weights(cfg.scheme, p_in, schedule.boost[tau - 1], done, full, cfg.boost)
+                        local_steps(self.fractions[tau - 1], self.full, cfg.completion), 0)
+        p_in = sampled_coefficients(p, in_round, cfg.sampling_weights)
+        weights, discarded = boosted_weights(cfg.scheme, p_in, schedule.boost[tau - 1], done, self.full,
+                                             cfg.boost)
         clients = np.flatnonzero((weights != 0) & (done > 0))
-        row: dict[str, float] = {}
+        info = None
         if not discarded and len(clients):
-            info = RoundInfo(tau=tau, lr=lr, clients=clients, done=done[clients], full=full[clients],
+            info = RoundInfo(tau=tau, lr=lr, clients=clients, done=done[clients], full=self.full[clients],
                              weights=weights[clients], p=p)
-            ctx = algorithm.client_context(state, params, info)
-            idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
-            start = algorithm.client_start(state, params, info)
-            finals = local_trainer(model, params, x_train, y_train, idx, info.done, lr,
-                                   correction=algorithm.correct, ctx=ctx, start=start)
-            params, state, extra = algorithm.aggregate(state, params, finals, info)
+        self._round = ({"lr": lr}, info, done, discarded)
+        if info is None:
+            return None
+        alg = self.algorithm
+        idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
+        return LocalWork(info, idx, alg.correct, alg.client_context(self.state, self.params, info),
+                         alg.client_start(self.state, self.params, info))
+
+    def finish(self, tau: int, finals: list[torch.Tensor] | None) -> None:
+        """Round τ after local training: aggregate, evaluate, record, checkpoint."""
+        assert self._round is not None, "plan(tau) comes first"
+        row, info, done, discarded = self._round
+        self._round = None
+        cfg, data, alg = self.cfg, self.data, self.algorithm
+        if finals is not None:
+            self.params, self.state, extra = alg.aggregate(self.state, self.params, finals, info)
             row.update(extra)
         row.update({
-            "lr": lr,
             "active_devices": float((done > 0).sum()),
-            "complete_devices": float((done == full).sum()),
+            "complete_devices": float((done == self.full).sum()),
             "discarded": float(discarded),
-            "mean_fraction": float(np.mean(fractions[tau - 1])),
+            "mean_fraction": float(np.mean(self.fractions[tau - 1])),
         })
-        model_params = algorithm.global_model(state, params)  # what the server reports (EFL: exact w_G)
-        diverged = not all(bool(torch.isfinite(t).all()) for t in [*params, *model_params])
+        model_params = alg.global_model(self.state, self.params)  # what the server reports (EFL: exact w_G)
+        diverged = not all(bool(torch.isfinite(t).all()) for t in [*self.params, *model_params])
         if tau % cfg.eval_every == 0 or tau == cfg.rounds or diverged:
             if diverged:
                 row.update(test_accuracy=math.nan, test_loss=math.nan, train_loss=math.nan)
             else:
-                own = algorithm.client_models(state, params)  # personalised methods: a model per device
-                own_correct = None if own is None else _own_model_correct(model, own, x_test, y_test,
-                                                                           fed.test_offsets)
-                row.update(_evaluate_round(model, model_params, schedule.test_devices[tau - 1],
-                                           (x_test, y_test, test_device), (x_train, y_train, train_device),
-                                           global_test, own_correct))
-        result.records.extend((tau, k, float(v)) for k, v in row.items())
-        result.rounds_done = tau
-        if progress is not None:
-            progress(tau, row)
+                own = alg.client_models(self.state, self.params)  # personalised methods: a model per device
+                own_correct = None if own is None else _own_model_correct(
+                    self.model, own, data.x_test, data.y_test, data.fed.test_offsets)
+                row.update(_evaluate_round(self.model, model_params, self.schedule.test_devices[tau - 1],
+                                           (data.x_test, data.y_test, data.test_device),
+                                           (data.x_train, data.y_train, data.train_device),
+                                           data.global_test, own_correct))
+        self.result.records.extend((tau, k, float(v)) for k, v in row.items())
+        self.result.rounds_done = tau
+        self.next_round = tau + 1
+        if self.progress is not None:
+            self.progress(tau, row)
         if diverged:
-            result.status = "diverged"
-        if checkpoint is not None and (diverged or tau == cfg.rounds
-                                       or (checkpoint_every and tau % checkpoint_every == 0)):
-            checkpoint(Snapshot(tau, params, state, result.records, result.status))
-        if diverged:
-            break
-    result.params = [t.cpu() for t in algorithm.global_model(state, params)]
-    return result
+            self.result.status = "diverged"
+            self.next_round = cfg.rounds + 1
+        if self.checkpoint is not None and (diverged or tau == cfg.rounds or (
+                self.checkpoint_every and tau % self.checkpoint_every == 0)):
+            self.checkpoint(Snapshot(tau, self.params, self.state, self.result.records, self.result.status))
+
+    def close(self) -> TrainResult:
+        self.result.params = [t.cpu() for t in self.algorithm.global_model(self.state, self.params)]
+        return self.result
+
+
+def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
+          device: torch.device | str = "cpu", progress: Callable[[int, dict[str, float]], None] | None = None,
+          local_trainer: LocalTrainer = local_sgd, algorithm: Algorithm | None = None,
+          schedule: Schedule | None = None, resume: Snapshot | None = None,
+          checkpoint: Callable[[Snapshot], None] | None = None, checkpoint_every: int = 0,
+          data: Data | None = None) -> TrainResult:
+    """Run cfg.rounds rounds of `algorithm` (default FedAvg) with Scheme cfg.scheme on the federation.
+
+    fractions: [R, N] fraction of each device's complete round it completes (the participation traces).
+    schedule: arrivals and departures (data.events); None means every device takes part throughout.
+    resume: continue a run from a snapshot (pipeline's checkpoints); checkpoint(snapshot) is called every
+    `checkpoint_every` rounds and at the last round (or divergence). data: fed already on the device.
+    """
+    data = data or Data.of(fed, torch.device(device))
+    loop = RunLoop(model, data, fractions, cfg, algorithm, schedule, resume, progress, checkpoint,
+                   checkpoint_every)
+    while not loop.finished:
+        tau = loop.next_round
+        work = loop.plan(tau)
+        finals = None if work is None else local_trainer(
+            model, loop.params, loop.data.x_train, loop.data.y_train, work.batch_idx, work.info.done,
+            work.info.lr, correction=work.correction, ctx=work.ctx, start=work.start)
+        loop.finish(tau, finals)
+    return loop.close()
+
+
+#: stacked starting points of one local_sgd call at most this large; more clients go in several calls
+STACK_BYTES = 256 * 2**20
+
+
+def train_stacked(loops: list[RunLoop], local_trainer: LocalTrainer = local_sgd) -> list[TrainResult]:
+    """Run several runs' rounds side by side; in each round the plain local training of every run that
+    shares the round's learning rate (and model) is ONE local_sgd call over all their clients.
+
+    Each client's local SGD depends only on its own start, minibatches (seeded per (seed, round, client))
+    and step count, so every run ends where `train` alone would (tests/test_engine.py checks it bitwise);
+    aggregation, evaluation and records stay per run. Runs may start at different rounds (resumed) and
+    have different lengths. The runs of a cell share `Data`.
+    """
+    while not all(loop.finished for loop in loops):
+        tau = min(loop.next_round for loop in loops if not loop.finished)
+        due = [loop for loop in loops if not loop.finished and loop.next_round == tau]
+        works = [(loop, loop.plan(tau)) for loop in due]
+        finals: dict[int, list[torch.Tensor] | None] = {id(loop): None for loop in due}
+        groups: dict[tuple, list[tuple[RunLoop, LocalWork]]] = {}
+        for loop, work in works:
+            if work is None:
+                continue
+            if work.plain:
+                shapes = tuple((tuple(t.shape), t.dtype) for t in loop.params)  # one architecture per call
+                key = (work.info.lr, type(loop.model).__name__, shapes, id(loop.data))
+                groups.setdefault(key, []).append((loop, work))
+            else:  # corrections, contexts or own starts: this run trains alone
+                data = loop.data
+                finals[id(loop)] = local_trainer(loop.model, loop.params, data.x_train, data.y_train,
+                                                 work.batch_idx, work.info.done, work.info.lr,
+                                                 correction=work.correction, ctx=work.ctx, start=work.start)
+        for group in groups.values():
+            for chunk in _chunks(group):
+                finals.update(_train_together(chunk, local_trainer))
+        for loop in due:
+            loop.finish(tau, finals[id(loop)])
+    return [loop.close() for loop in loops]
+
+
+def _chunks(group: list[tuple[RunLoop, LocalWork]]) -> list[list[tuple[RunLoop, LocalWork]]]:
+    """Split a group so that the stacked starting points stay under STACK_BYTES."""
+    out: list[list[tuple[RunLoop, LocalWork]]] = [[]]
+    size = 0
+    for loop, work in group:
+        need = len(work.info.clients) * sum(p.numel() * p.element_size() for p in loop.params)
+        if out[-1] and size + need > STACK_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append((loop, work))
+        size += need
+    return out
+
+
+def _train_together(chunk: list[tuple[RunLoop, LocalWork]], local_trainer: LocalTrainer
+                    ) -> dict[int, list[torch.Tensor]]:
+    """One local_sgd call for the clients of several runs: each client starts from its own run's model."""
+    first, lr = chunk[0][0], chunk[0][1].info.lr
+    counts = [len(work.info.clients) for _, work in chunk]
+    steps = np.concatenate([work.info.done for _, work in chunk])
+    width = max(work.batch_idx.shape[1] for _, work in chunk)
+    idx = np.zeros((len(steps), width, first.cfg.batch_size), dtype=np.int64)  # rows past a client's steps
+    row = 0                                                                    # are never read
+    for _, work in chunk:
+        k, s = work.batch_idx.shape[:2]
+        idx[row:row + k, :s] = work.batch_idx
+        row += k
+    start = [torch.cat([loop.params[i].unsqueeze(0).expand(n, *loop.params[i].shape)
+                        for (loop, _), n in zip(chunk, counts, strict=True)])
+             for i in range(len(first.params))]
+    finals = local_trainer(first.model, first.params, first.data.x_train, first.data.y_train, idx, steps, lr,
+                           correction=None, ctx=None, start=start)
+    out, lo = {}, 0
+    for (loop, _), n in zip(chunk, counts, strict=True):
+        out[id(loop)] = [f[lo:lo + n] for f in finals]
+        lo += n
+    return out
 
 
 Split = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, y, the device of every sample
