@@ -140,3 +140,28 @@ def test_fisher_closed_form_equals_per_sample_gradients(name, shape, kwargs):
     want = fisher_diagonal(_PerSampleOnly(model), [p.clone() for p in params], x, y, offsets, clients)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+
+
+def test_entropy_centred_bins_put_small_values_of_both_signs_together():
+    t = [torch.tensor([[-0.004, 0.004, 0.003, 0.5]])]
+    # ⌊v/0.01⌋: {−1}, {0, 0}, {50} → H(¼, ½, ¼) = 1.5 bits; centred ⌊v/0.01 + ½⌋: {0, 0, 0}, {50} → 0.811
+    assert comm.entropy_bits(t) == pytest.approx(1.5)
+    h = -(0.75 * math.log2(0.75) + 0.25 * math.log2(0.25))
+    assert comm.entropy_bits(t, centred=True) == pytest.approx(h)
+
+
+def test_fednova_counts_its_a_i_in_nonzeros_and_entropy_too():
+    """Issue 11 item 3: a_i was in bytes_up but not in nonzeros_up / entropy_up."""
+    from hetfl.algorithms import make_algorithm
+    from hetfl.data.quadratic import build_quadratic
+    from hetfl.engine.runner import TrainSettings, train
+    from hetfl.models.quadratic import Quadratic
+
+    cfg = TrainSettings("B", 1, 1, 0.1, 1, lr_schedule="constant", local_steps=(2, 3))
+    res = train(Quadratic(), build_quadratic((1.0, 2.0), (1.0, 5.0)), np.ones((1, 2)), cfg,
+                algorithm=make_algorithm("fednova"))
+    m = {k: v for _, k, v in res.records}
+    # sent: Δ_1 = 1 − 0.8²·1 = 0.36, Δ_2 = 5 − 0.6³·5 = 3.92 and a = (2, 3): four non-zeros in four bins
+    assert m["nonzeros_up"] == 4
+    assert m["entropy_up"] == pytest.approx(2.0)
+    assert m["bytes_up"] == 2 * (1 + 1) * 4

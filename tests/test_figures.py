@@ -28,3 +28,69 @@ def test_event_curves(tmp_path):
              [1.0, 0.8, 0.9, 0.6])} for t in (2, 3) for pol in ("include", "exclude")]
     event_curves(pd.DataFrame(rows), tmp_path / "dep", "test_loss", "departure")
     assert (tmp_path / "dep.png").exists() and (tmp_path / "dep.svg").exists()
+
+
+# -- issue 11 items 7, 8, 13 ------------------------------------------------------------------------------
+def _capture(monkeypatch):
+    """Keep the figure a drawing function hands to _save (instead of writing it)."""
+    import hetfl.reports.figures as figures
+
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig))
+    return drawn
+
+
+def _visible(fig):
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_scheme_curves_draw_a_grid_without_the_papers_trace_counts(tmp_path, monkeypatch):
+    """num_traces [2] crashed the figure (and the workflow with it): every grid draws."""
+    from hetfl.reports.figures import FIGURES
+
+    rows = [{"dataset": "SYNTHETIC", "setting": "NIID", "num_traces": 2, "scheme": sch,
+             "run_dir": _run(tmp_path, f"T2{sch}", "test_accuracy", [0.1, 0.5, 0.7])} for sch in "ABC"]
+    drawn = _capture(monkeypatch)
+    FIGURES["scheme_curves"][1](pd.DataFrame(rows), tmp_path / "fig3")
+    (fig,) = drawn
+    (ax,) = _visible(fig)
+    assert ax.get_title() == "SYNTHETIC NIID, |T| = 2" and len(ax.get_lines()) == 3
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["Scheme A", "Scheme B", "Scheme C"]
+
+
+def test_trace_panels_are_the_papers_when_present_else_the_grids():
+    from hetfl.reports.figures import trace_panels
+
+    assert trace_panels(set(range(1, 9))) == [1, 3, 5, 8]  # the paper's Figure 3 when the grid has them
+    assert trace_panels({2, 8}) == [2, 8] and trace_panels(set()) == []
+    assert trace_panels(set(range(1, 9)), num_traces=(2, 4, 9)) == [2, 4]
+
+
+def test_arrival_curves_with_datasets_of_different_tau0_draw_every_panel_with_a_legend(tmp_path, monkeypatch):
+    from hetfl.reports.figures import FIGURES
+
+    rows = [{"dataset": d, "setting": "NIID", "event_round": t, "event_policy": pol,
+             "run_dir": _run(tmp_path, f"{d}{t}{pol}", "test_accuracy", [0.2, 0.4, 0.3, 0.5, 0.6, 0.7])}
+            for d, taus in (("MNIST", (2, 3)), ("SYNTHETIC", (5,))) for t in taus
+            for pol in ("fast_reboot", "vanilla")]
+    drawn = _capture(monkeypatch)
+    FIGURES["arrival_curves"][1](pd.DataFrame(rows), tmp_path / "arr")
+    (fig,) = drawn
+    panels = _visible(fig)
+    assert sorted(ax.get_title() for ax in panels) == [
+        "MNIST NIID arrival, τ0 = 2", "MNIST NIID arrival, τ0 = 3", "SYNTHETIC NIID arrival, τ0 = 5"]
+    for ax in panels:
+        assert len(ax.get_lines()) == 3  # two policies and the τ0 marker
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fast_reboot", "vanilla"]
+
+
+def test_figures_are_byte_identical_on_every_render(tmp_path):
+    rows = [{"setting": "NIID", "num_traces": k, "scheme": sch, "run_dir": _run(tmp_path, f"{k}{sch}",
+             "test_accuracy", [0.1, 0.5, 0.7])} for k in (1, 8) for sch in "ABC"]
+    scheme_curves(pd.DataFrame(rows), tmp_path / "a" / "fig")
+    scheme_curves(pd.DataFrame(rows), tmp_path / "b" / "fig")
+    for suffix in (".png", ".svg"):
+        first, second = ((tmp_path / d / f"fig{suffix}").read_bytes() for d in "ab")
+        assert first == second, suffix
+    svg = (tmp_path / "a" / "fig.svg").read_text()
+    assert "<dc:date>" not in svg

@@ -67,10 +67,24 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
     client = MlflowClient(tracking_uri=f"sqlite:///{workflow_dir / 'results/mlflow.db'}")
     exp = client.get_experiment_by_name("tiny_table3")
     runs = client.search_runs([exp.experiment_id], max_results=100)
-    assert len(runs) == 12 + 6  # tiny_table3 only: its grid and the completion=nearest variants (|T| = 6)
-    assert client.get_run(run_id).data.params["scheme"] == "C"
+    assert len(runs) == 12 + 6 + 1  # its grid, the completion=nearest variants (|T| = 6), its summary run
+    run = client.get_run(run_id)
+    assert run.data.params["scheme"] == "C"
     history = client.get_metric_history(run_id, "test_accuracy")
     assert [m.step for m in history] == [1, 2, 3, 4]
+    # what the MLflow UI shows: the training's duration, the source commit, artifacts, a description
+    assert run.info.end_time - run.info.start_time == pytest.approx(info["wall_time_s"] * 1000, abs=50)
+    assert run.data.tags["mlflow.source.git.commit"] == info["git_commit"]
+    assert run.info.run_name == "tiny_table3/NIID_T6_C_s0"
+    assert {a.path for a in client.list_artifacts(run_id)} == {"run.json", "metrics.parquet"}
+    assert exp.tags["mlflow.note.content"].startswith("Test-scale grid of Ruan et al. Tables 3-5")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    summary = client.get_run(mirror["summaries"]["tiny_table3"])
+    tables = {a.path for a in client.list_artifacts(summary.info.run_id, "tables")}
+    figures = {a.path for a in client.list_artifacts(summary.info.run_id, "figures")}
+    assert tables == {f"tables/accuracy_difference.{ext}" for ext in ("md", "csv", "tex")} | {
+        f"tables/accuracy_difference_readings.{ext}" for ext in ("md", "csv")}
+    assert figures == {f"figures/scheme_curves.{ext}" for ext in ("png", "svg")}
 
 
 @pytest.mark.slow
@@ -118,13 +132,20 @@ def test_event_tables_and_figures(workflow_dir):
 
 @pytest.mark.slow
 def test_mirror_is_rebuilt_not_duplicated(workflow_dir):
-    """`hetfl track` again on the same runs replaces their MLflow mirror instead of adding runs."""
+    """`hetfl track` again on the same runs updates their MLflow mirror in place: same run ids, no
+    deleted run (the workflow's track job already ran once)."""
+    from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
+    before = json.loads((workflow_dir / "results/tiny_table4/mlflow.json").read_text())
     runs = sorted((workflow_dir / "results/tiny_table4").glob("*/run.json"))
+    out = workflow_dir / "again.json"
     proc = subprocess.run([sys.executable, "-m", "hetfl.cli", "track", "--results-root",
-                           str(workflow_dir / "results"), *map(str, runs)], capture_output=True, text=True)
+                           str(workflow_dir / "results"), "--out", str(out), *map(str, runs)],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["runs"] == before["runs"]
     client = MlflowClient(tracking_uri=f"sqlite:///{workflow_dir / 'results/mlflow.db'}")
     exp = client.get_experiment_by_name("tiny_table4")
-    assert len(client.search_runs([exp.experiment_id])) == len(runs)
+    assert len(client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL)) == len(runs) + 1
+    assert client.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY) == []

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import errno
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from hetfl.config import ConfigError, expand_runs, load_config
 
@@ -23,25 +27,84 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _json_object(flag: str, text: str, example: str) -> dict[str, Any]:
+    """A flag's JSON object, or a ConfigError naming the flag."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{flag} is not valid JSON ({err.msg} at column {err.colno}): {text!r}; "
+                          f"allowed: a JSON object, e.g. {example}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} has value {text!r}, which is not allowed; allowed: a JSON object, "
+                          f"e.g. {example}")
+    return value
+
+
+def _checked(flag: str, value: dict[str, Any], cls: type, exclude: tuple[str, ...] = ()) -> None:
+    """Every key of a flag's JSON object is a field of `cls`, and `cls` accepts the values."""
+    allowed = [f.name for f in dataclasses.fields(cls) if f.name not in exclude]
+    for key in value:
+        if key not in allowed:
+            raise ConfigError(f"{flag} has key '{key}', which is not allowed; "
+                              f"allowed keys: {', '.join(allowed)}")
+    try:
+        cls(**value)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{flag}: {err}") from None
+
+
+def _split_spec_from_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The split spec the flags describe, every flag checked before any work starts."""
+    from hetfl.data.partition import PartitionSpec
+    from hetfl.data.sizes import SizeSpec
+
+    dataset = args.dataset
+    own = {"synthetic": ("--alpha", "--beta", "--iid"), "quadratic": ("--a", "--b")}
+    given = {"--partition": args.partition is not None, "--alpha": args.alpha is not None,
+             "--beta": args.beta is not None, "--iid": args.iid, "--a": args.a is not None,
+             "--b": args.b is not None}
+    real = dataset not in own
+    for flag, is_given in given.items():
+        used = flag == "--partition" if real else flag in own[dataset]
+        if is_given and not used:
+            raise ConfigError(f"{flag} is not used with --dataset {dataset}; allowed instead: "
+                              + (", ".join(own[dataset]) if not real else "--partition, --sizes, --data-dir"))
+    if dataset == "synthetic" and (args.alpha is None or args.beta is None or args.num_devices < 1):
+        raise ConfigError("--dataset synthetic needs --alpha, --beta and --num-devices (>= 1)")
+    if dataset == "quadratic":
+        ab = {k: [float(v) for v in (getattr(args, k) or default).split(",")]
+              for k, default in (("a", "1,2"), ("b", "1,5"))}
+        return {"dataset": "quadratic", "quadratic": ab}
+    partition = {"label_skew": "iid"}
+    if args.partition is not None:
+        partition = _json_object("--partition", args.partition, '{"label_skew": "dirichlet", "alpha": 0.5}')
+        _checked("--partition", partition, PartitionSpec, exclude=("sizes",))
+    fixed = partition.get("label_skew") in ("natural", "shards")
+    sizes = {"distribution": "equal" if fixed or real else "pareto"}
+    if args.sizes is not None:
+        sizes = _json_object("--sizes", args.sizes, '{"distribution": "pareto", "size": 20}')
+        _checked("--sizes", sizes, SizeSpec)
+        if real and sizes.get("distribution") == "equal" and len(sizes) > 1:
+            extra = next(k for k in sizes if k != "distribution")
+            raise ConfigError(f"--sizes has key '{extra}', which is not used with distribution \"equal\" "
+                              f"on dataset {dataset} (every device gets an equal share of all samples); "
+                              'allowed: {"distribution": "equal"} alone, or a size skew such as '
+                              '{"distribution": "pareto", "size": 50}')
+    spec = {"dataset": dataset, "num_devices": args.num_devices, "sizes": sizes,
+            "test_fraction": args.test_fraction}
+    if dataset == "synthetic":
+        return {**spec, "alpha": args.alpha, "beta": args.beta, "iid": args.iid}
+    return {**spec, "partition": partition, "data_dir": args.data_dir}
+
+
 def _cmd_split(args: argparse.Namespace) -> int:
     from hetfl.data.build import make_split
 
     if args.spec:
         text = args.spec if args.spec.lstrip().startswith("{") else Path(args.spec).read_text()
-        split_spec = json.loads(text)
+        split_spec = _json_object("--spec", text, '{"dataset": "synthetic", ...} or a file holding one')
     else:
-        partition = json.loads(args.partition)
-        fixed = partition.get("label_skew") in ("natural", "shards")
-        sizes = json.loads(args.sizes) if args.sizes else {"distribution": "equal" if fixed else "pareto"}
-        split_spec = {"dataset": args.dataset, "num_devices": args.num_devices,
-                      "sizes": sizes, "test_fraction": args.test_fraction}
-        if args.dataset == "quadratic":
-            ab = {k: [float(v) for v in getattr(args, k).split(",")] for k in ("a", "b")}
-            split_spec = {"dataset": "quadratic", "quadratic": ab}
-        elif args.dataset == "synthetic":
-            split_spec.update(alpha=args.alpha, beta=args.beta, iid=args.iid)
-        else:
-            split_spec.update(partition=partition, data_dir=args.data_dir)
+        split_spec = _split_spec_from_flags(args)
     manifest = make_split(args.out, split_spec, args.seed)
     if args.describe:
         _describe_split(Path(args.out), manifest)
@@ -178,10 +241,34 @@ def _mirror_by_hand(run_dir: Path, results_root: str) -> None:
         print(f"warning: MLflow logging failed ({exc!r}); results are kept in {run_dir}", file=sys.stderr)
 
 
+def run_paths(paths: list[str]) -> list[Path]:
+    """The run directories among the paths `table`, `figure` and `track` are given: a directory holding
+    run.json, or a run.json file. Anything else (results/<exp>/mlflow.json, which the README's glob
+    results/<exp>/* also matches; an unfinished run's directory) is skipped with a note on stderr; a path
+    that does not exist, or no run at all, is an error."""
+    runs, skipped = [], []
+    for path in map(Path, paths):
+        if not path.exists():
+            raise ConfigError(f"{path} does not exist; allowed: run directories or their run.json files")
+        if path.is_dir() and (path / "run.json").is_file():
+            runs.append(path)
+        elif path.name == "run.json" and path.is_file():
+            runs.append(path.parent)
+        else:
+            skipped.append(str(path))
+    if skipped:
+        print(f"note: skipped {len(skipped)} path(s) that are not runs (no run.json): "
+              f"{', '.join(skipped[:5])}" + (" ..." if len(skipped) > 5 else ""), file=sys.stderr)
+    if not runs:
+        raise ConfigError(f"none of the {len(paths)} path(s) given is a run directory (holding run.json) "
+                          "or a run.json file")
+    return runs
+
+
 def _cmd_table(args: argparse.Namespace) -> int:
     from hetfl.reports.tables import build_table
 
-    out = build_table(args.table, [Path(p) for p in args.runs], Path(args.out), readings=args.readings)
+    out = build_table(args.table, run_paths(args.runs), Path(args.out), readings=args.readings)
     print(f"wrote {out}.{{md,csv{'' if args.readings else ',tex'}}}", file=sys.stderr)
     return 0
 
@@ -189,10 +276,15 @@ def _cmd_table(args: argparse.Namespace) -> int:
 def _cmd_algorithms(args: argparse.Namespace) -> int:
     from hetfl.algorithms import CATALOG, describe
 
+    unknown = [n for n in args.name if n not in CATALOG]
+    if unknown:
+        raise ConfigError(f"algorithm '{unknown[0]}' is unknown; allowed: {', '.join(CATALOG)}")
     for name, entry in CATALOG.items():
         if args.name and name not in args.name:
             continue
         print(f"{name}: {entry.paper}")
+        if entry.schemes_why:
+            print(f"    schemes: {', '.join(entry.schemes)} only ({entry.schemes_why})")
         params = describe(name)
         if not params:
             print("    (no hyperparameters)")
@@ -203,21 +295,45 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 
 def _cmd_track(args: argparse.Namespace) -> int:
     from hetfl.io import atomic_write_json
-    from hetfl.tracking import mirror_run_dirs, tracking_uri
+    from hetfl.tracking import mirror_run_dirs
 
-    ids = mirror_run_dirs(args.results_root, [Path(p) for p in args.runs])
+    mirror = mirror_run_dirs(args.results_root, run_paths(args.runs), description=args.description,
+                             summary_files=[Path(p) for p in args.summary or []])
     if args.out:
-        atomic_write_json(args.out, {"tracking_uri": tracking_uri(args.results_root), "runs": ids})
-    print(f"mirrored {len(ids)} run(s) to {tracking_uri(args.results_root)}", file=sys.stderr)
+        atomic_write_json(args.out, mirror.to_dict())
+    print(f"mirrored {len(mirror.runs)} run(s) and {len(mirror.summaries)} summary run(s) to "
+          f"{mirror.tracking_uri}; {mirror.purged} replaced run(s) purged", file=sys.stderr)
+    for name, exp_id in mirror.experiments.items():  # the training-runs view (docs/tracking.md)
+        print(f"  {name}: http://127.0.0.1:5000/#/experiments/{exp_id}/runs?workflowType=machine_learning",
+              file=sys.stderr)
     return 0
 
 
 def _cmd_figure(args: argparse.Namespace) -> int:
     from hetfl.reports.figures import build_figure
 
-    build_figure(args.figure, [Path(p) for p in args.runs], Path(args.out))
+    build_figure(args.figure, run_paths(args.runs), Path(args.out))
     print(f"wrote {args.out}.{{png,svg}}", file=sys.stderr)
     return 0
+
+
+def _int_at_least(minimum: int):
+    """An argparse type: an integer >= minimum, else hetfl's message (argparse names the flag)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"has value {text!r}, which is not allowed; "
+                                             f"allowed: an integer >= {minimum}")
+        return value
+
+    return parse
+
+
+_nonnegative, _positive = _int_at_least(0), _int_at_least(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -248,31 +364,34 @@ def build_parser() -> argparse.ArgumentParser:
                                   "replaces the flags below")
     p.add_argument("--dataset", default="synthetic",
                    help="synthetic | quadratic | a real source (hetfl datasets lists them)")
-    p.add_argument("--partition", default='{"label_skew": "iid"}',
-                   help='real datasets: label skew as JSON, e.g. {"label_skew": "pathological", "m": 1}')
+    p.add_argument("--partition",
+                   help='real datasets: label skew as JSON, e.g. {"label_skew": "pathological", "m": 1} '
+                        '(default {"label_skew": "iid"})')
     p.add_argument("--data-dir", help="real datasets: cache or pre-fetched copy (default $HETFL_DATA_DIR)")
     p.add_argument("--describe", action="store_true",
                    help="also print per-device sizes and labels and draw labels.png beside split.npz")
     p.add_argument("--alpha", type=float, help="synthetic: required")
     p.add_argument("--beta", type=float, help="synthetic: required")
-    p.add_argument("--a", default="1,2", help="quadratic: curvatures a_i, comma-separated")
-    p.add_argument("--b", default="1,5", help="quadratic: optima b_i, comma-separated")
+    p.add_argument("--a", help="quadratic: curvatures a_i, comma-separated (default 1,2)")
+    p.add_argument("--b", help="quadratic: optima b_i, comma-separated (default 1,5)")
     p.add_argument("--iid", action="store_true", help="FedProx's SYNTHETIC-IID variant (shared W, b)")
-    p.add_argument("--num-devices", type=int, default=0, help="synthetic: required")
+    p.add_argument("--num-devices", type=_nonnegative, default=0,
+                   help="synthetic and real datasets: required")
     p.add_argument("--sizes", default=None,
-                   help='size distribution as JSON (default {"distribution": "pareto"}; "equal" for the '
-                        "natural and shards skews, whose sizes are fixed by definition)")
+                   help='size distribution as JSON (synthetic: default {"distribution": "pareto"}, with '
+                        '"equal" every device gets "size" samples; real datasets: default '
+                        '{"distribution": "equal"}, an equal share of all samples each)')
     p.add_argument("--test-fraction", type=float, default=0.2)
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=_nonnegative, required=True)
     p.add_argument("--out", required=True, help="path of split.npz (manifest.json is written beside it)")
     p.set_defaults(func=_cmd_split)
 
     p = sub.add_parser("trace", help="generate participation traces s[R, N] (Ruan et al. Table 2)")
     p.add_argument("--traceset", required=True,
                    help="'T<k>' = the first k traces T_0, T_30, ..., T_lo; or names joined by '-' (T_0-T_hi)")
-    p.add_argument("--num-devices", type=int, required=True)
-    p.add_argument("--rounds", type=int, required=True)
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--num-devices", type=_positive, required=True)
+    p.add_argument("--rounds", type=_positive, required=True)
+    p.add_argument("--seed", type=_nonnegative, required=True)
     p.add_argument("--assignment", default="random", choices=["random", "stratified"],
                    help="device -> trace: uniformly at random (Ruan et al. 5.1) or spread evenly")
     p.add_argument("--p-inactive", type=float, default=0.05,
@@ -308,19 +427,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readings", action="store_true",
                    help="the readings table instead: every cell under every reading of the runs' readings "
                         "axis (.md and .csv; docs/readings.md)")
-    p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
+    p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths, e.g. "
+                                            "results/<experiment>/mlflow.json from a glob, are skipped)")
     p.set_defaults(func=_cmd_table)
 
     p = sub.add_parser("track", help="mirror finished runs into MLflow (rebuilds the mirror from results/)")
     p.add_argument("--results-root", default="results", help="directory of the default SQLite store")
-    p.add_argument("--out", help="write {experiment/run: mlflow run id} here as JSON")
-    p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
+    p.add_argument("--out", help="write the MLflow ids (runs, experiments, summary runs) here as JSON")
+    p.add_argument("--description", help="the config's top-level description: each experiment's MLflow "
+                                         "description is written from it and the runs' grid (without it, "
+                                         "only an experiment with no description gets one)")
+    p.add_argument("--summary", nargs="*", metavar="FILE",
+                   help="tables and figures (reports/tables/*.{md,csv,tex}, reports/figures/*.{png,svg}) to "
+                        "attach to each experiment's summary run")
+    p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths, e.g. "
+                                            "results/<experiment>/mlflow.json from a glob, are skipped)")
     p.set_defaults(func=_cmd_track)
 
     p = sub.add_parser("figure", help="draw a paper figure from run directories")
     p.add_argument("figure", help="one of the figures (hetfl.reports.figures.FIGURES), e.g. scheme_curves")
     p.add_argument("--out", required=True, help="output stem; .png and .svg are written")
-    p.add_argument("runs", nargs="+", help="run directories (or their run.json files)")
+    p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths are "
+                                            "skipped)")
     p.set_defaults(func=_cmd_figure)
     return parser
 
@@ -334,9 +462,25 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
+    except (ConfigError, ValueError) as exc:
         print(f"hetfl {args.verb}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `hetfl runs ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:  # a full disk, a missing file, no permission: one line, not a traceback
+        print(f"hetfl {args.verb}: error: {_os_error(exc)}", file=sys.stderr)
+        return 2
+
+
+def _os_error(exc: OSError) -> str:
+    if exc.strerror:  # io.WriteError names its file in strerror
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    else:
+        text = str(exc)
+    if exc.errno == errno.ENOSPC:
+        text += " (free some space and rerun: outputs are written atomically, nothing partial was kept)"
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from hetfl.algorithms.hparams import parse_hyperparameters
+from hetfl.algorithms.hparams import check_scheme, parse_hyperparameters
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 
@@ -124,6 +124,16 @@ def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
             raise ConfigError(str(err)) from None
 
 
+def _check_schemes(name: str, exp: dict[str, Any]) -> None:
+    """Every algorithm × scheme of the grid composes (FedNova refuses C, EFL needs C: docs/algorithms.md)."""
+    for algo in _algorithms(exp):
+        for scheme in exp["schemes"]:
+            try:
+                check_scheme(algo, scheme, key=f"experiments.{name}.schemes")
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+
+
 # Text sources (int64 token ids) and the model each one runs: an image model cannot read token ids, and a
 # text model's embedding is sized for its own source's vocabulary (80 characters; 20,000 hashed words).
 TEXT_MODELS = {"shakespeare": "char_lstm", "sent140": "sent_lstm"}
@@ -200,6 +210,25 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
                               f"not allowed; allowed: one per device ({exp['num_devices']})")
 
 
+# Models that read flat feature vectors: SYNTHETIC(α, β) is 60 features per sample, not an image.
+FLAT_MODELS = ("logreg", "mlp")
+
+
+def _check_inputs(name: str, exp: dict[str, Any]) -> None:
+    """What would fail only after split and trace jobs ran: an image model on SYNTHETIC's feature vectors,
+    a data_dir that does not exist."""
+    key = f"experiments.{name}"
+    if exp["dataset"] == "synthetic" and exp["model"] not in FLAT_MODELS:
+        raise ConfigError(f"config key '{key}.model' has value \"{exp['model']}\", which is not allowed for "
+                          f"dataset \"synthetic\" (60 features per sample, not an image); allowed: "
+                          + ", ".join(f'"{m}"' for m in FLAT_MODELS))
+    data_dir = exp.get("data_dir")
+    if data_dir is not None and not Path(data_dir).expanduser().is_dir():
+        raise ConfigError(f"config key '{key}.data_dir' has value \"{data_dir}\", which is not an existing "
+                          f"directory (relative to {Path.cwd()}); allowed: a directory holding the data "
+                          f"(fetch into it: python -m hetfl.data.sources fetch NAME --data-dir DIR)")
+
+
 EVENT_POLICIES = {"arrival": ("fast_reboot", "vanilla"), "departure": ("include", "exclude")}
 EVENT_TABLES = {"fast_reboot": "arrival", "crossing_epochs": "departure"}
 
@@ -261,8 +290,10 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
     for name, exp in config["experiments"].items():
         _check_event(name, exp)
         _check_algorithms(name, exp, (given or {}).get(name, set(exp)))
+        _check_schemes(name, exp)
         _check_text(name, exp, (given or {}).get(name, set(exp)))
         _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
+        _check_inputs(name, exp)
         n_order = len(exp["trace_order"])
         for k in exp["num_traces"]:
             if k > n_order:
@@ -283,6 +314,15 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_readings(name, exp)
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """What the parser found and where (1-based): 'found character ... at line 2, column 1'."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    what = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{what}{where}" + (f" ({context})" if context else "")
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file and validate it."""
     path = Path(path)
@@ -290,6 +330,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(err)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
     return validate_config(raw)

@@ -25,6 +25,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "train": ("hetfl.pipeline",),
     "table": ("hetfl.reports.tables",),
     "figure": ("hetfl.reports.figures",),
+    "track": ("hetfl.tracking",),
 }
 #: data files (relative to the package) each kind reads besides code
 DATA: dict[str, tuple[str, ...]] = {

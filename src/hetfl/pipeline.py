@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -255,6 +256,8 @@ class RunJob:
 
     def finish(self, result: TrainResult, stacked_with: int = 1) -> TrainResult:
         spec = self.spec
+        wall = self.wall_before + time.perf_counter() - self.start
+        finished_at = datetime.now(UTC)
         info = {
             "spec": spec.to_dict(),
             "status": result.status,
@@ -271,7 +274,11 @@ class RunJob:
             "torch_threads": torch.get_num_threads(),
             # a run trained stacked with others shares their wall time (engine.runner.train_stacked)
             "stacked_runs": stacked_with,
-            "wall_time_s": round(self.wall_before + time.perf_counter() - self.start, 3),
+            "wall_time_s": round(wall, 3),
+            # the MLflow run's start and end (docs/tracking.md); a resumed run's start is its end less its
+            # training time
+            "started_at": (finished_at - timedelta(seconds=wall)).isoformat(timespec="milliseconds"),
+            "finished_at": finished_at.isoformat(timespec="milliseconds"),
         }
         info = json.loads(json.dumps(info))  # plain JSON types (torch.__version__ is a str subclass)
         _write_outputs(self.out_dir, result.records, info)

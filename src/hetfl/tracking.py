@@ -1,22 +1,44 @@
 """MLflow mirror of the results (the only module that imports mlflow).
 
-`results/` is the source of truth; each training job mirrors its run into MLflow: one experiment per
-hetfl experiment, one run per grid point named by its coordinates, params once, metrics with step=round.
-The store is SQLite under results/ unless MLFLOW_TRACKING_URI says otherwise.
+`results/` is the source of truth; MLflow mirrors it: one experiment per hetfl experiment (its description
+from the config, opening on the training-runs view), one run per grid point named `<experiment>/<run>` so
+that names are unique across experiments, params once, metrics with step=round, the training's own start
+and end times, the source commit and a dirty flag, and run.json and metrics.parquet as artifacts. A
+per-experiment summary run carries the tables and figures its runs feed.
+
+Mirroring again updates each run in place (found by its `hetfl.run_key` tag, never through a filter string
+built from untrusted text): a run whose content is unchanged keeps its MLflow id; one retrained since is
+replaced, and the replaced run is hard-deleted (`mlflow gc`) so that no deleted run piles up.
+The store is SQLite under results/ unless MLFLOW_TRACKING_URI says otherwise (docs/tracking.md).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
-import time
-from collections.abc import Iterable
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-RUN_KEY_TAG = "hetfl.run_key"
+RUN_KEY_TAG = "hetfl.run_key"  # "<experiment>/<run>": how a mirror is found again
+SUMMARY_TAG = "hetfl.summary_of"  # the experiment whose tables and figures a summary run carries
+# what an in-place update cannot change (a run's metrics, params, start): the same hash is updated in place
+CONTENT_TAG = "hetfl.content_sha256"
+# MLflow 3 records an experiment's kind in this tag; "custom_model_development" is its training-runs kind
+# (the other, "genai_development", opens on the GenAI overview).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+NOTE_TAG = "mlflow.note.content"  # MLflow's description field, of experiments and runs alike
+# run.json keys that record the mirror itself: not part of what is mirrored
+MIRROR_KEYS = ("mlflow_run_id", "mlflow_error")
+REMOTE_SCHEMES = ("http", "https", "databricks", "databricks-uc", "uc")
 
 
 def tracking_uri(results_dir: str | Path) -> str:
@@ -24,6 +46,26 @@ def tracking_uri(results_dir: str | Path) -> str:
     if env:
         return env
     return f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI (sqlite:////abs/x.db or sqlite:///relative/x.db)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix) or uri[len(prefix):] in ("", ":memory:"):
+        return None
+    return Path(uri[len(prefix):].split("?")[0]).resolve()
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Where a new experiment keeps its artifacts: beside a SQLite store (results/mlartifacts/<experiment>
+    by default); None lets any other store (a tracking server, a database) use its own default."""
+    db = _sqlite_path(uri)
+    return (db.parent / "mlartifacts" / experiment).as_uri() if db is not None else None
+
+
+def can_hard_delete(uri: str) -> bool:
+    """Whether this client can reach the backend store itself (`mlflow gc` needs it; a server cannot)."""
+    return uri.split(":", 1)[0].lower() not in REMOTE_SCHEMES
 
 
 @contextmanager
@@ -51,74 +93,297 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One run as MLflow gets it: coordinates, params, per-round metrics and tags."""
+    """One MLflow run as it is mirrored: name, params, per-round metrics, tags, times and artifacts.
+
+    `key` finds the mirror again (the run key for a training run, the experiment for a summary run);
+    `artifacts` are (local file, artifact folder or None); times are Unix milliseconds.
+    """
 
     experiment: str
-    run_name: str
+    key: str
+    name: str
     params: dict[str, Any]
     records: list[tuple[int, str, float]]
     tags: dict[str, str]
+    start_ms: int
+    end_ms: int
+    status: str  # MLflow's: FINISHED or FAILED
+    artifacts: tuple[tuple[Path, str | None], ...] = ()
+    content_sha256: str = ""
+    key_tag: str = RUN_KEY_TAG
 
 
-def log_runs(results_dir: str | Path, runs: Iterable[RunRecord]) -> dict[str, str]:
-    """Log runs with one client; a previous mirror of the same run (same experiment/run) is deleted first.
+def _ms(iso: str) -> int:
+    return int(round(datetime.fromisoformat(iso).timestamp() * 1000))
 
-    Returns {"<experiment>/<run>": mlflow run id}.
+
+def run_times(info: dict[str, Any], run_dir: Path) -> tuple[int, int, str]:
+    """(start, end) of the training in Unix ms and where they come from.
+
+    run.json's started_at/finished_at when present; for results written before those fields existed,
+    the end is metrics.parquet's modification time (written as training ends) and the start that minus
+    wall_time_s.
     """
-    from mlflow.entities import Metric, Param, RunTag
+    if info.get("started_at") and info.get("finished_at"):
+        return _ms(info["started_at"]), _ms(info["finished_at"]), "run.json"
+    end = int((run_dir / "metrics.parquet").stat().st_mtime * 1000)
+    return end - int(round(float(info.get("wall_time_s", 0.0)) * 1000)), end, "metrics.parquet mtime"
+
+
+def content_sha256(info: dict[str, Any], files: Iterable[Path]) -> str:
+    """Hash of what a mirror shows: run.json (less the mirror's own keys) and the files' bytes."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in info.items() if k not in MIRROR_KEYS},
+                                  sort_keys=True, default=str).encode())
+    for f in files:
+        h.update(Path(f).name.encode())
+        h.update(Path(f).read_bytes())
+    return h.hexdigest()
+
+
+def read_run(run_dir: str | Path) -> RunRecord:
+    """The mirror of one finished run, from its run.json and metrics.parquet."""
+    import pandas as pd
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
+
+    d = Path(run_dir)
+    d = d.parent if d.name == "run.json" else d
+    if not (d / "run.json").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no run.json in it); hetfl track takes "
+                                "run directories or their run.json files")
+    info = json.loads((d / "run.json").read_text())
+    m = pd.read_parquet(d / "metrics.parquet")
+    records = list(zip(m["round"].astype(int), m["metric"].astype(str), m["value"].astype(float),
+                       strict=True))
+    if "wall_time_s" in info:  # step 0: a sortable column beside the run's duration
+        records.append((0, "wall_time_s", float(info["wall_time_s"])))
+    spec = info["spec"]
+    start, end, source = run_times(info, d)
+    dirty = info.get("git_dirty")
+    tags = {"hetfl.status": str(info.get("status", "unknown")), "hetfl.run_dir": str(d.resolve()),
+            "hetfl.git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower(),
+            "hetfl.times": source, MLFLOW_SOURCE_NAME: "hetfl train", MLFLOW_SOURCE_TYPE: "LOCAL",
+            NOTE_TAG: f"Mirror of `{d}` (status {info.get('status')}, {info.get('rounds_done')} rounds, "
+                      f"device {info.get('device')}); run.json and metrics.parquet are its artifacts."}
+    if info.get("code_fingerprint"):
+        tags["hetfl.code_fingerprint"] = str(info["code_fingerprint"])
+    commit = info.get("git_commit")
+    if commit and commit != "unknown":
+        tags[MLFLOW_GIT_COMMIT] = str(commit)
+    files = (d / "run.json", d / "metrics.parquet")
+    experiment, run = str(spec["experiment"]), str(spec["run"])
+    return RunRecord(experiment=experiment, key=f"{experiment}/{run}", name=f"{experiment}/{run}",
+                     params=spec, records=records, tags=tags, start_ms=start, end_ms=end,
+                     status="FINISHED" if info.get("status") == "ok" else "FAILED",
+                     artifacts=tuple((f, None) for f in files),
+                     content_sha256=content_sha256(info, [d / "metrics.parquet"]))
+
+
+def _axis(specs: Sequence[dict[str, Any]], key: str) -> str:
+    """The distinct values of one spec key, numbers in numeric order."""
+    values = {json.dumps(s.get(key), sort_keys=True) for s in specs}
+    numeric = all(v.replace(".", "", 1).lstrip("-").isdigit() for v in values)
+    return ", ".join(v.strip('"') for v in sorted(values, key=float if numeric else str))
+
+
+def experiment_description(experiment: str, specs: Sequence[dict[str, Any]], config_text: str = "") -> str:
+    """An experiment's description (Markdown, shown on its MLflow page): what it reproduces, from the
+    config's top-level `description`, and its grid, from the runs' specs."""
+    lines = [f"**{experiment}**: table `{_axis(specs, 'table')}` on dataset `{_axis(specs, 'dataset')}`, "
+             f"{len(specs)} run(s) mirrored from `results/{experiment}/`.", "",
+             f"- settings: {_axis(specs, 'setting')}", f"- algorithm: {_axis(specs, 'algorithm')}",
+             f"- model: {_axis(specs, 'model')}", f"- schemes: {_axis(specs, 'scheme')}",
+             f"- |T|: {_axis(specs, 'num_traces')}", f"- devices: {_axis(specs, 'num_devices')}",
+             f"- rounds: {_axis(specs, 'rounds')}", f"- seeds: {_axis(specs, 'seed')}"]
+    events = sorted({f"{e['kind']} at {e['round']} ({e['policy']})" for s in specs if (e := s.get("event"))})
+    if events:
+        lines.append(f"- events: {'; '.join(events)}")
+    if config_text.strip():
+        lines = [config_text.strip(), ""] + lines
+    return "\n".join(lines)
+
+
+def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[str | Path]) -> RunRecord:
+    """The experiment's summary run: its tables and figures as artifacts (tables/, figures/).
+
+    It spans the experiment: from its first run's start to the last of its runs' ends and its report
+    files' writes. It has no params or metrics, so new bytes of the same files are written over in place;
+    only another set of files or another start replaces it.
+    """
+    files = sorted(Path(f) for f in files)
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(f"summary files do not exist: {', '.join(missing)}")
+    if not runs:
+        raise ValueError(f"a summary of experiment '{experiment}' needs its runs; none was given")
+    folder = {".md": "tables", ".csv": "tables", ".tex": "tables", ".png": "figures", ".svg": "figures"}
+    start = min(r.start_ms for r in runs)
+    end = max([r.end_ms for r in runs] + [int(f.stat().st_mtime * 1000) for f in files])
+    tags = {"hetfl.kind": "summary", "hetfl.runs": str(len(runs)),
+            NOTE_TAG: f"Tables and figures built from the {len(runs)} run(s) of {experiment}."}
+    return RunRecord(experiment=experiment, key=experiment, name=f"{experiment}/summary", params={},
+                     records=[], tags=tags, start_ms=start, end_ms=end, status="FINISHED",
+                     artifacts=tuple((f, folder.get(f.suffix, "reports")) for f in files),
+                     content_sha256=content_sha256({"files": [f.name for f in files], "start": start}, []),
+                     key_tag=SUMMARY_TAG)
+
+
+def _experiment_id(client, name: str, uri: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        return client.create_experiment(name, artifact_location=artifact_location(uri, name))
+    if exp.lifecycle_stage == "deleted":  # its name is taken until restored or purged
+        client.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def _mirrors(client, exp_id: str) -> dict[tuple[str, str], list]:
+    """Every run of the experiment, live or deleted, that carries a mirror tag, by (tag, value).
+
+    Matched client-side: the tag values come from received files and go into no filter string.
+    """
+    from mlflow.entities import ViewType
+
+    found: dict[tuple[str, str], list] = {}
+    token = None
+    while True:
+        page = client.search_runs([exp_id], run_view_type=ViewType.ALL, max_results=1000, page_token=token)
+        for run in page:
+            for tag in (RUN_KEY_TAG, SUMMARY_TAG):
+                if tag in run.data.tags:
+                    found.setdefault((tag, run.data.tags[tag]), []).append(run)
+        token = page.token
+        if not token:
+            return found
+
+
+def _log_content(client, run_id: str, run: RunRecord) -> None:
+    from mlflow.entities import Metric, Param
+
+    flat = [Param(k, v[:6000]) for k, v in flatten(run.params).items()]
+    metrics = [Metric(m, v, run.end_ms, r) for r, m, v in run.records if v == v]  # NaN is not logged
+    for i in range(0, len(flat), 100):
+        client.log_batch(run_id, params=flat[i:i + 100])
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+
+
+def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, list[str]]:
+    """Mirror one run; returns its id and the ids of earlier mirrors to purge.
+
+    An unchanged live mirror is updated in place (name, tags, artifacts, end time); otherwise the earlier
+    mirrors are deleted and a new run is created: MLflow can neither replace a logged metric value nor
+    move a run's start.
+    """
+    from mlflow.entities import RunTag
+
+    tags = {run.key_tag: run.key, CONTENT_TAG: run.content_sha256, **run.tags}
+    keep = next((r for r in existing if r.info.lifecycle_stage == "active"
+                 and r.data.tags.get(CONTENT_TAG) == run.content_sha256), None)
+    stale = [r.info.run_id for r in existing if keep is None or r.info.run_id != keep.info.run_id]
+    for r in existing:
+        if r.info.run_id in stale and r.info.lifecycle_stage == "active":
+            client.delete_run(r.info.run_id)
+    if keep is not None:
+        rid = keep.info.run_id
+        if keep.info.run_name != run.name:
+            client.update_run(rid, name=run.name)
+        client.log_batch(rid, tags=[RunTag(k, v) for k, v in tags.items()])
+    else:
+        rid = client.create_run(exp_id, start_time=run.start_ms, tags=tags, run_name=run.name).info.run_id
+        _log_content(client, rid, run)
+    for path, folder in run.artifacts:
+        client.log_artifact(rid, str(path), artifact_path=folder)
+    client.set_terminated(rid, status=run.status, end_time=run.end_ms)
+    return rid, stale
+
+
+def purge_runs(uri: str, run_ids: Sequence[str]) -> bool:
+    """Hard-delete deleted runs and their artifacts with `mlflow gc` (the store must be reachable: a
+    tracking server keeps them deleted until its own `mlflow gc`). Returns whether they were purged."""
+    if not run_ids:
+        return True
+    if not can_hard_delete(uri):
+        print(f"warning: {len(run_ids)} replaced run(s) are deleted but not purged on {uri}; run "
+              "`mlflow gc` against the server's backend store to remove them", file=sys.stderr)
+        return False
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    proc = subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", uri,
+                           "--run-ids", ",".join(run_ids)], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mlflow gc could not purge {len(run_ids)} replaced run(s) from {uri}:\n"
+                           f"{proc.stderr[-2000:]}")
+    return True
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """What one mirroring did: MLflow ids by run key, by experiment, and of the summary runs."""
+
+    tracking_uri: str
+    runs: dict[str, str]
+    experiments: dict[str, str]
+    summaries: dict[str, str]
+    purged: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tracking_uri": self.tracking_uri, "runs": self.runs, "experiments": self.experiments,
+                "summaries": self.summaries, "purged": self.purged}
+
+
+def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
+             descriptions: dict[str, str] | None = None, replace_descriptions: bool = True) -> Mirror:
+    """Mirror runs with one client, each experiment's earlier mirrors updated in place or replaced.
+
+    `descriptions` are the experiments' descriptions: written over the store's, or with
+    `replace_descriptions=False` only where the experiment has none yet. Deleted runs left by earlier
+    mirrors of the same experiment are purged too.
+    """
     from mlflow.tracking import MlflowClient
 
     results_dir = Path(results_dir)
+    uri = tracking_uri(results_dir)
+    by_exp: dict[str, dict[tuple[str, str], RunRecord]] = {}
+    for run in runs:  # a run given twice is mirrored once
+        by_exp.setdefault(run.experiment, {})[(run.key_tag, run.key)] = run
     ids: dict[str, str] = {}
+    summaries: dict[str, str] = {}
+    exp_ids: dict[str, str] = {}
     with _store_lock(results_dir):
-        client = MlflowClient(tracking_uri=tracking_uri(results_dir))
-        exp_ids: dict[str, str] = {}
-        for run in runs:
-            if run.experiment not in exp_ids:
-                exp = client.get_experiment_by_name(run.experiment)
-                exp_ids[run.experiment] = (exp.experiment_id if exp else
-                                           client.create_experiment(run.experiment))
-            exp_id = exp_ids[run.experiment]
-            key = f"{run.experiment}/{run.run_name}"
-            for old in client.search_runs([exp_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'"):
-                client.delete_run(old.info.run_id)
-            created = client.create_run(exp_id, run_name=run.run_name, tags={RUN_KEY_TAG: key, **run.tags})
-            rid = created.info.run_id
-            now = int(time.time() * 1000)
-            flat = [Param(k, v[:6000]) for k, v in flatten(run.params).items()]
-            metrics = [Metric(m, v, now, r) for r, m, v in run.records if v == v]  # NaN is not logged
-            for i in range(0, max(len(flat), 1), 100):
-                client.log_batch(rid, params=flat[i:i + 100])
-            for i in range(0, len(metrics), 1000):
-                client.log_batch(rid, metrics=metrics[i:i + 1000])
-            client.log_batch(rid, tags=[RunTag("hetfl.status", run.tags.get("hetfl.status", "ok"))])
-            client.set_terminated(rid, status="FINISHED")
-            ids[key] = rid
-    return ids
+        client = MlflowClient(tracking_uri=uri)
+        stale: list[str] = []
+        for name, exp_runs in by_exp.items():
+            exp_id = exp_ids[name] = _experiment_id(client, name, uri)
+            client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+            text = (descriptions or {}).get(name)
+            if text is not None and (replace_descriptions or
+                                     not client.get_experiment(exp_id).tags.get(NOTE_TAG)):
+                client.set_experiment_tag(exp_id, NOTE_TAG, text)
+            existing = _mirrors(client, exp_id)
+            for run in exp_runs.values():
+                rid, old = _log_run(client, exp_id, run, existing.pop((run.key_tag, run.key), []))
+                (summaries if run.key_tag == SUMMARY_TAG else ids)[run.key] = rid
+                stale += old
+            stale += [r.info.run_id for rs in existing.values() for r in rs
+                      if r.info.lifecycle_stage == "deleted"]
+        purged = len(stale) if purge_runs(uri, stale) else 0
+    return Mirror(uri, ids, exp_ids, summaries, purged)
 
 
-def log_run(results_dir: str | Path, experiment: str, run_name: str, params: dict[str, Any],
-            records: Iterable[tuple[int, str, float]], tags: dict[str, str]) -> str:
-    """Log one run (see log_runs)."""
-    return next(iter(log_runs(results_dir, [RunRecord(experiment, run_name, params, list(records), tags)])
-                     .values()))
+def mirror_run_dirs(results_dir: str | Path, run_dirs: Iterable[str | Path], *,
+                    description: str | None = None, summary_files: Sequence[str | Path] = ()) -> Mirror:
+    """Rebuild the MLflow mirror of finished runs from their run.json and metrics.parquet.
 
-
-def mirror_run_dirs(results_dir: str | Path, run_dirs: Iterable[Path]) -> dict[str, str]:
-    """Rebuild the MLflow mirror of finished runs from their run.json and metrics.parquet."""
-    import json
-
-    import pandas as pd
-
-    runs = []
-    for d in run_dirs:
-        d = Path(d).parent if Path(d).name == "run.json" else Path(d)
-        info = json.loads((d / "run.json").read_text())
-        m = pd.read_parquet(d / "metrics.parquet")
-        records = list(zip(m["round"].astype(int), m["metric"].astype(str), m["value"].astype(float),
-                           strict=True))
-        spec = info["spec"]
-        tags = {"hetfl.status": info["status"], "git_commit": info.get("git_commit", "unknown"),
-                "hetfl.run_dir": str(d)}
-        runs.append(RunRecord(spec["experiment"], spec["run"], spec, records, tags))
-    return log_runs(results_dir, runs)
+    Each experiment's description is written from `description` (the config's top-level text; the
+    workflow passes it, possibly empty) and the runs' grid; without it (by hand) only an experiment that
+    has no description gets one, from the grid. With `summary_files` (tables and figures) each
+    experiment also gets a summary run carrying them.
+    """
+    runs = [read_run(d) for d in run_dirs]
+    by_exp: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        by_exp.setdefault(run.experiment, []).append(run)
+    descriptions = {e: experiment_description(e, [r.params for r in rs], description or "")
+                    for e, rs in by_exp.items()}
+    summaries = [summary_record(e, rs, summary_files) for e, rs in by_exp.items()] if summary_files else []
+    return log_runs(results_dir, runs + summaries, descriptions=descriptions,
+                    replace_descriptions=description is not None)

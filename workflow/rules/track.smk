@@ -1,12 +1,32 @@
 # MLflow mirrors results/: one job per experiment logs all its runs with one client (a per-run MLflow
-# start costs ~2 s, more than a SYNTHETIC run trains). `hetfl track` rebuilds the mirror by hand.
+# start costs ~2 s, more than a SYNTHETIC run trains), and a summary run with the tables and figures its
+# runs feed; the description comes from the config. A change of hetfl.tracking mirrors again (code param).
+# `hetfl track` rebuilds the mirror by hand.
+def reports_of_experiment(experiment):
+    """The table the experiment's runs feed and the figures drawn from it (common.smk's registries)."""
+    table = next(s.table for s in RUNS.values() if s.experiment == experiment)
+    if table == "none":
+        return []
+    tables = [f"reports/tables/{table}.{ext}" for ext in ("md", "csv", "tex")]
+    if table in READINGS_TABLES:
+        tables += [f"reports/tables/{table}_readings.{ext}" for ext in ("md", "csv")]
+    figures = [f"reports/figures/{f}.{ext}" for f, t in FIGURES.items() if t == table for ext in ("png", "svg")]
+    return tables + figures
+
+
 rule track:
     input:
         runs=lambda wc: [f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values()
                          if s.experiment == wc.experiment],
+        reports=lambda wc: reports_of_experiment(wc.experiment),
     output:
         "results/{experiment}/mlflow.json",
     log:
         "logs/track/{experiment}.log",
+    params:
+        # --description=... : an empty description (a config without one) must stay an argument
+        description=config.get("description", ""),
+        code=fingerprint("track"),
     shell:
-        "hetfl track --results-root results --out {output} {input.runs} > {log} 2>&1"
+        "hetfl track --results-root results --out {output} --description={params.description:q}"
+        " {input.runs} --summary {input.reports} > {log} 2>&1"

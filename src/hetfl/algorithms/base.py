@@ -122,10 +122,22 @@ class Algorithm:
 
     def aggregate(self, state: Any, params: Params, finals: Params, info: RoundInfo
                   ) -> tuple[Params, Any, dict[str, float]]:
-        """New global params, new state and per-round metrics (communication etc.)."""
+        """New global params, new state and per-round metrics (communication etc.).
+
+        Every override ends with `with_buffers`: buffers are averaged, never scaled by the scheme."""
         delta = deltas(params, finals)
-        new = weighted_update(params, finals, info.weights)
+        new = self.with_buffers(weighted_update(params, finals, info.weights), finals, info)
         return new, state, comm.round_metrics(up=delta, down=params, clients=len(info.clients))
+
+    def with_buffers(self, new: Params, finals: Params, info: RoundInfo,
+                     keep: tuple[bool, ...] | None = None) -> Params:
+        """`new` with every buffer entry (trainable False: BN running statistics) replaced by the clients'
+        average Σ_k ŵ_k b_k, ŵ the scheme's weights normalised to sum to 1 (`average_buffers`).
+        keep: entries to leave as they are besides the trained ones (FedBN's local entries)."""
+        trained = self.mask(len(new))
+        if keep is not None:
+            trained = tuple(t or k for t, k in zip(trained, keep, strict=True))
+        return average_buffers(new, finals, info.weights, trained)
 
     def global_model(self, state: Any, params: Params) -> Params:
         """The model the engine evaluates and reports (default: the broadcast params)."""
@@ -166,6 +178,18 @@ def normalized(weights: np.ndarray) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
     total = w.sum()
     return w / total if total > 0 else w
+
+
+def average_buffers(new: Params, finals: Params, weights: np.ndarray, trained: tuple[bool, ...]) -> Params:
+    """Buffers (trained False) become Σ_k ŵ_k b_k, the clients' final buffers averaged with the weights
+    normalised to sum to 1; trained entries are `new`'s.
+
+    A buffer is a statistic (BN's running mean and variance), not an update: Scheme A's N·p^k/K_τ and
+    Scheme C's E·p^k/s_τ^k sum to more than 1 (up to 2 and 3.9 were measured), and Σ_k p_τ^k Δ_k with them
+    drove a running variance to −0.17 and the losses to NaN. Nor is a buffer compressed (EFL's ST)."""
+    w = normalized(weights)
+    return [n if t else torch.tensordot(torch.as_tensor(w, dtype=f.dtype, device=f.device), f, dims=1)
+            for n, f, t in zip(new, finals, trained, strict=True)]
 
 
 def expand(params: Params, k: int) -> Params:

@@ -52,6 +52,7 @@ class FedElasticNet(Algorithm):
         sent = threshold(deltas(params, finals), self.hp.epsilon)
         new = weighted_update(params, [p.unsqueeze(0) + s for p, s in zip(params, sent, strict=True)],
                               info.weights)
+        new = self.with_buffers(new, finals, info)  # buffers: averaged exactly, not thresholded
         return new, state, comm.round_metrics(up=sent, down=params, clients=len(info.clients))
 
 

@@ -75,6 +75,7 @@ class FedBN(Algorithm):
         p = normalized(info.p)  # the objective's coefficients may not sum to 1 (events)
         new = [params[i] + step[i] if i in step else weighted_sum([new_state[i]], p)[0]
                for i in range(len(params))]
+        new = self.with_buffers(new, finals, info, keep=tuple(i in state for i in range(len(params))))
         metrics = comm.round_metrics(up=[delta[i] for i in shared], down=[params[i] for i in shared],
                                      clients=len(info.clients))
         return new, new_state, metrics

@@ -67,4 +67,5 @@ class FedCurv(Algorithm):
         delta = deltas(params, finals)
         down = params + [u.sum(0) for u in state["u"]] + [v.sum(0) for v in state["v"]]
         metrics = comm.round_metrics(up=delta + fisher + fw, down=down, clients=len(info.clients))
-        return weighted_update(params, finals, info.weights), new_state, metrics
+        new = self.with_buffers(weighted_update(params, finals, info.weights), finals, info)
+        return new, new_state, metrics

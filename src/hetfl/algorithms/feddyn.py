@@ -66,6 +66,6 @@ class FedDyn(Algorithm):
         g_new = [g - d for g, d in zip(gather(state["g"], info.clients), dec, strict=True)]
         h = [h - s for h, s in zip(state["h"], weighted_sum(dec, info.p[info.clients]), strict=True)]
         gamma = [x + s for x, s in zip(params, weighted_sum(sent, normalized(info.weights)), strict=True)]
-        new = [gm - hh / self.alpha for gm, hh in zip(gamma, h, strict=True)]
+        new = self.with_buffers([gm - hh / self.alpha for gm, hh in zip(gamma, h, strict=True)], finals, info)
         metrics = comm.round_metrics(up=sent, down=params, clients=len(info.clients))
         return new, {"h": h, "g": scatter(state["g"], info.clients, g_new)}, metrics

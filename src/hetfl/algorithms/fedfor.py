@@ -45,4 +45,5 @@ class FedFor(Algorithm):
                   ) -> tuple[Params, Any, dict[str, float]]:
         down = params + (state["prev"] or [])
         metrics = comm.round_metrics(up=deltas(params, finals), down=down, clients=len(info.clients))
-        return weighted_update(params, finals, info.weights), {"prev": params}, metrics
+        new = self.with_buffers(weighted_update(params, finals, info.weights), finals, info)
+        return new, {"prev": params}, metrics

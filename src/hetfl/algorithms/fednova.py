@@ -77,13 +77,10 @@ class FedNova(Algorithm):
         steps = info.done if (self.hp.tau_eff == "official_code" and self.hp.mu) else a
         tau_eff = float(np.sum(w * steps))
         delta = deltas(params, finals)
-        new = []
-        for x, d, t in zip(params, delta, self.mask(len(params)), strict=True):
-            if t:
-                new.append(x + tau_eff * torch.tensordot(coef(w / a, d).reshape(-1), d, dims=1))
-            else:  # buffers: a plain weighted average
-                new.append(x + torch.tensordot(coef(w, d).reshape(-1), d, dims=1))
-        # each client also sends its a_i: one float
-        metrics = comm.round_metrics(up=delta, down=params, clients=len(info.clients),
-                                     up_bits=comm.dense_bits(delta) + comm.FLOAT_BITS)
+        new = [x + tau_eff * torch.tensordot(coef(w / a, d).reshape(-1), d, dims=1)
+               for x, d in zip(params, delta, strict=True)]
+        new = self.with_buffers(new, finals, info)  # buffers: a plain normalised average
+        # each client also sends its a_i (one float), counted in every measure, not only in bytes_up
+        a_sent = torch.as_tensor(a, dtype=delta[0].dtype, device=delta[0].device).view(-1, 1)
+        metrics = comm.round_metrics(up=[*delta, a_sent], down=params, clients=len(info.clients))
         return new, state, {**metrics, "tau_eff": tau_eff}

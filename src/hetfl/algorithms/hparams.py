@@ -77,6 +77,10 @@ class EflParams:
                      exclusive_minimum=0.0, maximum=1.0)
     compress: bool = hyper(True, "apply ST compression with error feedback up- and downstream")
     fisher_samples: int = hyper(0, "local samples per client for the Fisher diagonal (0 = all)", minimum=0)
+    broadcast: str = hyper(
+        "participants", "participants: a device receives ST(Δ_G) only in the rounds it takes part in "
+        "(Algorithm 1), so one back from inactivity trains from a stale model; all: every device receives "
+        "every broadcast", choices=("participants", "all"))
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,11 @@ class AlgorithmEntry:
     target: str  # "module:Class", imported on demand (torch stays out of config validation)
     params: type
     paper: str
+    # Ruan et al.'s aggregation schemes the algorithm composes with, and why others are refused: an
+    # algorithm that carries its own step correction must not get Scheme C's E/s on top of it, nor run
+    # without it when the correction IS Scheme C (docs/algorithms.md, "Schemes and step corrections")
+    schemes: tuple[str, ...] = ("A", "B", "C")
+    schemes_why: str = ""
 
 
 CATALOG: dict[str, AlgorithmEntry] = {e.name: e for e in (
@@ -134,7 +143,9 @@ CATALOG: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("scaffold", "hetfl.algorithms.scaffold:Scaffold", ScaffoldParams,
                    "Karimireddy et al. 2020 (SCAFFOLD, option II), compared in seeds 000, 003, 004"),
     AlgorithmEntry("fednova", "hetfl.algorithms.fednova:FedNova", FedNovaParams,
-                   "Wang et al. 2020 (FedNova), lecture notes seed 001"),
+                   "Wang et al. 2020 (FedNova), lecture notes seed 001", schemes=("A", "B"),
+                   schemes_why="FedNova's τ_eff/a_i already removes the step bias that Scheme C's E/s "
+                               "removes: under C the update would be divided by the steps twice"),
     AlgorithmEntry("feddyn", "hetfl.algorithms.feddyn:FedDyn", FedDynParams,
                    "Acar et al. 2021 (FedDyn), compared in seeds 003, 004"),
     AlgorithmEntry("fedcurv", "hetfl.algorithms.fedcurv:FedCurv", FedCurvParams,
@@ -144,7 +155,10 @@ CATALOG: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("fedfor", "hetfl.algorithms.fedfor:FedFor", FedForParams,
                    "Tian, Smith, Kira 2022 (FedFOR, Eq. 7), seed 003"),
     AlgorithmEntry("efl", "hetfl.algorithms.efl:EFL", EflParams,
-                   "Ma et al. 2022 (Elastic Federated Learning, Eq. 2-6, Algorithms 1-2), seed 000"),
+                   "Ma et al. 2022 (Elastic Federated Learning, Eq. 2-6, Algorithms 1-2), seed 000",
+                   schemes=("C",),
+                   schemes_why="EFL's adaptive coefficient p_τ^k = E·p^k/s_τ^k is Scheme C: under A or B "
+                               "EFL would silently drop it"),
     AlgorithmEntry("fedelasticnet", "hetfl.algorithms.elasticnet:FedElasticNet", ElasticNetParams,
                    "FedElasticNet Algorithm 1 (on FedAvg/FedProx), seed 004"),
     AlgorithmEntry("scaffold_elasticnet", "hetfl.algorithms.elasticnet:ScaffoldElasticNet",
@@ -221,6 +235,16 @@ def parse_hyperparameters(algorithm: str, raw: dict[str, Any] | None, key: str =
                                 f"no keys ({algorithm} has no hyperparameters)"))
         values[name] = _check_value(fields[name], value, f"{key}.{name}")
     return cls(**values)
+
+
+def check_scheme(algorithm: str, scheme: str, key: str = "schemes") -> None:
+    """Refuse a scheme the algorithm does not compose with (CATALOG[algorithm].schemes); the message names
+    the key, the value, the reason and what is allowed."""
+    entry = CATALOG.get(algorithm)
+    if entry is None or scheme in entry.schemes:
+        return
+    raise ValueError(f"config key '{key}' has value \"{scheme}\", which is not allowed with algorithm "
+                     f"{algorithm} ({entry.schemes_why}); allowed: {', '.join(entry.schemes)}")
 
 
 def describe(algorithm: str) -> list[tuple[str, Any, str]]:

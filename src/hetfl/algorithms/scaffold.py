@@ -61,7 +61,8 @@ class Scaffold(Algorithm):
         dc = [a - b for a, b in zip(ck_new, ck, strict=True)]
         sent = self.sent(delta)
         step = weighted_sum(sent, info.weights)
-        new = [x + self.hp.global_lr * s for x, s in zip(params, step, strict=True)]
+        new = self.with_buffers([x + self.hp.global_lr * s for x, s in zip(params, step, strict=True)],
+                                finals, info)
         c_new = [c + s for c, s in zip(state["c"], weighted_sum(dc, info.p[info.clients]), strict=True)]
         mask = self.mask(len(params))  # buffers carry no control variate: nothing to send for them
         up = sent + [d for d, t in zip(dc, mask, strict=True) if t]

@@ -6,7 +6,10 @@ Per round every algorithm reports
   bytes_down   what the server sends to the round's clients, summed over them,
   nonzeros_up  non-zero entries of everything the clients send (FedElasticNet's first measure),
   entropy_up   Shannon entropy in bits per value of all values the clients send, each discretised to a
-               bin of width 0.01 (FedElasticNet's second measure, seed 004 §4).
+               bin of width 0.01, bin ⌊v/0.01⌋ (FedElasticNet's second measure, seed 004 §4: "the entropy of
+               discretized values with the bin size of 0.01"; docs/algorithms.md gives the measured
+               difference to a bin centred on 0).
+Everything a client sends counts in all four measures (FedNova's a_i, FedCurv's and EFL's Fisher terms).
 """
 
 from __future__ import annotations
@@ -29,15 +32,17 @@ def nonzeros(tensors: list[Tensor]) -> int:
     return int(sum(int(torch.count_nonzero(t)) for t in tensors))
 
 
-def entropy_bits(tensors: list[Tensor], bin_width: float = ENTROPY_BIN) -> float:
-    """H = −Σ_b f_b log2 f_b over the bins ⌊v / bin_width⌋ of all values (pooled)."""
+def entropy_bits(tensors: list[Tensor], bin_width: float = ENTROPY_BIN, centred: bool = False) -> float:
+    """H = −Σ_b f_b log2 f_b over the bins ⌊v / bin_width⌋ of all values (pooled); centred: the bins
+    ⌊v / bin_width + ½⌋, i.e. [−w/2, w/2) around 0 (only for the comparison in scripts/entropy_bins.py)."""
     flat = [t.detach().reshape(-1) for t in tensors if t.numel()]
     if not flat:
         return 0.0
     # float32 division: the bins are 0.01 wide, far above float32's resolution at these magnitudes, and
     # converting millions of values to float64 first took most of this function's time (a third of a
     # 2NN round)
-    q = torch.cat(flat).float().div_(bin_width).floor_().to(torch.int64)
+    q = torch.cat(flat).float().div_(bin_width)
+    q = (q.add_(0.5) if centred else q).floor_().to(torch.int64)
     lo, hi = int(q.min()), int(q.max())
     # bincount is linear time; fall back to sorting when the values span too many bins
     counts = torch.bincount(q - lo) if hi - lo < 1 << 24 else torch.unique(q, return_counts=True)[1]

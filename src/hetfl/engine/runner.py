@@ -12,6 +12,7 @@ import torch
 
 from hetfl.algorithms.base import Algorithm, RoundInfo, Task
 from hetfl.algorithms.fedavg import FedAvg
+from hetfl.algorithms.hparams import check_scheme
 from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
 from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means, per_sample
@@ -22,6 +23,8 @@ from hetfl.engine.schemes import boosted_weights, complete_round_steps, local_st
 from hetfl.models.base import BatchedModel
 
 LocalTrainer = Callable[..., list[torch.Tensor]]
+#: losses of an evaluated round; any of them non-finite marks the run diverged
+EVAL_LOSSES = ("test_loss", "train_loss", "global_test_loss")
 
 
 @dataclass
@@ -150,6 +153,7 @@ class RunLoop:
         gen = torch.Generator().manual_seed(cfg.seed)
         self.params = [t.to(device) for t in model.init_params(gen)]
         self.algorithm = algorithm or FedAvg()
+        check_scheme(self.algorithm.name, cfg.scheme, key="scheme")  # e.g. FedNova under C divides twice
         self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets))
         self.state = self.algorithm.init_state(self.params, fed.num_devices)
         self.result = TrainResult()
@@ -221,6 +225,8 @@ class RunLoop:
                                            (data.x_test, data.y_test, data.test_device),
                                            (data.x_train, data.y_train, data.train_device),
                                            data.global_test, own_correct))
+        # finite parameters can still give NaN losses (a negative BN running variance): diverged too
+        diverged = diverged or any(not math.isfinite(row[k]) for k in EVAL_LOSSES if k in row)
         self.result.records.extend((tau, k, float(v)) for k, v in row.items())
         self.result.rounds_done = tau
         self.next_round = tau + 1

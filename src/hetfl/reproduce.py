@@ -1,0 +1,93 @@
+"""`make reproduce`: run the workflow, and recover by itself from an interrupted run.
+
+A snakemake run that is killed (Ctrl-C twice, a closed terminal, an out-of-memory kill, a power loss)
+leaves its lock in .snakemake/locks and marks the outputs of the jobs it was running as incomplete: the
+next run stops with LockException and, once unlocked, may stop with IncompleteFilesException. This entry
+point, before starting snakemake:
+
+1. validates the config with hetfl, so a YAML syntax error names its line and column (snakemake's own
+   message, "Config file is not valid JSON or YAML", does not);
+2. looks for a lock. If a snakemake process is working in the directory, it stops and names it; if none
+   is, the lock is stale: it says so and removes it (`snakemake --unlock`);
+3. runs snakemake with --rerun-incomplete (jobs cut off by the kill run again; finished jobs are kept)
+   and --keep-going (a failing job does not stop the tables that do not depend on it).
+
+usage: python -m hetfl.reproduce --cores N --configfile FILE [--directory DIR] [other snakemake args]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hetfl.config import ConfigError, load_config
+
+
+def snakemake_pids(directory: Path) -> list[int]:
+    """Processes running snakemake whose working directory is `directory` (Linux /proc; [] without it).
+
+    Snakemake's --directory changes its working directory, so this finds `snakemake --directory DIR`
+    started anywhere, and not the job processes (`hetfl train`) it spawns."""
+    directory, me, found = directory.resolve(), os.getpid(), []
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:3]
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:  # gone, or not ours to read
+            continue
+        if cwd == directory and any(os.path.basename(a) == b"snakemake" for a in argv):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def stale_lock(directory: Path) -> bool | list[int]:
+    """False without a lock; True for a lock no running snakemake holds; the pids of those that may."""
+    locks = directory / ".snakemake" / "locks"
+    if not (locks.is_dir() and any(locks.iterdir())):
+        return False
+    return snakemake_pids(directory) or True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hetfl.reproduce", description=__doc__.split("\n")[0])
+    parser.add_argument("--configfile", required=True)
+    parser.add_argument("--directory", "-d", default=".")
+    args, rest = parser.parse_known_args(argv)
+    directory = Path(args.directory)
+    config = Path(args.configfile).resolve()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cwd = Path.cwd()
+    try:
+        os.chdir(directory)  # relative paths in the config (data_dir) are the workflow's
+        load_config(config)
+    except ConfigError as err:
+        print(f"hetfl reproduce: error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        os.chdir(cwd)
+    snakemake = [sys.executable, "-m", "snakemake", "--directory", str(directory),
+                 "--configfile", str(config)]
+    lock = stale_lock(directory)
+    if isinstance(lock, list):
+        print(f"hetfl reproduce: error: snakemake is already running in {directory.resolve()} (pid "
+              f"{', '.join(map(str, lock))}); wait for it to finish or stop it, then run again",
+              file=sys.stderr)
+        return 2
+    if lock:
+        print(f"hetfl reproduce: {directory.resolve()} holds the lock of an interrupted snakemake run and no "
+              "snakemake is running there: unlocking; jobs it left incomplete run again", file=sys.stderr)
+        unlock = subprocess.run([*snakemake, *rest, "--unlock"], env=env, capture_output=True, text=True)
+        if unlock.returncode:
+            print(unlock.stderr[-2000:], file=sys.stderr)
+            return unlock.returncode
+    return subprocess.run([*snakemake, "--rerun-incomplete", "--keep-going", *rest], env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

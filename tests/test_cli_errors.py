@@ -1,0 +1,158 @@
+"""The CLI's errors name the flag, key or file, the value and what is allowed, in one line and before any
+work starts (issue 11, item 10); `table`, `figure` and `track` take the README's glob results/<exp>/*
+(item 9)."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hetfl import cli
+from hetfl.config import expand_runs, validate_config
+from hetfl.data.build import make_split
+from hetfl.data.traces import make_traces
+from hetfl.pipeline import run_training
+
+
+def _main(capsys, *argv: str) -> tuple[int, str]:
+    rc = cli.main(list(argv))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return rc, err
+
+
+SPLIT = ("split", "--num-devices", "4", "--seed", "0")
+
+
+@pytest.mark.parametrize(("argv", "expect"), [
+    (("--dataset", "synthetic", "--alpha", "1", "--beta", "1", "--sizes",
+      '{"distribution": "equal", "sise": 5}'),
+     "--sizes has key 'sise', which is not allowed; allowed keys: distribution, size, index, sigma, "
+     "max_size, min_size"),
+    (("--dataset", "digits", "--partition", '{"label_skew": "dirichlet", "beta": 0.3}'),
+     "--partition has key 'beta', which is not allowed; allowed keys: label_skew, alpha, m,"),
+    (("--dataset", "digits", "--partition", "dirichlet"),
+     "--partition is not valid JSON (Expecting value at column 1): 'dirichlet'; allowed: a JSON object"),
+    (("--dataset", "digits", "--partition", '{"label_skew": "pathological", "m": 0}'),
+     "--partition: PartitionSpec.m=0 must be an integer >= 1"),
+    (("--dataset", "digits", "--sizes", '{"distribution": "equal", "size": 50}'),
+     "--sizes has key 'size', which is not used with distribution \"equal\" on dataset digits"),
+    (("--dataset", "synthetic", "--alpha", "1", "--beta", "1", "--partition", '{"label_skew": "iid"}'),
+     "--partition is not used with --dataset synthetic; allowed instead: --alpha, --beta, --iid"),
+    (("--dataset", "digits", "--alpha", "1"), "--alpha is not used with --dataset digits"),
+])
+def test_split_flag_errors_name_flag_key_and_allowed(capsys, tmp_path, argv, expect):
+    out = tmp_path / "s" / "split.npz"
+    rc, err = _main(capsys, *SPLIT, *argv, "--out", str(out))
+    assert rc == 2 and err.startswith("hetfl split: error: ") and expect in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.parent.exists()  # refused before any work
+
+
+def test_synthetic_equal_sizes_use_size(capsys, tmp_path):
+    out = tmp_path / "split.npz"
+    rc, _ = _main(capsys, *SPLIT, "--dataset", "synthetic", "--alpha", "1", "--beta", "1", "--sizes",
+                  '{"distribution": "equal", "size": 50}', "--test-fraction", "0.2", "--out", str(out))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert rc == 0 and manifest["train_sizes"] == [40] * 4 and manifest["test_sizes"] == [10] * 4
+
+
+@pytest.mark.parametrize("verb", [("split", "--dataset", "synthetic", "--alpha", "1", "--beta", "1",
+                                   "--num-devices", "4", "--out", "x.npz"),
+                                  ("trace", "--traceset", "T2", "--num-devices", "4", "--rounds", "3",
+                                   "--out", "x.npz")])
+def test_negative_seed_gets_hetfls_message(capsys, verb):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*verb, "--seed", "-3"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert f"hetfl {verb[0]}: error: argument --seed: has value '-3', which is not allowed; allowed: an " \
+           "integer >= 0" in err
+
+
+def test_unknown_algorithm_name_is_an_error(capsys):
+    rc, err = _main(capsys, "algorithms", "fedavgg")
+    assert rc == 2 and "algorithm 'fedavgg' is unknown; allowed: fedavg, fedprox, scaffold" in err
+
+
+def test_yaml_syntax_error_names_the_line(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiments:\n  a:\n    table: none\n   dataset: synthetic\n")
+    rc, err = _main(capsys, "validate", str(bad))
+    assert rc == 2 and f"config file {bad} is not valid YAML" in err and "at line 4, column 4" in err
+
+
+TINY = {"experiments": {"e": {
+    "table": "accuracy_difference", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
+    "num_devices": 4, "sizes": {"distribution": "equal", "size": 20}, "schemes": ["A", "B", "C"],
+    "num_traces": [1], "local_epochs": 1, "rounds": 2, "seeds": [0]}}}
+
+
+def test_full_disk_is_one_line_naming_the_file(capsys, tmp_path, monkeypatch):
+    """pyarrow's ENOSPC names no file and came out as a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(json.dumps(TINY))
+
+    def full(self, path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+    rc, err = _main(capsys, "train", "--config", "c.yaml", "--experiment", "e", "--run", "NIID_T1_B_s0",
+                    "--no-mlflow", "--out", "run")
+    assert rc == 2 and len(err.strip().splitlines()[-1:]) == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("hetfl train: error: cannot write run/metrics.parquet: No space left on device")
+    assert "nothing partial was kept" in last
+    left = {p.name for p in (tmp_path / "run").iterdir()}  # the checkpoint, to resume from once there is room
+    assert not {"metrics.parquet", "run.json"} & left and not [n for n in left if n.startswith(".")]
+
+
+# -- item 9: the README's by-hand calls on results/<exp>/* ------------------------------------------------
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("res")
+    for spec in expand_runs(validate_config(TINY)):
+        split = root / "splits" / spec.split_key / "split.npz"
+        if not split.exists():
+            make_split(split, spec.split_spec(), spec.seed)
+        trace = root / "traces" / f"{spec.trace_key}.npz"
+        if not trace.exists():
+            make_traces(trace, traceset=spec.traceset, num_devices=4, rounds=2, seed=0)
+        run_training(spec, split, trace, root / "results" / "e" / spec.run, progress=False)
+    (root / "results" / "e" / "mlflow.json").write_text("{}")  # what the workflow's track job leaves
+    (root / "results" / "e" / "killed_run").mkdir()  # a run that never finished: no run.json
+    return root
+
+
+def _glob(results: Path) -> list[str]:
+    return sorted(str(p) for p in (results / "results" / "e").glob("*"))
+
+
+@pytest.mark.parametrize("verb", [("table", "accuracy_difference"), ("figure", "scheme_curves")])
+def test_table_and_figure_take_the_glob_and_skip_what_is_not_a_run(capsys, results, verb):
+    out = results / "out" / verb[1]
+    rc, err = _main(capsys, *verb, "--out", str(out), *_glob(results))
+    assert rc == 0, err
+    assert "skipped 2 path(s) that are not runs (no run.json)" in err and "mlflow.json" in err
+    suffix = ".csv" if verb[0] == "table" else ".png"
+    assert out.with_suffix(suffix).stat().st_size > 0
+
+
+def test_track_takes_the_glob(capsys, results, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mirror = results / "mirror.json"
+    rc, err = _main(capsys, "track", "--results-root", str(results / "results"), "--out", str(mirror),
+                    *_glob(results))
+    assert rc == 0, err
+    assert sorted(json.loads(mirror.read_text())["runs"]) == [f"e/NIID_T1_{s}_s0" for s in "ABC"]
+
+
+def test_run_paths_refuse_a_missing_path_or_no_run_at_all(capsys, results):
+    rc, err = _main(capsys, "table", "accuracy_difference", "--out", "x", str(results / "nope"))
+    assert rc == 2 and "nope does not exist" in err
+    mlflow_json = str(results / "results/e/mlflow.json")
+    rc, err = _main(capsys, "table", "accuracy_difference", "--out", "x", mlflow_json)
+    assert rc == 2 and "none of the 1 path(s) given is a run directory" in err

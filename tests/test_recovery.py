@@ -1,0 +1,112 @@
+"""`make reproduce` (python -m hetfl.reproduce) recovers by itself from a killed run: a stale lock is removed,
+jobs the kill left incomplete run again; a live snakemake is named, not unlocked (issue 11, item 16).
+A YAML error in the config names its line before snakemake starts (item 10)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetfl import reproduce
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = """experiments:
+  t:
+    table: accuracy_difference
+    dataset: synthetic
+    settings:
+      NIID: {alpha: 1.0, beta: 1.0}
+    num_devices: 4
+    sizes: {distribution: equal, size: 20}
+    schemes: [B]
+    num_traces: [1]
+    local_epochs: 1
+    rounds: 3
+    seeds: [0]
+"""
+TARGET = "results/t/NIID_T1_B_s0/run.json"  # split, traces and one train job: 3 jobs
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def _entry(workdir: Path, config: Path) -> list[str]:
+    return [sys.executable, "-m", "hetfl.reproduce", "--directory", str(workdir), "--configfile", str(config),
+            "--cores", "1", "-s", str(ROOT / "Snakefile"), TARGET]
+
+
+@pytest.mark.slow
+def test_reproduce_recovers_after_a_kill(tmp_path):
+    config, workdir = tmp_path / "c.yaml", tmp_path / "wd"
+    config.write_text(CONFIG)
+    workdir.mkdir()
+    first = subprocess.Popen(_entry(workdir, config), env=_env(), start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    incomplete = workdir / ".snakemake" / "incomplete"
+    deadline = time.monotonic() + 300
+    while not (incomplete.is_dir() and any(incomplete.iterdir())):  # a job is running
+        assert first.poll() is None and time.monotonic() < deadline, "no job started"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)  # snakemake and its job, as a closed terminal or the OOM killer
+    first.wait()
+    while reproduce.snakemake_pids(workdir) and time.monotonic() < deadline:  # SIGKILL lands asynchronously
+        time.sleep(0.05)
+    assert reproduce.stale_lock(workdir) is True
+    # a job output the kill left behind half written: snakemake marks it incomplete
+    marked = Path(base64.b64decode(next(incomplete.iterdir()).name).decode())
+    (workdir / marked).parent.mkdir(parents=True, exist_ok=True)
+    (workdir / marked).write_bytes(b"partial")
+
+    plain = subprocess.run([sys.executable, "-m", "snakemake", "--directory", str(workdir), "--configfile",
+                            str(config), "--cores", "1", "-s", str(ROOT / "Snakefile"), TARGET],
+                           env=_env(), capture_output=True, text=True)
+    out = plain.stdout + plain.stderr  # what `make reproduce` did on main: one of the two, then the other
+    assert plain.returncode != 0 and ("IncompleteFilesException" in out or "LockException" in out)
+
+    again = subprocess.run(_entry(workdir, config), env=_env(), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "holds the lock of an interrupted snakemake run and no snakemake is running there" in again.stderr
+    assert (workdir / TARGET).is_file() and not reproduce.stale_lock(workdir)
+    if marked.suffix == ".npz":
+        np.load(workdir / marked)  # rewritten by the rerun, not the partial bytes
+
+
+def test_a_running_snakemake_is_named_not_unlocked(tmp_path):
+    config, workdir = tmp_path / "c.yaml", tmp_path / "wd"
+    config.write_text(CONFIG)
+    (workdir / ".snakemake" / "locks").mkdir(parents=True)
+    (workdir / ".snakemake" / "locks" / "0.input.lock").write_text("")
+    fake = tmp_path / "bin" / "snakemake"  # a process whose argv[0] is snakemake, working in workdir
+    fake.parent.mkdir()
+    fake.symlink_to("/bin/sleep")
+    proc = subprocess.Popen([str(fake), "60"], cwd=workdir)
+    try:
+        assert reproduce.stale_lock(workdir) == [proc.pid]
+        rc = reproduce.main(["--directory", str(workdir), "--configfile", str(config), "--cores", "1"])
+        assert rc == 2
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (workdir / ".snakemake" / "locks" / "0.input.lock").exists()  # left alone
+    assert reproduce.stale_lock(workdir) is True
+    assert reproduce.stale_lock(tmp_path) is False  # no lock at all
+
+
+def test_a_yaml_error_names_its_line_before_snakemake_starts(tmp_path, capsys):
+    bad = tmp_path / "c.yaml"
+    bad.write_text(CONFIG.replace("    table:", "   table:"))
+    rc = reproduce.main(["--directory", str(tmp_path), "--configfile", str(bad), "--cores", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "is not valid YAML" in err and "line 4, column" in err
+    assert not (tmp_path / ".snakemake").exists()

@@ -1,0 +1,234 @@
+"""The MLflow mirror as a researcher queries it with the client: times, commit, artifacts, descriptions,
+names, the training-runs view, in-place re-mirroring with no deleted runs, and untrusted run names."""
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from hetfl import tracking
+from hetfl.config import RunSpec
+
+START, END = "2024-05-01T10:00:00.000+00:00", "2024-05-01T10:02:05.500+00:00"
+START_MS, END_MS = 1714557600000, 1714557725500  # the same instants in Unix ms (hand-converted)
+
+
+def _spec(experiment="expA", run="IID_T8_C_s0", table="accuracy_difference", seed=0):
+    return RunSpec(experiment=experiment, run=run, table=table, dataset="synthetic", setting="IID", alpha=0.0,
+                   beta=0.0, iid=True, num_devices=4, sizes={"distribution": "equal", "size": 20},
+                   test_fraction=0.2, model="logreg", algorithm="fedavg", scheme="C", num_traces=8,
+                   trace_order=("T_0",), local_epochs=1, batch_size=10, eta0=1.0, rounds=3, eval_every=1,
+                   seed=seed).to_dict()
+
+
+def _write_run(root: Path, spec: dict, acc=(0.5, 0.6, 0.7), **info) -> Path:
+    """A finished run as `hetfl train` leaves it: run.json and metrics.parquet."""
+    d = root / spec["experiment"] / spec["run"]
+    d.mkdir(parents=True, exist_ok=True)
+    m = pd.DataFrame({"round": [1, 2, 3], "metric": ["test_accuracy"] * 3, "value": list(acc)})
+    m.to_parquet(d / "metrics.parquet", index=False)
+    run = {"spec": spec, "status": "ok", "rounds_done": 3, "git_commit": "0123abcd" * 5, "device": "cpu",
+           "wall_time_s": 125.5, "started_at": START, "finished_at": END, **info}
+    (d / "run.json").write_text(json.dumps(run))
+    return d
+
+
+def _client(results: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One default store (results/mlflow.db) for the module: creating an MLflow database costs seconds.
+    Each test mirrors into experiments of its own."""
+    results = tmp_path_factory.mktemp("store") / "results"
+    results.mkdir()
+    _client(results).search_experiments()  # creates the schema
+    return results
+
+
+@pytest.fixture(autouse=True)
+def _default_store(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def test_run_shows_training_times_commit_dirty_flag_and_artifacts(store, tmp_path):
+    results = store
+    d = _write_run(results, _spec("times"), git_dirty=True, code_fingerprint="f00d")
+    mirror = tracking.mirror_run_dirs(results, [d])
+    client = _client(results)
+    run = client.get_run(mirror.runs["times/IID_T8_C_s0"])
+    assert (run.info.start_time, run.info.end_time) == (START_MS, END_MS)
+    assert (run.info.end_time - run.info.start_time) / 1000 == 125.5  # the training's wall time
+    assert run.data.tags["mlflow.source.git.commit"] == "0123abcd" * 5
+    assert run.data.tags["hetfl.git_dirty"] == "true" and run.data.tags["hetfl.code_fingerprint"] == "f00d"
+    assert run.info.status == "FINISHED"
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [0.5, 0.6, 0.7]
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == ["metrics.parquet", "run.json"]
+    local = client.download_artifacts(run.info.run_id, "run.json", str(tmp_path))
+    assert Path(local).read_bytes() == (d / "run.json").read_bytes()
+    # the default store keeps artifacts beside it, under results/
+    assert Path(run.info.artifact_uri.removeprefix("file://")).is_relative_to(results / "mlartifacts")
+
+
+def test_results_without_timestamps_fall_back_to_file_time(store, tmp_path):
+    results = store
+    d = _write_run(results, _spec("mtime"), started_at=None, finished_at=None)
+    os.utime(d / "metrics.parquet", (END_MS / 1000, END_MS / 1000))
+    run = _client(results).get_run(tracking.mirror_run_dirs(results, [d]).runs["mtime/IID_T8_C_s0"])
+    assert (run.info.start_time, run.info.end_time) == (END_MS - 125500, END_MS)
+    assert run.data.tags["hetfl.git_dirty"] == "unknown"  # run.json from before the flag existed
+
+
+def test_experiment_description_kind_and_unique_names(store, tmp_path):
+    results = store
+    runs = [_write_run(results, _spec("expA")), _write_run(results, _spec("expA", "IID_T8_C_s1", seed=10)),
+            _write_run(results, _spec("expB", table="fast_reboot"))]
+    tracking.mirror_run_dirs(results, runs, description="Quick reproduction of Ruan et al. Table 3.")
+    client = _client(results)
+    exp = client.get_experiment_by_name("expA")
+    text = exp.tags["mlflow.note.content"]
+    assert text.startswith("Quick reproduction of Ruan et al. Table 3.")
+    assert "table `accuracy_difference` on dataset `synthetic`, 2 run(s)" in text and "- seeds: 0, 10" in text
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    names = [r.info.run_name for e in ("expA", "expB")
+             for r in client.search_runs([client.get_experiment_by_name(e).experiment_id])]
+    assert sorted(names) == ["expA/IID_T8_C_s0", "expA/IID_T8_C_s1", "expB/IID_T8_C_s0"]
+    # by hand (no config description) the workflow's description is kept
+    tracking.mirror_run_dirs(results, runs[:1])
+    assert client.get_experiment_by_name("expA").tags["mlflow.note.content"] == text
+
+
+def test_remirroring_updates_in_place_and_leaves_no_deleted_run(store, tmp_path):
+    results = store
+    a, b = _write_run(results, _spec("again")), _write_run(results, _spec("again", run="IID_T8_C_s1"))
+    first = tracking.mirror_run_dirs(results, [a, b, a / "run.json"])  # a run given twice is one run
+    second = tracking.mirror_run_dirs(results, [a, b])
+    assert second.runs == first.runs and second.purged == 0  # unchanged runs keep their MLflow ids
+    client = _client(results)
+    exp_id = client.get_experiment_by_name("again").experiment_id
+    history = client.get_metric_history(first.runs["again/IID_T8_C_s0"], "test_accuracy")
+    assert [m.value for m in history] == [0.5, 0.6, 0.7]  # not logged twice
+    # a store written by the old delete-and-recreate mirror holds soft-deleted mirrors: they go too,
+    # but a deleted run that is no mirror is left alone
+    old = client.create_run(exp_id, run_name="IID_T8_C_s0", tags={tracking.RUN_KEY_TAG: "again/IID_T8_C_s0"})
+    mine = client.create_run(exp_id, run_name="my own run")
+    client.delete_run(old.info.run_id)
+    client.delete_run(mine.info.run_id)
+    # b is retrained: its mirror is replaced, and the replaced run is purged with its artifacts
+    _write_run(results, _spec("again", run="IID_T8_C_s1"), acc=(0.1, 0.2, 0.3))
+    replaced = Path(client.get_run(first.runs["again/IID_T8_C_s1"]).info.artifact_uri.removeprefix("file://"))
+    third = tracking.mirror_run_dirs(results, [a, b])
+    assert third.runs["again/IID_T8_C_s0"] == first.runs["again/IID_T8_C_s0"]
+    assert third.runs["again/IID_T8_C_s1"] != first.runs["again/IID_T8_C_s1"] and third.purged == 2
+    assert [m.value for m in client.get_metric_history(third.runs["again/IID_T8_C_s1"], "test_accuracy")] \
+        == [0.1, 0.2, 0.3]
+    deleted = client.search_runs([exp_id], run_view_type=ViewType.DELETED_ONLY)
+    assert [r.info.run_id for r in deleted] == [mine.info.run_id]
+    assert len(client.search_runs([exp_id], run_view_type=ViewType.ACTIVE_ONLY)) == 2
+    assert not replaced.exists()
+
+
+def test_run_name_with_a_quote_is_matched_exactly(store, tmp_path):
+    """Issue 11 item 14: a quote in a received run.json must not change how its mirror is found."""
+    results = store
+    quoted = _write_run(results, _spec("quote", run="x' AND tags.`hetfl.run_key` LIKE '%"))
+    plain = _write_run(results, _spec("quote", run="x"))
+    first = tracking.mirror_run_dirs(results, [plain, quoted])
+    second = tracking.mirror_run_dirs(results, [quoted])
+    assert second.runs == {k: v for k, v in first.runs.items() if "'" in k}
+    client = _client(results)
+    exp_id = client.get_experiment_by_name("quote").experiment_id
+    runs = client.search_runs([exp_id], run_view_type=ViewType.ALL)
+    assert sorted(r.info.run_name for r in runs) == ["quote/x", "quote/x' AND tags.`hetfl.run_key` LIKE '%"]
+
+
+def test_summary_run_carries_tables_and_figures(store, tmp_path):
+    results = store
+    runs = [_write_run(results, _spec("summ")), _write_run(results, _spec("summ", run="IID_T8_C_s1"))]
+    reports = tmp_path / "reports"
+    files = [reports / "tables/accuracy_difference.md", reports / "tables/accuracy_difference.csv",
+             reports / "figures/scheme_curves.png"]
+    for f in files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f.name)
+    first = tracking.mirror_run_dirs(results, runs, description="", summary_files=files)
+    client = _client(results)
+    summary = client.get_run(first.summaries["summ"])
+    assert summary.info.run_name == "summ/summary" and summary.data.tags["hetfl.kind"] == "summary"
+    arts = {a.path for d in ("tables", "figures") for a in client.list_artifacts(summary.info.run_id, d)}
+    assert arts == {"tables/accuracy_difference.md", "tables/accuracy_difference.csv",
+                    "figures/scheme_curves.png"}
+    assert summary.info.start_time == START_MS  # spans the experiment from its first run's start
+    files[0].write_text("a table built again")  # new bytes, same files: written over in place
+    again = tracking.mirror_run_dirs(results, runs, description="", summary_files=files)
+    assert again.summaries == first.summaries and again.runs == first.runs and again.purged == 0
+    local = client.download_artifacts(summary.info.run_id, "tables/accuracy_difference.md", str(tmp_path))
+    assert Path(local).read_text() == "a table built again"
+    with pytest.raises(FileNotFoundError, match="absent.svg"):
+        tracking.mirror_run_dirs(results, runs, summary_files=[reports / "figures/absent.svg"])
+
+
+def test_tracking_uri_from_the_environment(tmp_path, monkeypatch):
+    store = tmp_path / "elsewhere"
+    store.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'm.db'}")
+    results = tmp_path / "results"
+    d = _write_run(results, _spec("env"))
+    rid = tracking.mirror_run_dirs(results, [d]).runs["env/IID_T8_C_s0"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{store / 'm.db'}")
+    assert sorted(a.path for a in client.list_artifacts(rid)) == ["metrics.parquet", "run.json"]
+    assert (store / "mlartifacts" / "env").is_dir() and not (results / "mlflow.db").exists()
+
+
+def test_a_path_that_is_no_run_directory_is_named(store, tmp_path):
+    (tmp_path / "mlflow.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="mlflow.json is not a run directory"):
+        tracking.mirror_run_dirs(store, [tmp_path / "mlflow.json"])
+
+
+def test_a_tracking_server_is_not_purged_from_the_client(capsys):
+    assert tracking.can_hard_delete("sqlite:///x.db") and tracking.can_hard_delete("postgresql://h/db")
+    assert not tracking.can_hard_delete("http://127.0.0.1:5000")
+    assert tracking.purge_runs("https://mlflow.example", ["abc"]) is False
+    assert "mlflow gc" in capsys.readouterr().err
+    assert tracking.artifact_location("http://127.0.0.1:5000", "e") is None  # the server's own default
+
+
+def test_track_verb_writes_ids_and_the_experiment_links(store, tmp_path, capsys):
+    from hetfl.cli import main
+
+    d = _write_run(store, _spec("verb"))
+    out = tmp_path / "mlflow.json"
+    assert main(["track", "--results-root", str(store), "--out", str(out), "--description", "it's a config",
+                 str(d)]) == 0
+    ids = json.loads(out.read_text())
+    assert set(ids["runs"]) == {"verb/IID_T8_C_s0"} and set(ids["experiments"]) == {"verb"}
+    exp_id = ids["experiments"]["verb"]
+    assert f"#/experiments/{exp_id}/runs?workflowType=machine_learning" in capsys.readouterr().err
+    exp = _client(store).get_experiment_by_name("verb")
+    assert exp.tags["mlflow.note.content"].startswith("it's a config")
+
+
+def test_training_by_hand_records_its_times_and_mirrors_itself(store, tmp_path):
+    from hetfl.cli import main
+    from hetfl.data.build import make_split
+    from hetfl.data.traces import make_traces
+
+    spec = RunSpec.from_dict(_spec(experiment="hand", run="r"))
+    make_split(tmp_path / "split.npz", spec.split_spec(), spec.seed)
+    make_traces(tmp_path / "t.npz", traceset=spec.traceset, num_devices=4, rounds=3, seed=0)
+    out = store / "hand/r"
+    assert main(["train", "--spec", json.dumps(spec.to_dict()), "--split", str(tmp_path / "split.npz"),
+                 "--traces", str(tmp_path / "t.npz"), "--out", str(out), "--results-root", str(store)]) == 0
+    info = json.loads((out / "run.json").read_text())
+    exp = _client(store).get_experiment_by_name("hand")
+    (run,) = _client(store).search_runs([exp.experiment_id])
+    assert run.info.run_name == "hand/r"
+    assert run.info.start_time == tracking._ms(info["started_at"])
+    assert run.info.end_time == tracking._ms(info["finished_at"])
+    assert abs(run.info.end_time - run.info.start_time - info["wall_time_s"] * 1000) <= 1
