@@ -122,6 +122,14 @@ class FedAvgMParams:
 
 
 @dataclass(frozen=True)
+class CompressionParams:
+    """FedAvg + top-k or ST compression with error feedback (FedElasticNet's reviewers' baseline)."""
+
+    bits_per_entry: float = hyper(1.0, "bit budget per entry of each sent tensor (plus one float32); "
+                                  "1 matches scaled sign's cost", exclusive_minimum=0.0, maximum=32.0)
+
+
+@dataclass(frozen=True)
 class ApflParams:
     alpha0: float = hyper(0.5, "initial mixing weight α_k of v̄_k = α_k v_k + (1 − α_k) w_k (FedTorch's "
                                "default)", minimum=0.0, maximum=1.0)
@@ -209,6 +217,15 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("vrlsgd", "hetfl.algorithms.vrlsgd:VRLSGD", VrlSgdParams,
                    "Liang et al. 2019 (VRL-SGD, arXiv 1912.12844, Algorithm 1), compared in seed 000",
                    "VRL-SGD"),
+    AlgorithmEntry("topk_ef", "hetfl.algorithms.compressed:CompressedFedAvg", CompressionParams,
+                   "FedAvg + top-k + error feedback at a matched bit budget (seed 004's reviewers)",
+                   "FedAvg+top-k+EF"),
+    AlgorithmEntry("sign_ef", "hetfl.algorithms.compressed:SignFedAvg", NoParams,
+                   "FedAvg + scaled sign + error feedback, EF-SignSGD (seed 004's reviewers)",
+                   "FedAvg+sign+EF"),
+    AlgorithmEntry("st_ef", "hetfl.algorithms.compressed:TernaryFedAvg", CompressionParams,
+                   "FedAvg + sparse ternary (EFL's ST) + error feedback at a matched bit budget "
+                   "(seed 004's reviewers)", "FedAvg+ST+EF"),
 )}
 
 #: every algorithm hetfl knows: its own (BUILTIN) and those other packages register through the entry point

@@ -24,6 +24,7 @@ from hetfl.engine.evaluate import (
 )
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
+from hetfl.engine.sampling import sample_clients, sampled_coefficients
 from hetfl.engine.schemes import boosted_weights, complete_round_steps, local_steps
 from hetfl.models.base import BatchedModel
 
@@ -55,6 +56,9 @@ class TrainSettings:
     completion: str = "floor"  # a completed fraction f -> ⌊f·full⌋ or "nearest" round(f·full) steps
     boost: str = "additive"  # fast reboot's boost with the scheme (engine.schemes.boosted_weights)
     global_test_samples: int | None = None  # evaluate global_test_* on a seeded subsample (None: all)
+    clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = every device
+    sampling_weights: str = "sampled"  # the scheme over the sampled set: "sampled" | "population"
+    label_maps: np.ndarray | None = field(default=None, compare=False)  # [R, C]: data.concept_shift
 
 
 @dataclass
@@ -155,6 +159,13 @@ class RunLoop:
             raise ValueError(f"local_steps has {len(self.full)} entries; the federation has "
                              f"{fed.num_devices} devices")
         device = data.x_train.device
+        self._labels: list[tuple[torch.Tensor, torch.Tensor]] = []  # (this run's labels, the originals)
+        if cfg.label_maps is not None:  # FedFOR's concept shift rewrites labels: this run's own copies
+            g = None if data.global_test is None else (data.global_test[0], data.global_test[1].clone())
+            data = replace(data, y_train=data.y_train.clone(), y_test=data.y_test.clone(), global_test=g)
+            self.data = data
+            ys = [data.y_train, data.y_test] + ([] if g is None else [g[1]])
+            self._labels = [(y, y.clone()) for y in ys]
         gen = torch.Generator().manual_seed(cfg.seed)
         self.params = [t.to(device) for t in model.init_params(gen)]
         self.algorithm = algorithm or FedAvg()
@@ -178,12 +189,16 @@ class RunLoop:
     def plan(self, tau: int) -> LocalWork | None:
         """Round τ up to local training: η_τ, p_τ^k of the scheme, who trains how many steps."""
         cfg, schedule, fed = self.cfg, self.schedule, self.data.fed
+        for y, y0 in self._labels:  # FedFOR's concept shift: the labels of round τ's map, in place
+            y.copy_(torch.as_tensor(cfg.label_maps[tau - 1], device=y.device)[y0])
         # staircase η0/τ, restarted at objective shifts; or constant
         lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
         p = schedule.coefficients(fed.p, tau)
-        done = np.where(schedule.sending[tau - 1],
+        in_round = sample_clients(fed.num_devices, cfg.clients_per_round, cfg.seed, tau)  # engine.sampling
+        done = np.where(schedule.sending[tau - 1] & in_round,
                         local_steps(self.fractions[tau - 1], self.full, cfg.completion), 0)
-        weights, discarded = boosted_weights(cfg.scheme, p, schedule.boost[tau - 1], done, self.full,
+        p_in = sampled_coefficients(p, in_round, cfg.sampling_weights)
+        weights, discarded = boosted_weights(cfg.scheme, p_in, schedule.boost[tau - 1], done, self.full,
                                              cfg.boost)
         clients = np.flatnonzero((weights != 0) & (done > 0))
         info = None
@@ -267,8 +282,8 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
         tau = loop.next_round
         work = loop.plan(tau)
         finals = None if work is None else local_trainer(
-            work.trained(model), loop.params, data.x_train, data.y_train, work.batch_idx, work.info.done,
-            work.info.lr, correction=work.correction, ctx=work.ctx, start=work.start)
+            work.trained(model), loop.params, loop.data.x_train, loop.data.y_train, work.batch_idx,
+            work.info.done, work.info.lr, correction=work.correction, ctx=work.ctx, start=work.start)
         loop.finish(tau, finals)
     return loop.close()
 
@@ -297,7 +312,9 @@ def train_stacked(loops: list[RunLoop], local_trainer: LocalTrainer = local_sgd)
                 continue
             if work.plain:
                 shapes = tuple((tuple(t.shape), t.dtype) for t in loop.params)  # one architecture per call
-                key = (work.info.lr, type(loop.model).__name__, shapes, id(loop.data))
+                # the same training tensors (a run with its own labels, FedFOR's concept shift, trains alone)
+                data = (id(loop.data.x_train), id(loop.data.y_train))
+                key = (work.info.lr, type(loop.model).__name__, shapes, data)
                 groups.setdefault(key, []).append((loop, work))
             else:  # corrections, contexts, own starts or own local models: this run trains alone
                 data = loop.data
