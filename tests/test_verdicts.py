@@ -71,6 +71,11 @@ def test_bounds_rule_for_censored_seeds():
     assert every.low == 71 and verdict(34.0, every.low, every.high) == "same direction"
     observed = bounded_interval([1, 2, 3], [1, 2, 3])
     assert observed == t_interval([1, 2, 3])
+    # a paired difference of censored seeds (vanilla − fast, both "> R") is bounded neither way: it says
+    # nothing, so it cannot agree with the paper (it read "agrees" before: [−∞, ∞] holds every value)
+    both = bounded_interval([-math.inf, 3, 5], [math.inf, 3, 5])
+    assert (both.low, both.high) == (-math.inf, math.inf)
+    assert verdict(5.0, both.low, both.high) == "inconclusive"
     with pytest.raises(ValueError, match="lower bound exceeds"):
         bounded_interval([5], [4])
 

@@ -99,6 +99,8 @@ def verdict(paper: float | None, low: float, high: float, comparable: bool = Tru
         return "not comparable"
     if math.isnan(low) or math.isnan(high):
         return "inconclusive"
+    if math.isinf(low) and math.isinf(high):  # censored both ways (bounds rule): no information, no agreement
+        return "inconclusive"
     if low <= paper <= high:
         return "agrees"
     if low <= 0 <= high:
