@@ -8,6 +8,7 @@ import pandas as pd
 
 from hetfl.reports import bmta as bm
 from hetfl.reports import ruan
+from hetfl.reports.multiple_arrivals import build_multiple_arrivals
 from hetfl.reports.references import load_reference
 from hetfl.reports.results import collect_runs
 from hetfl.reports.writers import write_frame_tables
@@ -92,7 +93,8 @@ def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
 
 
 BUILDERS = {"accuracy_difference": ruan.build_accuracy_difference, "fast_reboot": ruan.build_fast_reboot,
-            "crossing_epochs": ruan.build_crossing_epochs, "bmta": build_bmta}
+            "crossing_epochs": ruan.build_crossing_epochs, "bmta": build_bmta,
+            "multiple_arrivals": build_multiple_arrivals}
 #: tables with a readings axis: <table>_readings.{md,csv} (hetfl table NAME --readings)
 READINGS_BUILDERS = {name: ruan.build_readings for name in ruan.READING_COLUMNS}
 
