@@ -5,8 +5,9 @@ CORES  ?= 2
 CONFIG ?= workflow/config/quick.yaml
 BIN    := $(abspath $(VENV))/bin
 STAMP  := $(VENV)/.hetfl-installed
+SLURM_STAMP := $(VENV)/.hetfl-slurm-installed
 
-.PHONY: setup reproduce test lint dryrun paper clean
+.PHONY: setup reproduce test lint dryrun paper clean slurm-setup slurm-up slurm-down
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -27,6 +28,18 @@ lint: $(STAMP)
 
 dryrun: $(STAMP)  ## list the paper-scale grid without running it
 	PATH=$(BIN):$$PATH snakemake -n --cores $(CORES) --configfile workflow/config/paper/ruan2021_table3_synthetic.yaml
+
+$(SLURM_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c requirements.lock -e '.[slurm]'
+	touch $(SLURM_STAMP)
+
+slurm-setup: $(SLURM_STAMP)  ## add Snakemake's SLURM executor plugin (hetfl[slurm]) to .venv
+
+slurm-up: slurm-setup  ## install and start a single-node SLURM on this machine (root; for tests/test_slurm.py)
+	scripts/slurm-local-up
+
+slurm-down:  ## stop that SLURM's daemons (slurm-up starts them again)
+	scripts/slurm-local-down
 
 clean:  ## remove generated data, results and reports (keeps .venv)
 	rm -rf data_splits/*/ results/*/ results/mlflow.db reports/tables reports/figures logs .snakemake

@@ -12,6 +12,7 @@ if not config:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/cluster.smk"
 include: "workflow/rules/splits.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/tables.smk"

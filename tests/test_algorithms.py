@@ -56,7 +56,8 @@ def one_round(alg, x0: float, steps, lr: float, state=None, weights=None, traine
     ctx = alg.client_context(state, params, info)
     idx = minibatch_indices(fed.train_offsets, clients, done, 1, 0, 1)
     start = alg.client_start(state, params, info)
-    finals = trainer(model, params, x, y, idx, done, lr, correction=alg.correct, ctx=ctx, start=start)
+    finals = trainer(alg.local_model(model), params, x, y, idx, done, lr, correction=alg.correct, ctx=ctx,
+                     start=start)
     new, state, metrics = alg.aggregate(state, params, finals, info)
     return new, state, metrics, finals
 
@@ -79,6 +80,178 @@ def test_fedavg_one_round():
     y = [B[i] + (1 - 2 * A[i] * LR) ** STEPS[i] * (X0 - B[i]) for i in range(2)]
     assert scalar(new[0]) == pytest.approx(X0 + 0.5 * (y[0] - X0) + 0.8 * (y[1] - X0), rel=1e-5)
     assert m["bytes_up"] == 2 * 4 and m["bytes_down"] == 2 * 4 and m["nonzeros_up"] == 2
+
+
+def test_fedavgm_one_round_with_server_momentum():
+    # m ← βm + Σ p_τ^k Δ_k;  w ← w + η_s m.  From m = 0.4, β = 0.5, η_s = 2 and the weights (0.5, 0.8):
+    # y = (1 − 0.8², 5 − 5·0.6³) = (0.36, 3.92);  u = 0.5·0.36 + 0.8·3.92 = 3.316;
+    # m = 0.2 + 3.316 = 3.516;  w = 0 + 2·3.516 = 7.032
+    alg = make_algorithm("fedavgm", beta=0.5, server_lr=2.0)
+    new, st, m, _ = one_round(alg, X0, STEPS, LR, state={"m": [torch.tensor([0.4])]}, weights=[0.5, 0.8])
+    assert scalar(st["m"][0]) == pytest.approx(3.516, rel=1e-5)
+    assert scalar(new[0]) == pytest.approx(7.032, rel=1e-5)
+    assert m["bytes_up"] == 2 * 4  # Δ only: the momentum lives on the server
+    # β = 0, η_s = 1 is FedAvg
+    plain, *_ = one_round(make_algorithm("fedavgm", beta=0.0), X0, STEPS, LR, weights=[0.5, 0.8])
+    fedavg, *_ = one_round(make_algorithm("fedavg"), X0, STEPS, LR, weights=[0.5, 0.8])
+    assert scalar(plain[0]) == pytest.approx(scalar(fedavg[0]), rel=1e-6)
+
+
+def apfl_local(i: int, w: float, v: float, a: float, steps: int, lr: float) -> tuple[float, float, float]:
+    """APFL Algorithm 1 on client i, all three updates from the values before the step:
+    w ← w − η∇F_i(w);  v ← v − η α ∇F_i(v̄);  α ← clip(α − η ⟨v − w, ∇F_i(v̄)⟩, 0, 1),  v̄ = αv + (1 − α)w."""
+    for _ in range(steps):
+        g = grad(i, a * v + (1 - a) * w)
+        w, v, a = w - lr * grad(i, w), v - lr * a * g, min(max(a - lr * (v - w) * g, 0.0), 1.0)
+    return w, v, a
+
+
+def test_apfl_one_round_personal_model_and_adaptive_alpha():
+    alg = make_algorithm("apfl")
+    state = {"v": [torch.tensor([[3.0], [1.0]])], "alpha": torch.tensor([[0.5], [0.25]])}
+    new, st, m, _ = one_round(alg, X0, (1, 2), LR, state=state)
+    # client 0 (a = 1, b = 1), one step from w = 0, v = 3, α = .5: v̄ = 1.5, ∇F(v̄) = 1, ∇F(w) = −2
+    #   w = 0.2, v = 3 − .1·.5·1 = 2.95, α = .5 − .1·(3 − 0)·1 = 0.2
+    # client 1 (a = 2, b = 5), from w = 0, v = 1, α = .25: v̄ = .25, ∇F(v̄) = −19, ∇F(w) = −20
+    #   step 1: w = 2, v = 1.475, α = .25 + 1.9 → clipped to 1
+    #   step 2: v̄ = v = 1.475, ∇F(v̄) = −14.1, ∇F(w) = −12:
+    #           w = 3.2, v = 2.885, α = 1 − .1·(1.475 − 2)(−14.1) = .25975
+    expect = [(0.2, 2.95, 0.2), (3.2, 2.885, 0.25975)]
+    assert [apfl_local(0, X0, 3.0, 0.5, 1, LR), apfl_local(1, X0, 1.0, 0.25, 2, LR)] == [
+        pytest.approx(e) for e in expect]
+    np.testing.assert_allclose(col(st["v"][0]), [2.95, 2.885], rtol=1e-5)
+    np.testing.assert_allclose(st["alpha"][:, 0].numpy(), [0.2, 0.25975], rtol=1e-5)
+    assert scalar(new[0]) == pytest.approx(0.5 * 0.2 + 0.5 * 3.2, rel=1e-6)  # the mean of the w_k: 1.7
+    # each device is scored with α_k v_k + (1 − α_k) w: .2·2.95 + .8·1.7 = 1.95; .25975·2.885 + .74025·1.7
+    np.testing.assert_allclose(col(alg.client_models(st, new)[0]), [1.95, 2.00780375], rtol=1e-5)
+    assert m["bytes_up"] == 2 * 4 and m["alpha_mean"] == pytest.approx((0.2 + 0.25975) / 2, rel=1e-5)
+    # with α fixed (adaptive false) only v and w move
+    state = {"v": [torch.tensor([[3.0], [1.0]])], "alpha": torch.tensor([[0.5], [0.25]])}
+    _, fixed, *_ = one_round(make_algorithm("apfl", adaptive=False), X0, (1, 2), LR, state=state)
+    np.testing.assert_allclose(fixed["alpha"][:, 0].numpy(), [0.5, 0.25])
+
+
+def test_fedamp_one_round_attention_cloud_models_and_prox():
+    alg = make_algorithm("fedamp", alpha_k=0.5, sigma=2.0, lam=0.3)
+    state = {"w": [torch.tensor([[1.0], [3.0]])], "seen": torch.tensor([True, True])}
+    new, st, m, _ = one_round(alg, X0, STEPS, LR, state=state)
+    # Eq. 7: ξ_01 = ξ_10 = (α_k/σ) exp(−‖w_0 − w_1‖²/σ) = .25·e^(−2) = .0338338; ξ_ii = 1 − ξ_01
+    #   u_0 = .966166·1 + .0338338·3 = 1.0676676,  u_1 = .0338338·1 + .966166·3 = 2.9323324
+    xi = 0.25 * math.exp(-2.0)
+    u = [(1 - xi) * 1.0 + xi * 3.0, xi * 1.0 + (1 - xi) * 3.0]
+    assert u == [pytest.approx(1.0676676), pytest.approx(2.9323324)]
+    # Eq. 8 by local SGD from u_i: y ← y − η(∇F_i(y) + (λ/α_k)(y − u_i)), λ/α_k = 0.6
+    y = [local(i, u[i], STEPS[i], LR, lambda yy, i=i: 0.6 * (yy - u[i])) for i in range(2)]
+    assert y == [pytest.approx(1.0441193), pytest.approx(4.4471884)]
+    np.testing.assert_allclose(col(st["w"][0]), y, rtol=1e-5)
+    np.testing.assert_allclose(col(alg.client_models(st, new)[0]), y, rtol=1e-5)  # each scored by its own
+    assert scalar(new[0]) == pytest.approx(np.mean(y), rel=1e-5)  # pooled metrics: the p-weighted mean
+    assert m["fedamp_self_weight"] == pytest.approx(1 - xi) and m["fedamp_clipped"] == 0
+    # start "own": the same local objective from the device's own w_i
+    own, st_own, *_ = one_round(make_algorithm("fedamp", alpha_k=0.5, sigma=2.0, lam=0.3, start="own"), X0,
+                                STEPS, LR, state={"w": [torch.tensor([[1.0], [3.0]])],
+                                                  "seen": torch.tensor([True, True])})
+    y_own = [local(i, (1.0, 3.0)[i], STEPS[i], LR, lambda yy, i=i: 0.6 * (yy - u[i])) for i in range(2)]
+    np.testing.assert_allclose(col(st_own["w"][0]), y_own, rtol=1e-5)
+
+
+def test_fedamp_weights_before_any_report_and_when_the_self_weight_would_be_negative():
+    from hetfl.algorithms.fedamp import attention_weights
+
+    models = [torch.tensor([[1.0], [3.0], [3.5]])]
+    # nobody has reported: no neighbours, u_i = w_i
+    xi, clipped = attention_weights(models, np.array([0, 1]), torch.tensor([False] * 3), 0.5, 2.0, (True,))
+    np.testing.assert_allclose(xi.numpy(), [[1, 0, 0], [0, 1, 0]])
+    # device 2 has not reported: it gets no weight; α_k = 20: 10·e^(−2) = 1.353 > 1 → scaled to 1, ξ_ii = 0
+    xi, clipped = attention_weights(models, np.array([0, 1]), torch.tensor([True, True, False]), 20.0, 2.0,
+                                    (True,))
+    np.testing.assert_allclose(xi.numpy(), [[0, 1, 0], [1, 0, 0]], atol=1e-12)
+    assert clipped.tolist() == [True, True]
+
+
+def test_vrlsgd_one_round_correction_and_its_update():
+    state = {"delta": [torch.tensor([[0.3], [-0.2]])]}
+    new, st, m, _ = one_round(make_algorithm("vrlsgd"), X0, STEPS, LR, state=state)
+    # local: y ← y − η(∇F_k(y) − Δ_k): y = (.414, 3.8808); x̂ = mean y = 2.1474
+    y = [local(i, X0, STEPS[i], LR, lambda _y, i=i: -(0.3, -0.2)[i]) for i in range(2)]
+    assert y == [pytest.approx(0.414), pytest.approx(3.8808)]
+    assert scalar(new[0]) == pytest.approx(2.1474, rel=1e-5)
+    # Δ_k ← Δ_k + d_k − d̄, d_k = (x̂_old − y_k)/(τ_k η) = (−2.07, −12.936), d̄ = −7.503: Δ = (5.733, −5.633)
+    np.testing.assert_allclose(col(st["delta"][0]), [5.733, -5.633], rtol=1e-4)
+    assert m["bytes_up"] == 2 * 4  # no extra communication
+    # with equal steps this is the paper's Δ_k ← Δ_k + (x̂ − x_k)/(kγ)
+    new, st, *_ = one_round(make_algorithm("vrlsgd"), X0, (3, 3), LR, state=state)
+    y = [local(i, X0, 3, LR, lambda _y, i=i: -(0.3, -0.2)[i]) for i in range(2)]
+    xhat = np.mean(y)
+    paper = [(0.3, -0.2)[i] + (xhat - y[i]) / (3 * LR) for i in range(2)]
+    np.testing.assert_allclose(col(st["delta"][0]), paper, rtol=1e-5)
+
+
+def test_vrlsgd_is_scaffold_option_ii_when_every_device_takes_part(tiny_fed):
+    """SCAFFOLD's correction s_k = c − c_k obeys s_k ← s_k + d̄ − d_k when all devices report (c becomes
+    Σ p^k d_k), VRL-SGD's −Δ_k the same recursion: with everyone in every round (incomplete or not) the two
+    are one algorithm; when some device sits a round out, SCAFFOLD's c averages over the round only."""
+    model = make_model("logreg", 60, 10)
+    cfg = TrainSettings(scheme="C", local_epochs=2, batch_size=10, eta0=0.5, rounds=3, seed=0)
+
+    def params(name, fractions):
+        return train(model, tiny_fed, fractions, cfg, algorithm=make_algorithm(name)).params
+
+    everyone = np.array([[1.0, 0.3, 0.7, 1.0], [0.5, 1.0, 1.0, 0.2], [1.0, 1.0, 0.4, 1.0]])
+    for a, b in zip(params("vrlsgd", everyone), params("scaffold", everyone), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    some_out = everyone.copy()
+    some_out[0, 1] = 0.0
+    vrl, scaffold = params("vrlsgd", some_out), params("scaffold", some_out)
+    assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(vrl, scaffold, strict=True))
+
+
+def test_fedgate_one_round_gradient_tracking_server_step_and_quantised_upload():
+    state = {"delta": [torch.tensor([[0.3], [-0.2]])]}
+    new, st, m, _ = one_round(make_algorithm("fedgate", server_lr=0.5), X0, (3, 3), LR, state=state)
+    # local d = ∇F_j − δ_j; a one-entry tensor is quantised exactly (its bucket norm is the entry itself)
+    y = [local(i, X0, 3, LR, lambda _y, i=i: -(0.3, -0.2)[i]) for i in range(2)]
+    # server: Δ = mean_j (w − w_j)/η;  w ← w − ηγΔ = w + γ·mean(y_j − w)
+    big_delta = [(X0 - y[i]) / LR for i in range(2)]
+    assert scalar(new[0]) == pytest.approx(X0 - LR * 0.5 * np.mean(big_delta), rel=1e-5)
+    # δ_j ← δ_j + (Δ_j − Δ)/τ
+    np.testing.assert_allclose(col(st["delta"][0]),
+                               [(0.3, -0.2)[i] + (big_delta[i] - np.mean(big_delta)) / 3 for i in range(2)],
+                               rtol=1e-5)
+    assert m["bytes_up"] == 2 * (1 * 8 + 32) / 8  # 8 bits (sign + 7-bit level) and one float32 norm
+    assert m["bytes_down"] == 2 * 2 * 4  # w and the average Δ
+
+
+def test_qsgd_is_unbiased_on_its_grid_reproducible_and_counted():
+    from hetfl.engine.comm import qsgd_bits, qsgd_quantize
+
+    # v = (3, 4), ‖v‖ = 5, s = 1: entry i is 5·sign with probability |v_i|/5, else 0
+    v = torch.tensor([[3.0, -4.0]]).repeat(20000, 1)
+    q = qsgd_quantize(v, levels=1, bucket=2, generator=torch.Generator().manual_seed(0))
+    assert set(q[:, 0].tolist()) == {0.0, 5.0} and set(q[:, 1].tolist()) == {0.0, -5.0}
+    np.testing.assert_allclose(q.double().mean(0).numpy(), [3.0, -4.0], atol=0.06)
+    again = qsgd_quantize(v, levels=1, bucket=2, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(q, again)
+    # buckets: (3, 4 | 12 + padding) quantise with norms 5 and 12; s = 4 levels: 12 → 12 exactly
+    one = qsgd_quantize(torch.tensor([[3.0, 4.0, 12.0]]), 4, 2, torch.Generator().manual_seed(1))
+    assert one[0, 2] == 12.0 and all(float(x) * 4 / 5 == round(float(x) * 4 / 5) for x in one[0, :2])
+    assert qsgd_bits(1000, 127, 512) == 1000 * 8 + 2 * 32 and qsgd_bits(3, 1, 2) == 3 * 2 + 2 * 32
+
+
+@pytest.mark.parametrize("name,hp", [("apfl", {}), ("fedamp", {}), ("fedgate", {}), ("vrlsgd", {}),
+                                     ("fedavgm", {"beta": 0.5})])
+@pytest.mark.parametrize("scheme", ["A", "B", "C"])
+def test_new_algorithms_run_under_every_scheme_with_inactive_devices(tiny_fed, name, hp, scheme):
+    model = make_model("logreg", 60, 10)
+    # device 3 never trains; the others are inactive, incomplete or complete in turn
+    fractions = np.array([[1.0, 0.5, 0.0, 0.0], [0.0, 1.0, 0.3, 0.0], [0.6, 0.0, 1.0, 0.0],
+                          [1.0, 1.0, 1.0, 0.0]])
+    cfg = TrainSettings(scheme=scheme, local_epochs=2, batch_size=10, eta0=0.5, rounds=4, seed=0)
+    alg = make_algorithm(name, **hp)
+    res = train(model, tiny_fed, fractions, cfg, algorithm=alg)
+    assert res.status == "ok" and all(bool(torch.isfinite(p).all()) for p in res.params)
+    values = [v for _, k, v in res.records if k in ("mean_client_accuracy", "train_loss", "test_loss")]
+    assert len(values) == 12 and all(math.isfinite(v) for v in values)
 
 
 @pytest.mark.parametrize("prox_step", ["gradient", "proximal"])
@@ -357,6 +530,8 @@ def test_fedbn_keeps_local_entries_and_starts_each_client_from_its_own(trainer):
     # one-round tests pin them)
     ("fedelasticnet", {"lambda1": 0.0, "lambda2": 0.1, "epsilon": 0.0}),
     ("efl", {"lam": 0.1, "compress": False}),
+    ("vrlsgd", {}), ("fedgate", {"quantizer": "none"}),
+    ("fedamp", {"alpha_k": 0.05, "sigma": 1.0, "lam": 0.01}),
 ])
 def test_training_with_corrections_equals_per_client_loop(tiny_fed, name, hp):
     model = make_model("logreg", 60, 10)
@@ -491,3 +666,21 @@ def test_fedbn_mean_client_accuracy_scores_each_device_with_its_own_batch_norm()
         shared.append(float((model.logits(res.params, x).argmax(1).numpy() == y).mean()))
     assert got["mean_client_accuracy"] == pytest.approx(np.mean(own))
     assert np.mean(own) != pytest.approx(np.mean(shared))  # the fixture tells the two apart
+
+
+def test_new_algorithms_in_one_cell_end_where_each_ends_alone(tiny_fed):
+    """A cell's runs train side by side (engine.runner.train_stacked): FedAvgM shares FedAvg's local_sgd
+    call, APFL trains its own (w, v, α) model alone, the others their corrections; each run's records and
+    model equal those of `train` on that run alone, bitwise."""
+    from hetfl.engine.runner import Data, RunLoop, train_stacked
+
+    names = ["fedavg", "fedavgm", "apfl", "fedamp", "fedgate", "vrlsgd"]
+    fractions = np.random.default_rng(5).choice([0.0, 0.4, 1.0], size=(4, 4))
+    cfg = TrainSettings("C", 2, 10, 0.5, 4, seed=0)
+    model = make_model("logreg", 60, 10)
+    alone = [train(model, tiny_fed, fractions, cfg, algorithm=make_algorithm(n)) for n in names]
+    data = Data.of(tiny_fed)
+    stacked = train_stacked([RunLoop(model, data, fractions, cfg, make_algorithm(n)) for n in names])
+    for name, a, s in zip(names, alone, stacked, strict=True):
+        assert a.records == s.records, name
+        assert all(torch.equal(pa, ps) for pa, ps in zip(a.params, s.params, strict=True)), name

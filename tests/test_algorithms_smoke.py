@@ -120,9 +120,11 @@ def test_single_algorithm_keeps_run_names_and_resolves_params():
     quick = list(expand_runs(load_config(ROOT / "workflow/config/quick.yaml")))
     ruan = [r for r in quick if r.experiment.startswith("ruan2021")]
     assert {r.algorithm for r in ruan} == {"fedavg"} and ruan[0].run.startswith(("IID_", "NIID_"))
-    efl = [r for r in quick if r.experiment.startswith("ma2022")]  # several algorithms: names carry them
-    assert {r.run.split("_")[0] for r in efl} == {r.algorithm for r in efl} == {"fedavg", "fedprox",
-                                                                                "scaffold", "efl"}
+    efl = [r for r in quick if r.experiment == "ma2022_efl_table2_mnist5k"]  # several: names carry them
+    assert {r.run.split("_")[0] for r in efl} == {r.algorithm for r in efl} == {
+        "fedavg", "fedgate", "vrlsgd", "apfl", "fedamp", "efl", "fedprox", "scaffold"}
+    lam = [r for r in quick if r.table == "efl_lambda"]  # one algorithm: names without it
+    assert {r.algorithm for r in lam} == {"efl"} and lam[0].run.startswith("NIID_")
 
 
 def test_quadratic_needs_matching_model_sizes_and_steps():

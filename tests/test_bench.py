@@ -14,18 +14,32 @@ from hetfl.models import make_model
 KEYS = {"workload", "engine", "clients", "batch", "client_steps_per_s", "peak_rss_mb", "device"}
 
 
+@pytest.fixture(autouse=True)
+def _quick_machine_facts(monkeypatch):
+    """Small matmul and copy measurements (the real ones time 2048² matmuls and 256 MiB copies), and
+    torch's thread count restored after `--threads`."""
+    matmul, copy = bench.matmul_gflops, bench.copy_gbps
+    monkeypatch.setattr(bench, "matmul_gflops", lambda device, **kw: matmul(device, **{"n": 256, **kw}))
+    monkeypatch.setattr(bench, "copy_gbps", lambda device, **kw: copy(device, **{"mbytes": 8, **kw}))
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_tiny_bench_json(tmp_path, capsys):
+    """Every default workload (one per model of the zoo) runs both engines and gives finite records."""
     out = tmp_path / "bench.json"
-    argv = ["--workloads", "logreg-synthetic,mlp-mnist,cnn-mnist", "--steps", "2", "--repeat", "1",
-            "--clients", "3", "--threads", "1", "--device", "cpu", "--json", str(out)]
+    argv = ["--steps", "1", "--repeat", "1", "--clients", "2", "--batch", "3", "--threads", "1",
+            "--device", "cpu", "--json", str(out)]
     assert bench.main(argv) == 0
     records = json.loads(out.read_text())
     assert [(r["workload"], r["engine"]) for r in records] == [
-        (w, e) for w in ("logreg-synthetic", "mlp-mnist", "cnn-mnist") for e in ("batched", "reference")]
+        (w, e) for w in bench.DEFAULT_WORKLOADS for e in ("batched", "reference")]
     for r in records:
         assert KEYS <= set(r)
-        assert r["device"] == "cpu" and r["clients"] == 3 and r["steps"] == 2
-        assert r["batch"] == bench.WORKLOADS[r["workload"]].batch
+        assert r["device"] == "cpu" and r["clients"] == 2 and r["steps"] == 1 and r["repeat"] == 1
+        assert r["batch"] == 3
+        assert r["cpu_s_per_client_step"] > 0 and r["executor"]
         for key in ("client_steps_per_s", "peak_rss_mb", "gflops", "bound_client_steps_per_s",
                     "fraction_of_bound", "fraction_of_matmul", "matmul_gflops", "copy_gbps", "speedup"):
             assert math.isfinite(r[key]) and r[key] > 0, key
@@ -35,12 +49,12 @@ def test_tiny_bench_json(tmp_path, capsys):
     for r in records:
         assert r["speedup"] == pytest.approx(r["client_steps_per_s"] / ref[r["workload"]])
     table = capsys.readouterr().out
-    assert "cnn-mnist" in table and "GFLOP/s" in table and "matmul" in table
+    assert "sent-lstm-sent140" in table and "GFLOP/s" in table and "matmul" in table
 
 
 def test_json_to_stdout(capsys):
     assert bench.main(["--workloads", "logreg-synthetic", "--steps", "2", "--repeat", "1", "--clients", "2",
-                       "--device", "cpu", "--json", "-"]) == 0
+                       "--device", "cpu", "--threads", "1", "--json", "-"]) == 0
     captured = capsys.readouterr()
     records = json.loads(captured.out)
     assert len(records) == 2 and "logreg-synthetic" in captured.err  # the table goes to stderr then
@@ -52,14 +66,42 @@ def test_unknown_workload():
 
 
 def test_workloads_are_the_issues():
+    """Issue 12: the bench covers every model of the zoo at the papers' sizes, by default."""
     def spec(name: str) -> tuple:
         w = bench.WORKLOADS[name]
         return w.model, w.input_shape, w.num_classes, w.batch, w.clients, w.kwargs
 
     assert spec("logreg-synthetic") == ("logreg", (60,), 10, 20, 50, {})
     assert spec("mlp-mnist") == ("mlp", (784,), 10, 10, 100, {"hidden": (200, 200)})
-    assert spec("cnn-mnist") == ("cnn", (1, 28, 28), 10, 10, 100, {})
-    assert bench.DEFAULT_WORKLOADS == ("logreg-synthetic", "mlp-mnist", "cnn-mnist")
+    assert spec("cnn-mnist")[:4] == ("cnn", (1, 28, 28), 10, 10)
+    assert {bench.WORKLOADS[n].model for n in bench.DEFAULT_WORKLOADS} == {
+        "logreg", "mlp", "cnn", "cnn_bn", "vgg11", "resnet20", "char_lstm", "sent_lstm"}
+    assert set(bench.DEFAULT_WORKLOADS) <= set(bench.WORKLOADS)
+    text = [bench.WORKLOADS[n] for n in bench.DEFAULT_WORKLOADS if "lstm" in n]
+    assert [(w.input_shape, w.vocab) for w in text] == [((80,), 80), ((25,), 20_000)]  # LEAF's sequences
+
+
+def test_rates_are_medians_of_the_runs(monkeypatch):
+    """client_steps_per_s = work / median wall time; cpu_s_per_client_step = median CPU time / work."""
+    runs = iter([(4.0, 1.0), (1.0, 9.0), (2.0, 3.0), (8.0, 8.0), (3.0, 2.0), (2.0, 2.0)])  # alternating
+    monkeypatch.setattr(bench, "timed", lambda fn, device: next(runs))
+    w = bench.WORKLOADS["logreg-synthetic"]
+    batched, reference = bench.run_workload(w, 3, torch.device("cpu"), repeat=3, clients=2)
+    assert batched["client_steps_per_s"] == pytest.approx(6 / 3.0)  # walls 4, 2, 3
+    assert batched["cpu_s_per_client_step"] == pytest.approx(2.0 / 6)  # cpus 1, 3, 2
+    assert reference["client_steps_per_s"] == pytest.approx(6 / 2.0)  # walls 1, 8, 2
+    assert reference["cpu_s_per_client_step"] == pytest.approx(8.0 / 6)  # cpus 9, 8, 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_cuda_without_cuda_fails_clearly_before_any_work(capsys):
+    assert bench.main(["--device", "cuda", "--workloads", "logreg-synthetic"]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda" in err and "no CUDA device" in err and "allowed: auto, cpu" in err
+    with pytest.raises(ValueError, match="allowed: auto, cpu, cuda"):
+        bench.resolve_device("tpu")
+    assert bench.main(["--workloads", "nope"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
 
 
 def test_flops_and_bounds():
@@ -81,3 +123,5 @@ def test_machine_measurements_are_positive():
     assert bench.copy_gbps(cpu, mbytes=4, repeat=2) > 0
     assert bench.peak_rss_mb() > 0
     assert bench.resolve_device("cpu") == cpu
+    got, _ = bench.peak_allocated_bytes(lambda: torch.ones(1000).mul(2).sum())
+    assert 4000 <= got < 1_000_000  # the 4,000-byte product, and not much else

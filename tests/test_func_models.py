@@ -1,6 +1,11 @@
-"""The generic torch.func models (models/func.py, models/zoo.py): batched = the per-client loop."""
+"""The generic torch.func path (models/func.py) on the zoo's torch.nn modules: batched = the per-client loop.
+
+The registered zoo models are hand-written (tests/test_models.py); FuncModel stays the way to run any other
+torch.nn module on the batched engine, and these tests run it on the same modules."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import pytest
@@ -10,28 +15,39 @@ from torch import nn
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
-from hetfl.models import make_model
 from hetfl.models.func import FuncModel
-from hetfl.models.zoo import LSTM
+from hetfl.models.zoo import LSTM, VGG, CifarResNet, TextLSTM
 
-# name, input shape of one sample (a sequence length for text), classes, tiny kwargs, vocabulary (text).
+# name, input shape of one sample (a sequence length for text), classes, the module's factory (tiny
+# sizes; text through the matmul LSTM, which vmap can batch), vocabulary (text).
 FAMILIES = [
-    ("vgg11", (3, 32, 32), 10, {"width": 1 / 16, "hidden": 16}, 0),
-    ("vgg11", (3, 32, 32), 10, {"width": 1 / 16, "hidden": 16, "norm": "group", "groups": 2}, 0),
-    ("resnet20", (3, 8, 8), 10, {"widths": (4, 8, 8), "blocks": 1}, 0),
-    ("resnet_emnist", (1, 12, 12), 7, {"widths": (4, 8)}, 0),
-    ("char_lstm", (12,), 20, {"vocab": 20, "embed": 4, "hidden": 8}, 20),
-    ("sent_lstm", (6,), 2, {"vocab": 50, "embed": 5, "hidden": 6}, 50),
+    ("vgg11", (3, 32, 32), 10, partial(VGG, (3, 32, 32), 10, width=1 / 16, hidden=16), 0),
+    ("vgg11", (3, 32, 32), 10, partial(VGG, (3, 32, 32), 10, width=1 / 16, hidden=16, norm="group",
+                                       groups=2), 0),
+    ("resnet20", (3, 8, 8), 10, partial(CifarResNet, (3, 8, 8), 10, widths=(4, 8, 8), blocks=1), 0),
+    ("resnet_emnist", (1, 12, 12), 7, partial(CifarResNet, (1, 12, 12), 7, widths=(4, 8), blocks=2), 0),
+    ("char_lstm", (12,), 20, partial(TextLSTM, 20, 4, 8, 2, 20, recurrent="matmul"), 20),
+    ("sent_lstm", (6,), 2, partial(TextLSTM, 50, 5, 6, 2, 2, recurrent="matmul"), 50),
 ]
 IDS = ["vgg11", "vgg11-gn", "resnet20", "resnet_emnist", "char_lstm", "sent_lstm"]
-STEPS = np.array([3, 0, 2, 4, 1, 4])  # heterogeneous, with a client that does no work
+STEPS = np.array([3, 0, 2, 4, 1, 4])
+
+
+@pytest.fixture(autouse=True)
+def _one_intra_op_thread():
+    """One intra-op thread: tiny kernels gain nothing from more, and on a shared machine two made these
+    tests several times slower (see tests/test_models.py)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)  # heterogeneous, with a client that does no work
 BATCH, PER_CLIENT = 4, 12
 
 
 def _problem(family, chunk: int = 16, seed: int = 0):
-    name, shape, classes, kwargs, vocab = family
+    name, shape, classes, factory, vocab = family
     gen = torch.Generator().manual_seed(seed)
-    model = make_model(name, shape if len(shape) > 1 else shape[0], classes, chunk=chunk, **kwargs)
+    model = FuncModel(name, factory, chunk=chunk)
     params = model.init_params(gen)
     n = len(STEPS) * PER_CLIENT
     if vocab:  # token ids
@@ -91,8 +107,8 @@ def test_prox_correction_through_local_sgd():
 @pytest.mark.parametrize("family", FAMILIES, ids=IDS)
 def test_logits_init_and_module_round_trip(family):
     model, params, x, _, _ = _problem(family, seed=3)
-    name, _, classes, kwargs, _ = family
-    again = make_model(name, family[1] if len(family[1]) > 1 else family[1][0], classes, **kwargs)
+    name, _, classes, factory, _ = family
+    again = FuncModel(name, factory)
     _close(again.init_params(torch.Generator().manual_seed(3)), params, rtol=0, atol=0)  # deterministic
     other = again.init_params(torch.Generator().manual_seed(4))
     assert not torch.equal(other[0], params[0])
@@ -117,7 +133,7 @@ def test_training_with_flat_images_and_fedprox_equals_the_loop():
     xs = [rng.normal(size=(n, 144)).astype(np.float32) for n in (6, 9, 12)]
     ys = [rng.integers(0, 3, len(x)) for x in xs]
     fed = from_device_lists(xs, ys, [x[:3] for x in xs], [y[:3] for y in ys], num_classes=3)
-    model = make_model("resnet_emnist", (1, 12, 12), 3, widths=(2, 4), blocks=1, chunk=2)
+    model = FuncModel("resnet_emnist", partial(CifarResNet, (1, 12, 12), 3, widths=(2, 4), blocks=1), chunk=2)
     fractions = np.array([[1.0, 0.5, 1.0], [0.5, 1.0, 0.0], [1.0, 1.0, 1.0]])
     cfg = TrainSettings("B", 1, 3, 0.1, 3)
     for name, hp in (("fedavg", {}), ("fedprox", {"mu": 0.5})):
@@ -127,15 +143,21 @@ def test_training_with_flat_images_and_fedprox_equals_the_loop():
         _close(a.params, b.params)
 
 
-def test_paper_parameter_counts():
-    def count(name, shape, classes, **kw) -> int:
-        return make_model(name, shape, classes, **kw).num_params()
-
-    assert count("resnet20", (3, 32, 32), 10) == 269_722  # He et al.: 0.27M
-    assert count("vgg11", 3072, 10) == 9_750_922  # FedMA's VGG-11 for CIFAR-10: 9.75M
-    # LEAF Shakespeare: embedding 80 × 8, LSTM 8 → 256 → 256, dense 256 → 80.
-    lstm = 4 * 256 * (8 + 256 + 2) + 4 * 256 * (256 + 256 + 2)
-    assert count("char_lstm", 80, 80) == 80 * 8 + lstm + 256 * 80 + 80
+def test_text_module_torch_and_matmul_lstm_agree():
+    """TextLSTM with torch.nn.LSTM (the zoo's twin) and with the matmul LSTM (the torch.func path) draw
+    the same initial parameters and compute the same logits."""
+    torch.manual_seed(0)
+    fused = TextLSTM(30, 4, 6, 2, 5, recurrent="torch")
+    torch.manual_seed(0)
+    matmul = TextLSTM(30, 4, 6, 2, 5, recurrent="matmul")
+    assert [n for n, _ in fused.named_parameters()] == [n for n, _ in matmul.named_parameters()]
+    for a, b in zip(fused.parameters(), matmul.parameters(), strict=True):
+        assert torch.equal(a, b)
+    x = torch.randint(0, 30, (3, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), matmul(x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="recurrent"):
+        TextLSTM(30, 4, 6, 2, 5, recurrent="gru")
 
 
 def test_lstm_matches_torch_lstm():

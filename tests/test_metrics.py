@@ -1,5 +1,6 @@
 """Per-client accuracy (EFL's mean testing accuracy), loss fairness, and the global test set."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from hetfl.data.federation import from_device_lists, load_federation, save_federation
-from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means
+from hetfl.engine.evaluate import eval_subsample, loss_fairness, mean_client_accuracy, per_client_means
 from hetfl.engine.runner import TrainSettings, train
 from hetfl.models import make_model
 
@@ -78,6 +79,49 @@ def test_no_global_test_metric_without_a_global_test_set():
     cfg = TrainSettings(scheme="A", local_epochs=1, batch_size=2, eta0=0.5, rounds=1, seed=0)
     res = train(make_model("logreg", 2, 2), fed, np.ones((1, 3)), cfg)
     assert not any(k.startswith("global_test") for _, k, _ in res.records)
+
+
+def test_global_test_subsample_is_fixed_seeded_and_scored_exactly():
+    """global_test_samples = 3 of the 5 global test samples: the metrics are those of exactly the 3
+    samples eval_subsample picks from the seed, the same ones every round; the local holdout metrics
+    are untouched; a subsample at least as large as the split is the whole split."""
+    fed = _three_client_logistic(global_test=True)
+    model = make_model("logreg", 2, 2)
+    base = TrainSettings(scheme="C", local_epochs=1, batch_size=2, eta0=0.5, rounds=2, seed=4)
+    full = train(model, fed, np.ones((2, 3)), base)
+    sub = train(model, fed, np.ones((2, 3)), dataclasses.replace(base, global_test_samples=3))
+    keep = eval_subsample(5, 3, seed=4)
+    assert len(keep) == 3 and list(keep) == sorted(set(keep.tolist()))
+    np.testing.assert_array_equal(keep, eval_subsample(5, 3, seed=4))  # fixed by the seed
+    assert any(not np.array_equal(eval_subsample(5, 3, seed=s), keep) for s in range(5, 12))
+    W, b = sub.params
+    for tau in (1, 2):
+        rows = {k: v for r, k, v in sub.records if r == tau}
+        full_rows = {k: v for r, k, v in full.records if r == tau}
+        assert rows["test_accuracy"] == full_rows["test_accuracy"]  # local holdouts: never subsampled
+    last = {k: v for r, k, v in sub.records if r == 2}
+    logits = torch.from_numpy(fed.x_global[keep]) @ W + b
+    y = torch.from_numpy(fed.y_global[keep])
+    assert last["global_test_accuracy"] == pytest.approx(float((logits.argmax(1) == y).float().mean()))
+    assert last["global_test_loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)))
+    whole = train(model, fed, np.ones((2, 3)), dataclasses.replace(base, global_test_samples=5))
+    assert whole.records == train(model, fed, np.ones((2, 3)), base).records
+    np.testing.assert_array_equal(eval_subsample(5, 9, seed=0), np.arange(5))
+
+
+def test_global_test_samples_config_key_reaches_the_run_spec():
+    from hetfl.config import expand_runs, validate_config
+
+    cfg = {"experiments": {"e": {"table": "accuracy_difference", "dataset": "mnist5k", "rounds": 2,
+                                 "settings": {"IID": {"partition": {"label_skew": "iid"}}},
+                                 "num_devices": 4, "model": "mlp", "seeds": [0],
+                                 "num_traces": [1], "schemes": ["A"]}}}
+    assert {r.global_test_samples for r in expand_runs(validate_config(cfg))} == {None}  # default: all
+    cfg["experiments"]["e"]["global_test_samples"] = 500
+    assert {r.global_test_samples for r in expand_runs(validate_config(cfg))} == {500}
+    cfg["experiments"]["e"]["global_test_samples"] = 0
+    with pytest.raises(ValueError, match="global_test_samples.*>= 1"):
+        validate_config(cfg)
 
 
 def test_global_test_set_round_trips_through_split_npz(tmp_path):

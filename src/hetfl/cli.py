@@ -455,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from hetfl.engine.allocator import retain_freed_memory
+
+    retain_freed_memory()  # rounds reuse their freed stacks of models instead of faulting in new pages
     if argv[:1] == ["bench"]:  # its own parser: `hetfl bench --help`
         from hetfl.bench import main as bench_main
 

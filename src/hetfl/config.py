@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from hetfl.algorithms.hparams import check_scheme, parse_hyperparameters
+from hetfl.algorithms.hparams import CATALOG, check_scheme, parse_hyperparameters
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 
@@ -31,7 +31,10 @@ class ConfigError(ValueError):
 
 def load_schema() -> dict[str, Any]:
     text = resources.files("hetfl").joinpath(SCHEMA_RESOURCE).read_text()
-    return yaml.safe_load(text)
+    schema = yaml.safe_load(text)
+    # the registry, not the file, lists the algorithms: a new one (or a plugin's) is allowed at once
+    schema["$defs"]["algorithm_name"]["enum"] = list(CATALOG)
+    return schema
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -109,7 +112,11 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _algorithms(exp: dict[str, Any]) -> list[str]:
-    """The experiment's algorithm axis: `algorithms`, else [`algorithm`], else [fedavg]."""
+    """The experiment's algorithm axis: `algorithms` (`all`: every registered one that composes with each of
+    the experiment's schemes, CATALOG[name].schemes), else [`algorithm`], else [fedavg]."""
+    if exp.get("algorithms") == "all":
+        schemes = set(exp.get("schemes") or ())
+        return [name for name, entry in CATALOG.items() if schemes <= set(entry.schemes)]
     return list(exp.get("algorithms") or [exp.get("algorithm", "fedavg")])
 
 
@@ -193,18 +200,21 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
                                   f"{exp['dataset']} (e.g. partition: {{label_skew: iid}})")
             continue
         a, b = sv.setdefault("a", list(DEFAULT_A)), sv.setdefault("b", list(DEFAULT_B))
-        if len(a) != len(b):
-            raise ConfigError(f"config key '{key}.b' has {len(b)} entries, which is not allowed; "
-                              f"allowed: as many as a ({len(a)})")
+        for k, v in (("b", b), ("n", sv.get("n", a))):
+            if len(v) != len(a):
+                raise ConfigError(f"config key '{key}.{k}' has {len(v)} entries, which is not allowed; "
+                                  f"allowed: as many as a ({len(a)})")
         if "num_devices" not in given:
             exp["num_devices"] = len(a)
         if exp["num_devices"] != len(a):
             raise ConfigError(f"config key 'experiments.{name}.num_devices' has value {exp['num_devices']}, "
                               f"which is not allowed; allowed: {len(a)} (the length of {key}.a)")
-    steps = exp.get("local_steps")
-    if steps is not None and len(steps) != exp["num_devices"]:
-        raise ConfigError(f"config key 'experiments.{name}.local_steps' has {len(steps)} entries, which is "
-                          f"not allowed; allowed: one per device ({exp['num_devices']})")
+    keys = [(f"experiments.{name}.settings.{label}", sv) for label, sv in exp["settings"].items()]
+    for key, steps in [(f"experiments.{name}", exp.get("local_steps"))] + [(k, sv.get("local_steps"))
+                                                                            for k, sv in keys]:
+        if steps is not None and len(steps) != exp["num_devices"]:
+            raise ConfigError(f"config key '{key}.local_steps' has {len(steps)} entries, which is "
+                              f"not allowed; allowed: one per device ({exp['num_devices']})")
 
 
 # Models that read flat feature vectors: SYNTHETIC(α, β) is 60 features per sample, not an image.
@@ -248,6 +258,10 @@ def _check_event(name: str, exp: dict[str, Any]) -> None:
         if d >= n:
             raise ConfigError(f"config key '{key}.devices' has value {d}, which is not allowed; "
                               f"allowed: 0..{n - 1} (num_devices = {n})")
+    own = [label for label, sv in exp["settings"].items() if "rounds" in sv]
+    if own:
+        raise ConfigError(f"config key 'experiments.{name}.settings.{own[0]}.rounds' is not allowed with an "
+                          f"event; allowed: the experiment's rounds only (events are placed within them)")
     last = max(ev["rounds"]) + ev["stagger"] * (len(ev.get("devices", [0])) - 1)
     if last > exp["rounds"]:
         raise ConfigError(f"config key '{key}.rounds' has value {max(ev['rounds'])}, which is not allowed; "
@@ -294,6 +308,10 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
                     f"config key 'experiments.{name}.num_traces' has value {k}, which is not allowed; "
                     f"allowed: 1..{n_order} (the length of trace_order)"
                 )
+        k = exp.get("clients_per_round")
+        if k is not None and k > exp["num_devices"]:
+            raise ConfigError(f"config key 'experiments.{name}.clients_per_round' has value {k}, which is "
+                              f"not allowed; allowed: 1..{exp['num_devices']} (num_devices)")
         sizes = exp["sizes"]
         if sizes["max_size"] < sizes["min_size"]:
             raise ConfigError(
@@ -363,10 +381,11 @@ class RunSpec:
     algorithm_params: dict[str, Any] = field(default_factory=dict)  # resolved, defaults included
     lr_schedule: str = "staircase"
     local_steps: tuple[int, ...] | None = None
-    quadratic: dict[str, list[float]] | None = None  # {"a": [...], "b": [...]} for dataset quadratic
+    quadratic: dict[str, list[float]] | None = None  # {"a", "b"[, "n"]: [...]} for dataset quadratic
     partition: dict[str, Any] | None = None  # real datasets: the label skew (data.partition.PartitionSpec)
     data_dir: str | None = None
     global_test: bool = True  # real datasets: also evaluate on the source's own test split
+    global_test_samples: int | None = None  # a fixed, seeded subsample of that split (None: all of it)
     model_params: dict[str, Any] = field(default_factory=dict)
     event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set, boost}
     # readings where the paper is silent or ambiguous (docs/readings.md)
@@ -375,6 +394,10 @@ class RunSpec:
     trace_assignment: str = "random"  # device -> trace: random or stratified
     p_inactive: float = DEFAULT_P_INACTIVE  # inactive probability of T_hi, T_mi, T_lo
     reading: str = ""  # "" = the experiment's own readings; "key=value" = a variant of the readings axis
+    clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = all
+    sampling_weights: str = "sampled"  # the scheme's weights over the sampled set (engine.sampling)
+    acc_x: float | None = None  # FedFOR's ACC_x target (%), read by reports.fedfor; None = the paper's
+    concept_shift: dict[str, Any] | None = None  # {probability}: FedFOR's label shifts (data.concept_shift)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -511,6 +534,12 @@ def _in_readings_grid(spec: RunSpec, grid: dict[str, list[Any]]) -> bool:
                 spec.setting in grid.get("settings", [spec.setting])])
 
 
+def _local_steps(exp: dict[str, Any], setting: dict[str, Any]) -> tuple[int, ...] | None:
+    """Fixed local steps per device: the setting's own, else the experiment's, else None (E·⌈n/B⌉)."""
+    steps = setting.get("local_steps") or exp.get("local_steps")
+    return tuple(steps) if steps else None
+
+
 def expand_runs(config: dict[str, Any]) -> Iterator[RunSpec]:
     """All runs of a validated config, in a stable order: each experiment's grid under its own readings,
     then, for each reading of its `readings` axis, the variants (one reading changed at a time)."""
@@ -534,6 +563,8 @@ def _grid(exp_name: str, exp: dict[str, Any]) -> Iterator[RunSpec]:
         hp = parse_hyperparameters(algorithm, exp["algorithm_params"].get(algorithm))
         quad = {"a": [float(v) for v in sv["a"]], "b": [float(v) for v in sv["b"]]} \
             if exp["dataset"] == "quadratic" else None
+        if quad is not None and "n" in sv:  # only when given: earlier splits keep their params
+            quad["n"] = [int(v) for v in sv["n"]]
         for k, scheme, event, seed in itertools.product(exp["num_traces"], exp["schemes"], _events(exp),
                                                         exp["seeds"]):
             yield RunSpec(
@@ -553,23 +584,28 @@ def _grid(exp_name: str, exp: dict[str, Any]) -> Iterator[RunSpec]:
                 scheme=scheme,
                 num_traces=k,
                 trace_order=tuple(exp["trace_order"]),
-                local_epochs=exp["local_epochs"],
+                local_epochs=sv.get("local_epochs", exp["local_epochs"]),
                 batch_size=exp["batch_size"],
                 eta0=float(exp["eta0"]),
-                rounds=exp["rounds"],
+                rounds=sv.get("rounds", exp["rounds"]),
                 eval_every=exp["eval_every"],
                 seed=seed,
                 algorithm_params=asdict(hp),
                 lr_schedule=exp["lr_schedule"],
-                local_steps=tuple(exp["local_steps"]) if exp.get("local_steps") else None,
+                local_steps=_local_steps(exp, sv),
                 quadratic=quad,
                 partition=dict(sv["partition"]) if "partition" in sv else None,
                 data_dir=exp.get("data_dir"),
                 global_test=exp["global_test"],
+                global_test_samples=exp["global_test_samples"],
                 model_params=dict(exp["model_params"]),
                 event=event,
                 local_work=exp["local_work"],
                 completion=exp["completion"],
                 trace_assignment=exp["trace_assignment"],
                 p_inactive=float(exp["p_inactive"]),
+                clients_per_round=exp.get("clients_per_round"),
+                sampling_weights=exp["sampling_weights"],
+                acc_x=exp.get("acc_x"),
+                concept_shift=dict(exp["concept_shift"]) if exp.get("concept_shift") else None,
             )

@@ -30,7 +30,7 @@ import torch
 import hetfl
 from hetfl.algorithms import make_algorithm
 from hetfl.config import INACTIVE_TRACES, TEXT_MODELS, RunSpec
-from hetfl.data import traces
+from hetfl.data import concept_shift, traces
 from hetfl.data.build import check_split
 from hetfl.data.events import Event, Schedule, build_schedule
 from hetfl.data.federation import Federation, load_federation
@@ -230,7 +230,13 @@ class RunJob:
                                  eval_every=spec.eval_every, seed=spec.seed, lr_schedule=spec.lr_schedule,
                                  local_steps=spec.local_steps, local_work=spec.local_work,
                                  completion=spec.completion,
-                                 boost=(spec.event or {}).get("boost", "additive"))
+                                 boost=(spec.event or {}).get("boost", "additive"),
+                                 global_test_samples=spec.global_test_samples,
+                                 clients_per_round=spec.clients_per_round,
+                                 sampling_weights=spec.sampling_weights,
+                                 label_maps=None if not spec.concept_shift else concept_shift.label_maps(
+                                     fed.num_classes, spec.rounds, spec.concept_shift["probability"],
+                                     spec.seed))
         self.resume = None if ckpt is None else Snapshot(ckpt["tau"], ckpt["params"], ckpt["state"],
                                                          _unpack(ckpt["records"]), ckpt["status"])
         self.wall_before = 0.0 if ckpt is None else float(ckpt["wall"])

@@ -30,18 +30,25 @@ def snakemake_pids(directory: Path) -> list[int]:
     """Processes running snakemake whose working directory is `directory` (Linux /proc; [] without it).
 
     Snakemake's --directory changes its working directory, so this finds `snakemake --directory DIR`
-    started anywhere, and not the job processes (`hetfl train`) it spawns."""
-    directory, me, found = directory.resolve(), os.getpid(), []
+    started anywhere, and not the job processes (`hetfl train`) it spawns. Directories are compared by
+    device and inode, not by path: under a chroot or a bind mount /proc names the same directory by
+    another path."""
+    try:
+        target = os.stat(directory)
+    except OSError:
+        return []
+    me, found = os.getpid(), []
     proc = Path("/proc")
     for entry in proc.iterdir() if proc.is_dir() else ():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")[:3]
-            cwd = Path(os.readlink(entry / "cwd"))
+            cwd = os.stat(entry / "cwd")
         except OSError:  # gone, or not ours to read
             continue
-        if cwd == directory and any(os.path.basename(a) == b"snakemake" for a in argv):
+        same_dir = (cwd.st_dev, cwd.st_ino) == (target.st_dev, target.st_ino)
+        if same_dir and any(os.path.basename(a) == b"snakemake" for a in argv):
             found.append(int(entry.name))
     return sorted(found)
 

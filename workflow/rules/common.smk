@@ -8,6 +8,7 @@ from hetfl.config import ConfigError, expand_runs, validate_config
 from hetfl.fingerprint import fingerprint
 from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
 from hetfl.reports.tables import BUILDERS as TABLE_BUILDERS
+from hetfl.reports.tables import SOURCES as TABLE_SOURCES
 
 try:
     _validated = validate_config(config)
@@ -17,7 +18,9 @@ config.clear()
 config.update(_validated)
 
 RUNS = {(s.experiment, s.run): s for s in expand_runs(config)}
-TABLES = sorted({s.table for s in RUNS.values()} - {"none"})
+_RUN_TABLES = {s.table for s in RUNS.values()} - {"none"}
+# plus the tables built from another table's runs (hetfl.reports.tables.SOURCES: fairness from bmta)
+TABLES = sorted(_RUN_TABLES | {t for t, src in TABLE_SOURCES.items() if src in _RUN_TABLES})
 # tables whose experiments have a readings axis also get <table>_readings.{md,csv}
 READINGS_TABLES = sorted({s.table for s in RUNS.values() if s.reading} - {"none"})
 
@@ -47,7 +50,8 @@ def run_files(specs, reading=None):
 
 
 def runs_of_table(table, reading=""):
-    return run_files([s for s in RUNS.values() if s.table == table], reading)
+    tables = {table, TABLE_SOURCES.get(table)}
+    return run_files([s for s in RUNS.values() if s.table in tables], reading)
 
 
 # A cell = the runs that share a split; each cell trains in one `hetfl train --cell` process (imports and

@@ -5,6 +5,9 @@
 # Snakemake's params rerun trigger).
 
 
+from functools import partial
+
+
 def cell_specs(exp, suffix, wc):
     return CELLS[f"{exp}/{wc.setting}{suffix}/seed{wc.seed}"]
 
@@ -37,6 +40,14 @@ for _exp, _suffix, _templates, _cells in _GROUPS:
             code=lambda wc, exp=_exp, suffix=_suffix: fingerprint(
                 "train", tuple(sorted({s.algorithm for s in cell_specs(exp, suffix, wc)}))),
             logs=f"logs/train/{_exp}",
+            device=cluster_device(partial(cell_specs, _exp, _suffix)),  # cuda when the job gets a GPU
+        # cluster placement (workflow/rules/cluster.smk, hetfl.cluster): memory, time limit, GPU, partition
+        # and account from the cell's scale and the environment; short CPU jobs share one cluster job
+        group:
+            cluster_group(partial(cell_specs, _exp, _suffix))
+        resources:
+            **cluster_resources(partial(cell_specs, _exp, _suffix)),
         shell:
             "hetfl train --cell {params.cell:q} --split {input.split} --traces-root data_splits"
-            " --results-root results --log-dir {params.logs} --threads {threads} > {log} 2>&1"
+            " --results-root results --log-dir {params.logs} --threads {threads} --device {params.device}"
+            " > {log} 2>&1"

@@ -1,7 +1,9 @@
-"""Algorithm registry: name → class, paper and hyperparameters (see hparams.CATALOG).
+"""Algorithm registry: name → class, paper, hyperparameters and table label (see hparams.CATALOG).
 
-Importing this package stays light (no torch): classes are imported when first asked for, so config
-validation and `hetfl algorithms` do not pay for torch.
+The catalog holds hetfl's own algorithms and those other packages register through the entry point group
+"hetfl.algorithms" (registry.py; docs/adding-an-algorithm.md). Importing this package stays light (no
+torch): classes are imported when first asked for, so config validation and `hetfl algorithms` do not
+pay for torch.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from hetfl.algorithms.hparams import CATALOG, describe, parse_hyperparameters
+from hetfl.algorithms.registry import ENTRY_POINT_GROUP, AlgorithmEntry
 
 if TYPE_CHECKING:
     from hetfl.algorithms.base import Algorithm
@@ -17,11 +20,23 @@ if TYPE_CHECKING:
 ALGORITHM_NAMES: tuple[str, ...] = tuple(CATALOG)
 
 
+def method_label(name: str) -> str:
+    """The method's name in the papers' tables ("VRL-SGD" for vrlsgd); the name itself when unknown."""
+    entry = CATALOG.get(name)
+    return entry.display if entry is not None else name
+
+
 def algorithm_class(name: str) -> type[Algorithm]:
     if name not in CATALOG:
         raise ValueError(f"algorithm '{name}' is unknown; allowed: {', '.join(ALGORITHM_NAMES)}")
-    module, cls = CATALOG[name].target.split(":")
-    return getattr(importlib.import_module(module), cls)
+    entry = CATALOG[name]
+    module, attr = entry.target.split(":")
+    cls = getattr(importlib.import_module(module), attr)
+    if getattr(cls, "Params", entry.params) is not entry.params:
+        raise TypeError(f"algorithm '{name}': class {entry.target} has Params = {cls.Params.__name__} but is "
+                        f"registered with {entry.params.__name__}; set `Params = {entry.params.__name__}` on "
+                        "the class")
+    return cls
 
 
 def make_algorithm(name: str, params: dict[str, Any] | None = None, **hyperparameters: Any) -> Algorithm:
@@ -41,5 +56,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'hetfl.algorithms' has no attribute '{name}'")
 
 
-__all__ = ["ALGORITHM_NAMES", "CATALOG", "algorithm_class", "describe", "make_algorithm",
-           "parse_hyperparameters", *_LAZY]
+__all__ = ["ALGORITHM_NAMES", "CATALOG", "ENTRY_POINT_GROUP", "AlgorithmEntry", "algorithm_class", "describe",
+           "make_algorithm", "method_label", "parse_hyperparameters", *_LAZY]

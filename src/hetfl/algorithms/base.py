@@ -53,6 +53,7 @@ class Task:
     x_train: Tensor
     y_train: Tensor
     offsets: np.ndarray
+    seed: int = 0  # the run's seed: an algorithm's own randomness (FedGATE's quantiser) derives from it
 
     @property
     def num_devices(self) -> int:
@@ -99,6 +100,13 @@ class Algorithm:
         """Per-client starting parameters [K, ...], or None when every client starts from `params`."""
         return None
 
+    def local_model(self, model: Any) -> Any:
+        """The model local SGD trains (default: the task's model). A method that trains more than the
+        model's parameters returns a wrapper whose `grads` covers them all (APFL trains w, v and α
+        together); `client_start` then gives the starting values of every entry, and `aggregate` receives
+        them all as `finals`."""
+        return model
+
     #: False turns an algorithm's correction off (e.g. FedNova without momentum or prox is plain SGD).
     corrects: bool = True
 
@@ -126,7 +134,8 @@ class Algorithm:
 
         Every override ends with `with_buffers`: buffers are averaged, never scaled by the scheme."""
         delta = deltas(params, finals)
-        new = self.with_buffers(weighted_update(params, finals, info.weights), finals, info)
+        # Δ once: each stack of K models is memory
+        new = self.with_buffers(apply_update(params, delta, info.weights), finals, info)
         return new, state, comm.round_metrics(up=delta, down=params, clients=len(info.clients))
 
     def with_buffers(self, new: Params, finals: Params, info: RoundInfo,
@@ -170,7 +179,12 @@ def weighted_sum(stacked: Params, weights: np.ndarray) -> Params:
 
 def weighted_update(params: Params, finals: Params, weights: np.ndarray) -> Params:
     """Ruan et al. Eq. (2): w ← w + Σ_k p_τ^k (w_k − w)."""
-    return [g + s for g, s in zip(params, weighted_sum(deltas(params, finals), weights), strict=True)]
+    return apply_update(params, deltas(params, finals), weights)
+
+
+def apply_update(params: Params, delta: Params, weights: np.ndarray) -> Params:
+    """Eq. (2) from the updates Δ_k = w_k − w already computed: w ← w + Σ_k p_τ^k Δ_k."""
+    return [g + s for g, s in zip(params, weighted_sum(delta, weights), strict=True)]
 
 
 def normalized(weights: np.ndarray) -> np.ndarray:

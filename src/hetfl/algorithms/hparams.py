@@ -1,4 +1,4 @@
-"""Hyperparameters of every algorithm: one dataclass each, plus the catalog (name → paper, class).
+"""Hyperparameters of every algorithm: one dataclass each, plus the catalog (name → paper, class, label).
 
 This module imports no torch, so that validating a config (Snakemake, `hetfl validate`) and listing the
 algorithms (`hetfl algorithms`) stay fast. Each field carries its description and allowed range in its
@@ -13,6 +13,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from hetfl.algorithms.registry import AlgorithmEntry, discover
 
 
 def hyper(default: Any, doc: str, *, minimum: float | None = None, exclusive_minimum: float | None = None,
@@ -113,51 +115,122 @@ class FedDynElasticNetParams:
 
 
 @dataclass(frozen=True)
-class AlgorithmEntry:
-    """One registered algorithm: where its class lives, its hyperparameters and its source."""
-
-    name: str
-    target: str  # "module:Class", imported on demand (torch stays out of config validation)
-    params: type
-    paper: str
-    # Ruan et al.'s aggregation schemes the algorithm composes with, and why others are refused: an
-    # algorithm that carries its own step correction must not get Scheme C's E/s on top of it, nor run
-    # without it when the correction IS Scheme C (docs/algorithms.md, "Schemes and step corrections")
-    schemes: tuple[str, ...] = ("A", "B", "C")
-    schemes_why: str = ""
+class FedAvgMParams:
+    beta: float = hyper(0.9, "server momentum β of m ← βm + Σ p_τ^k Δ_k (0 = FedAvg)", minimum=0.0,
+                        exclusive_maximum=1.0)
+    server_lr: float = hyper(1.0, "server step size η_s of w ← w + η_s m", exclusive_minimum=0.0)
 
 
-CATALOG: dict[str, AlgorithmEntry] = {e.name: e for e in (
+@dataclass(frozen=True)
+class CompressionParams:
+    """FedAvg + top-k or ST compression with error feedback (FedElasticNet's reviewers' baseline)."""
+
+    bits_per_entry: float = hyper(1.0, "bit budget per entry of each sent tensor (plus one float32); "
+                                  "1 matches scaled sign's cost", exclusive_minimum=0.0, maximum=32.0)
+
+
+@dataclass(frozen=True)
+class ApflParams:
+    alpha0: float = hyper(0.5, "initial mixing weight α_k of v̄_k = α_k v_k + (1 − α_k) w_k (FedTorch's "
+                               "default)", minimum=0.0, maximum=1.0)
+    adaptive: bool = hyper(True, "update α_k by its gradient ⟨v_k − w_k, ∇f_k(v̄_k)⟩ every local step "
+                                 "(false: α_k stays alpha0)")
+    alpha_lr_scale: float = hyper(1.0, "α's step size as a multiple of the round's learning rate η (the "
+                                       "paper uses η)", minimum=0.0)
+
+
+@dataclass(frozen=True)
+class FedAmpParams:
+    """Defaults: PFLlib's FedAMP scripts (alk 5e-3, sg 0.1, lam 5e-7); the paper's values are not stated in
+    what hetfl could read."""
+
+    alpha_k: float = hyper(5e-3, "attention step α_k of ξ_ij = α_k A'(‖w_i − w_j‖²) and of the prox weight "
+                                 "λ/α_k", exclusive_minimum=0.0)
+    sigma: float = hyper(0.1, "scale σ of the attention function A(x) = 1 − exp(−x/σ)", exclusive_minimum=0.0)
+    lam: float = hyper(5e-7, "λ of the local objective F_i(w) + λ/(2α_k)‖w − u_i‖²", minimum=0.0)
+    start: str = hyper("cloud", "local training starts from the cloud model u_i (cloud) or from the device's "
+                       "own model w_i (own, PFLlib's client)", choices=("cloud", "own"))
+
+
+PERIOD_DOC = ("τ_k of the correction update: the steps the device did (done) or a complete round's (full); "
+              "the paper has every device do the same τ")
+
+
+@dataclass(frozen=True)
+class VrlSgdParams:
+    period: str = hyper("done", PERIOD_DOC, choices=("done", "full"))
+
+
+@dataclass(frozen=True)
+class FedGateParams:
+    server_lr: float = hyper(1.0, "server step size γ of w ← w − ηγΔ", exclusive_minimum=0.0)
+    quantizer: str = hyper("qsgd", "upload quantiser Q: qsgd (unbiased, Alistarh et al. 2017) or none "
+                           "(FedGATE without compression)", choices=("qsgd", "none"))
+    levels: int = hyper(127, "QSGD levels s: 1 + ⌈log2(s + 1)⌉ bits per entry (127: 8 bits)", minimum=1)
+    bucket: int = hyper(512, "QSGD bucket size: one norm per this many entries", minimum=1)
+    period: str = hyper("done", PERIOD_DOC, choices=("done", "full"))
+
+
+BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("fedavg", "hetfl.algorithms.fedavg:FedAvg", NoParams,
-                   "McMahan et al. 2017 (FedAvg); Ruan et al. 2021, seed 002 (Schemes A/B/C)"),
+                   "McMahan et al. 2017 (FedAvg); Ruan et al. 2021, seed 002 (Schemes A/B/C)", "FedAvg"),
     AlgorithmEntry("fedprox", "hetfl.algorithms.fedprox:FedProx", FedProxParams,
-                   "Li et al. 2020 (FedProx), compared in seeds 000, 003, 004"),
+                   "Li et al. 2020 (FedProx), compared in seeds 000, 003, 004", "FedProx"),
     AlgorithmEntry("scaffold", "hetfl.algorithms.scaffold:Scaffold", ScaffoldParams,
-                   "Karimireddy et al. 2020 (SCAFFOLD, option II), compared in seeds 000, 003, 004"),
+                   "Karimireddy et al. 2020 (SCAFFOLD, option II), compared in seeds 000, 003, 004",
+                   "SCAFFOLD"),
     AlgorithmEntry("fednova", "hetfl.algorithms.fednova:FedNova", FedNovaParams,
-                   "Wang et al. 2020 (FedNova), lecture notes seed 001", schemes=("A", "B"),
+                   "Wang et al. 2020 (FedNova), lecture notes seed 001", "FedNova", schemes=("A", "B"),
                    schemes_why="FedNova's τ_eff/a_i already removes the step bias that Scheme C's E/s "
                                "removes: under C the update would be divided by the steps twice"),
     AlgorithmEntry("feddyn", "hetfl.algorithms.feddyn:FedDyn", FedDynParams,
-                   "Acar et al. 2021 (FedDyn), compared in seeds 003, 004"),
+                   "Acar et al. 2021 (FedDyn), compared in seeds 003, 004", "FedDyn"),
     AlgorithmEntry("fedcurv", "hetfl.algorithms.fedcurv:FedCurv", FedCurvParams,
-                   "Shoham et al. 2019 (FedCurv), compared in seed 003"),
+                   "Shoham et al. 2019 (FedCurv), compared in seed 003", "FedCurv"),
     AlgorithmEntry("fedbn", "hetfl.algorithms.fedbn:FedBN", NoParams,
-                   "Li et al. 2021 (FedBN), compared in seed 003"),
+                   "Li et al. 2021 (FedBN), compared in seed 003", "FedBN"),
     AlgorithmEntry("fedfor", "hetfl.algorithms.fedfor:FedFor", FedForParams,
-                   "Tian, Smith, Kira 2022 (FedFOR, Eq. 7), seed 003"),
+                   "Tian, Smith, Kira 2022 (FedFOR, Eq. 7), seed 003", "FedFOR"),
     AlgorithmEntry("efl", "hetfl.algorithms.efl:EFL", EflParams,
-                   "Ma et al. 2022 (Elastic Federated Learning, Eq. 2-6, Algorithms 1-2), seed 000",
+                   "Ma et al. 2022 (Elastic Federated Learning, Eq. 2-6, Algorithms 1-2), seed 000", "EFL",
                    schemes=("C",),
                    schemes_why="EFL's adaptive coefficient p_τ^k = E·p^k/s_τ^k is Scheme C: under A or B "
                                "EFL would silently drop it"),
     AlgorithmEntry("fedelasticnet", "hetfl.algorithms.elasticnet:FedElasticNet", ElasticNetParams,
-                   "FedElasticNet Algorithm 1 (on FedAvg/FedProx), seed 004"),
+                   "FedElasticNet Algorithm 1 (on FedAvg/FedProx), seed 004", "FedElasticNet"),
     AlgorithmEntry("scaffold_elasticnet", "hetfl.algorithms.elasticnet:ScaffoldElasticNet",
-                   ScaffoldElasticNetParams, "FedElasticNet Algorithm 2 (on SCAFFOLD), seed 004"),
+                   ScaffoldElasticNetParams, "FedElasticNet Algorithm 2 (on SCAFFOLD), seed 004",
+                   "SCAFFOLD+ElasticNet"),
     AlgorithmEntry("feddyn_elasticnet", "hetfl.algorithms.elasticnet:FedDynElasticNet",
-                   FedDynElasticNetParams, "FedElasticNet Algorithm 3 (on FedDyn), seed 004"),
+                   FedDynElasticNetParams, "FedElasticNet Algorithm 3 (on FedDyn), seed 004",
+                   "FedDyn+ElasticNet"),
+    AlgorithmEntry("fedavgm", "hetfl.algorithms.fedavgm:FedAvgM", FedAvgMParams,
+                   "Hsu, Qi, Brown 2019 (FedAvgM, server momentum); docs/adding-an-algorithm.md", "FedAvgM"),
+    AlgorithmEntry("apfl", "hetfl.algorithms.apfl:APFL", ApflParams,
+                   "Deng, Kamani, Mahdavi 2020 (APFL, arXiv 2003.13461, Algorithm 1, adaptive α), compared "
+                   "in seed 000", "APFL"),
+    AlgorithmEntry("fedamp", "hetfl.algorithms.fedamp:FedAMP", FedAmpParams,
+                   "Huang et al. 2021 (FedAMP, AAAI, Eq. 7-8), compared in seed 000", "FedAMP"),
+    AlgorithmEntry("fedgate", "hetfl.algorithms.fedgate:FedGATE", FedGateParams,
+                   "Haddadpour et al. 2021 (FedGATE with compression, FedCOMGATE, Algorithm 2), compared in "
+                   "seed 000", "FedGATE"),
+    AlgorithmEntry("vrlsgd", "hetfl.algorithms.vrlsgd:VRLSGD", VrlSgdParams,
+                   "Liang et al. 2019 (VRL-SGD, arXiv 1912.12844, Algorithm 1), compared in seed 000",
+                   "VRL-SGD"),
+    AlgorithmEntry("topk_ef", "hetfl.algorithms.compressed:CompressedFedAvg", CompressionParams,
+                   "FedAvg + top-k + error feedback at a matched bit budget (seed 004's reviewers)",
+                   "FedAvg+top-k+EF"),
+    AlgorithmEntry("sign_ef", "hetfl.algorithms.compressed:SignFedAvg", NoParams,
+                   "FedAvg + scaled sign + error feedback, EF-SignSGD (seed 004's reviewers)",
+                   "FedAvg+sign+EF"),
+    AlgorithmEntry("st_ef", "hetfl.algorithms.compressed:TernaryFedAvg", CompressionParams,
+                   "FedAvg + sparse ternary (EFL's ST) + error feedback at a matched bit budget "
+                   "(seed 004's reviewers)", "FedAvg+ST+EF"),
 )}
+
+#: every algorithm hetfl knows: its own (BUILTIN) and those other packages register through the entry point
+#: group "hetfl.algorithms" (registry.discover). The config schema's enum is filled in from it.
+CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN)
 
 
 def _allowed(meta: dict[str, Any], typ: str) -> str:
@@ -171,8 +244,13 @@ def _allowed(meta: dict[str, Any], typ: str) -> str:
     return ", ".join(parts)
 
 
+def _type_name(f: dataclasses.Field) -> str:
+    """'float', 'int', 'str' or 'bool' whether or not the defining module postpones annotations."""
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
 def _check_value(f: dataclasses.Field, value: Any, key: str) -> Any:
-    meta, typ = f.metadata, str(f.type)
+    meta, typ = f.metadata, _type_name(f)
     shown = json.dumps(value) if not isinstance(value, dict) else "{...}"
     bad = ValueError(f"config key '{key}' has value {shown}, which is not allowed; "
                      f"allowed: {_allowed(meta, typ)}")
@@ -235,5 +313,5 @@ def check_scheme(algorithm: str, scheme: str, key: str = "schemes") -> None:
 def describe(algorithm: str) -> list[tuple[str, Any, str]]:
     """(name, default, description with allowed values) of each hyperparameter."""
     cls = CATALOG[algorithm].params
-    return [(f.name, f.default, f"{f.metadata['doc']} [{_allowed(f.metadata, str(f.type))}]")
+    return [(f.name, f.default, f"{f.metadata.get('doc', '')} [{_allowed(f.metadata, _type_name(f))}]")
             for f in dataclasses.fields(cls)]

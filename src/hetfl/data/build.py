@@ -68,7 +68,7 @@ def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> di
     if dataset == "quadratic":
         q = s.get("quadratic") or {}
         a, b = q.get("a", quad_data.DEFAULT_A), q.get("b", quad_data.DEFAULT_B)
-        fed = quad_data.build_quadratic(a, b)
+        fed = quad_data.build_quadratic(a, b, q.get("n"))
     elif dataset == "synthetic":
         if s.get("alpha") is None or s.get("beta") is None:
             raise ValueError("dataset 'synthetic' needs alpha and beta")
@@ -98,8 +98,10 @@ def resolve_split_spec(split_spec: dict[str, Any]) -> dict[str, Any]:
     dataset = s.get("dataset")
     if dataset == "quadratic":
         q = s.get("quadratic") or {}
-        return {"dataset": dataset, "quadratic": {"a": [float(v) for v in q.get("a", quad_data.DEFAULT_A)],
-                                                   "b": [float(v) for v in q.get("b", quad_data.DEFAULT_B)]}}
+        a = [float(v) for v in q.get("a", quad_data.DEFAULT_A)]
+        b = [float(v) for v in q.get("b", quad_data.DEFAULT_B)]
+        n = [int(v) for v in q.get("n", [1] * len(a))]
+        return {"dataset": dataset, "quadratic": {"a": a, "b": b, "n": n}}
     out = {"dataset": dataset, "num_devices": s.get("num_devices"),
            "test_fraction": float(s.get("test_fraction", 0.2))}
     sizes = s.get("sizes") or None

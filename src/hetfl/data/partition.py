@@ -25,8 +25,12 @@ how many samples it holds. Label skews and the code each one follows:
   client (s = 2 in the paper).
 * ``longtail`` — FedFOR's Imbalanced CIFAR-10 (Tian et al. 2022, §4.2): every client gets its own
   long-tail over a class order, counts ``int(h · ρ^(r/(C−1)))`` for rank r (Cao et al. 2019), head
-  count h = ``client_fraction`` · n / C, so the ratio of its smallest to largest class is ρ. Class
-  orders are random rotations of a random permutation, one per block of C clients (see _longtail).
+  count h = ``client_fraction`` · n / C, so the ratio of its smallest to largest class is ρ. Two ways to
+  draw the samples (``draw``): ``"disjoint"`` (default) deals every sample at most once, class orders
+  being random rotations of a random permutation, one per block of C clients (see _longtail);
+  ``"independent"`` is FedFOR's own "during each global iteration, we first randomly sample 10 %
+  training data and further trim the data with a different long tail": every client draws its samples
+  from the whole data set afresh, in its own random class order, so clients overlap and N is unbounded.
 * ``natural`` — one client per writer/speaker id (LEAF's FEMNIST, Shakespeare, Sent140).
 
 ``local_holdout`` splits every client's indices into a local train and test part (for the mean
@@ -57,6 +61,7 @@ __all__ = [
 
 LABEL_SKEWS: tuple[str, ...] = ("iid", "dirichlet", "pathological", "shards", "longtail", "natural")
 LABEL_CHOICES: tuple[str, ...] = ("cyclic", "random")  # pathological: NIID-Bench i mod C | Ruan et al.
+LONGTAIL_DRAWS: tuple[str, ...] = ("disjoint", "independent")  # longtail: hetfl's dealing | FedFOR's draws
 _NO_SIZE_SKEW = ("shards", "natural")  # their sizes are part of the definition
 _MAX_DIRICHLET_DRAWS = 1000  # NIID-Bench loops forever; hetfl gives up with an error instead
 
@@ -85,6 +90,8 @@ class PartitionSpec:
     a uniform m-subset per client; classes nobody draws are dropped).
     ``min_samples``: natural only, writers/speakers with fewer samples are not eligible (LEAF's ``-k``;
     a device needs 2 for its local train/test split; 0 keeps every id).
+    ``draw``: longtail only, one of :data:`LONGTAIL_DRAWS`: ``"disjoint"`` (every sample dealt at most
+    once) or ``"independent"`` (FedFOR: every client drawn from all the data afresh; clients overlap).
     """
 
     label_skew: str = "iid"
@@ -97,6 +104,7 @@ class PartitionSpec:
     min_size: int = 10
     label_choice: str = "cyclic"
     min_samples: int = 0
+    draw: str = "disjoint"
 
     def __post_init__(self) -> None:
         if self.label_skew not in LABEL_SKEWS:
@@ -131,6 +139,11 @@ class PartitionSpec:
             raise ValueError(f"PartitionSpec.min_size={self.min_size!r} must be an integer >= 0")
         if not _is_int(self.min_samples) or self.min_samples < 0:
             raise ValueError(f"PartitionSpec.min_samples={self.min_samples!r} must be an integer >= 0")
+        if not isinstance(self.draw, str) or self.draw not in LONGTAIL_DRAWS:
+            raise ValueError(f"PartitionSpec.draw={self.draw!r} is unknown; allowed: {LONGTAIL_DRAWS}")
+        if self.draw != "disjoint" and self.label_skew != "longtail":
+            raise ValueError(f"PartitionSpec.draw={self.draw!r} applies to label_skew='longtail' only; "
+                             f"label_skew={self.label_skew!r} allows draw='disjoint'")
         if not isinstance(self.label_choice, str) or self.label_choice not in LABEL_CHOICES:
             raise ValueError(
                 f"PartitionSpec.label_choice={self.label_choice!r} is unknown; allowed: {LABEL_CHOICES}"
@@ -405,6 +418,9 @@ def _longtail(
                 f"longtail: client {k}'s head class holds {int(counts[0])} samples, so its tail "
                 f"(× imbalance_ratio={spec.imbalance_ratio}) rounds to 0; raise client_fraction or the sizes"
             )
+        if spec.draw == "independent":
+            parts.append(_longtail_draw(pools, counts, k, rng))
+            continue
         if k % n_classes == 0:  # a new block of C clients: a fresh class order and rotation per client
             base, shifts = rng.permutation(n_classes), rng.permutation(n_classes)
         # Within a block every class takes every rank exactly once, so all classes are drawn on equally
@@ -422,6 +438,20 @@ def _longtail(
             used[c] += counts[r]
         parts.append(np.concatenate(chunk))
     return parts
+
+
+def _longtail_draw(pools: list[np.ndarray], counts: np.ndarray, k: int, rng: np.random.Generator
+                   ) -> np.ndarray:
+    """FedFOR's fresh client: counts[r] samples of the class at rank r of its own random class order,
+    drawn without replacement from all of that class (other clients may hold the same samples)."""
+    order = rng.permutation(len(pools))
+    chunk = []
+    for r, c in enumerate(order):
+        if counts[r] > len(pools[c]):
+            raise ValueError(f"longtail: client {k}'s rank-{r} class needs {int(counts[r])} samples; "
+                             f"class position {int(c)} has {len(pools[c])}: lower client_fraction")
+        chunk.append(rng.choice(pools[c], size=int(counts[r]), replace=False))
+    return np.concatenate(chunk)
 
 
 def _natural(
@@ -456,7 +486,8 @@ def partition(
     """Deal the samples behind ``labels`` to ``num_clients`` clients; one sorted int64 index array each.
 
     Pure: the result depends only on the arguments; one ``numpy.random.default_rng(seed)`` drives every
-    draw (the size skew, when given, is drawn first). Clients are pairwise disjoint; iid, shards,
+    draw (the size skew, when given, is drawn first). Clients are pairwise disjoint (except longtail with
+    ``draw="independent"``, FedFOR's overlapping fresh clients); iid, shards,
     pathological with ``label_choice="cyclic"`` and natural (with all ids) keep every sample unless a size
     skew asks for fewer; pathological with ``"random"`` keeps every sample of the classes drawn.
     ``client_ids`` is used by ``natural`` only.

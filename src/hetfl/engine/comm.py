@@ -32,21 +32,46 @@ def nonzeros(tensors: list[Tensor]) -> int:
     return int(sum(int(torch.count_nonzero(t)) for t in tensors))
 
 
-def entropy_bits(tensors: list[Tensor], bin_width: float = ENTROPY_BIN, centred: bool = False) -> float:
+def entropy_bits(tensors: list[Tensor], bin_width: float = ENTROPY_BIN, centred: bool = False,
+                 chunk: int = 1 << 20) -> float:
     """H = −Σ_b f_b log2 f_b over the bins ⌊v / bin_width⌋ of all values (pooled); centred: the bins
-    ⌊v / bin_width + ½⌋, i.e. [−w/2, w/2) around 0 (only for the comparison in scripts/entropy_bins.py)."""
-    flat = [t.detach().reshape(-1) for t in tensors if t.numel()]
-    if not flat:
+    ⌊v / bin_width + ½⌋, i.e. [−w/2, w/2) around 0 (only for the comparison in scripts/entropy_bins.py).
+
+    The values are binned `chunk` at a time and the counts merged, so the working memory is a few chunks,
+    not copies of everything the clients send (those are K models: a float and an int64 copy of them all
+    was most of a round's peak memory). The counts, hence H, are exactly those of binning all at once.
+    """
+    parts = []  # per chunk: (lowest bin, dense counts from it) or (bins, counts)
+    total = 0
+    for t in tensors:
+        flat = t.detach().reshape(-1)
+        for lo in range(0, flat.numel(), chunk):
+            # float32 division: the bins are 0.01 wide, far above float32's resolution at these
+            # magnitudes, and converting millions of values to float64 first took most of this
+            # function's time (a third of a 2NN round)
+            q = flat[lo:lo + chunk].float().div(bin_width)  # never in place: a view
+            q = (q.add_(0.5) if centred else q).floor_().to(torch.int64)
+            qmin, qmax = int(q.min()), int(q.max())
+            # bincount is linear time; fall back to sorting when the values span too many bins
+            parts.append((qmin, torch.bincount(q - qmin)) if qmax - qmin < 1 << 24
+                         else torch.unique(q, return_counts=True))
+            total += q.numel()
+    if not total:
         return 0.0
-    # float32 division: the bins are 0.01 wide, far above float32's resolution at these magnitudes, and
-    # converting millions of values to float64 first took most of this function's time (a third of a
-    # 2NN round)
-    q = torch.cat(flat).float().div_(bin_width)
-    q = (q.add_(0.5) if centred else q).floor_().to(torch.int64)
-    lo, hi = int(q.min()), int(q.max())
-    # bincount is linear time; fall back to sorting when the values span too many bins
-    counts = torch.bincount(q - lo) if hi - lo < 1 << 24 else torch.unique(q, return_counts=True)[1]
-    f = counts[counts > 0].double() / q.numel()
+    dense = [p for p in parts if isinstance(p[0], int)]
+    first = min((lo for lo, _ in dense), default=0)
+    span = max((lo + len(c) for lo, c in dense), default=0) - first
+    if len(dense) == len(parts) and span <= 1 << 24:
+        counts = torch.zeros(span, dtype=torch.int64, device=dense[0][1].device)
+        for lo, c in dense:
+            counts[lo - first:lo - first + len(c)] += c
+    else:  # merge (bin, count) pairs; unique sorts the bins, as bincount orders them
+        pairs = [(torch.nonzero(p[1]).view(-1) + p[0], p[1][p[1] > 0]) if isinstance(p[0], int) else p
+                 for p in parts]
+        bins, inverse = torch.unique(torch.cat([b for b, _ in pairs]), return_inverse=True)
+        counts = torch.zeros(len(bins), dtype=torch.int64, device=bins.device)
+        counts.index_add_(0, inverse, torch.cat([c for _, c in pairs]))
+    f = counts[counts > 0].double() / total
     return float(-(f * torch.log2(f)).sum()) + 0.0  # + 0.0: a single bin gives 0.0, not −0.0
 
 
@@ -120,3 +145,37 @@ def ternary_with_feedback(update: list[Tensor], residual: list[Tensor], q: float
         if n:  # ternary_bits for every row at once
             bits += kept.cpu().double() * (max(math.ceil(math.log2(n)), 1) + 1) + FLOAT_BITS
     return sent, new_res, bits
+
+
+# -- stochastic quantisation (FedGATE / FedCOMGATE, Haddadpour et al. 2021, with QSGD's quantiser) ------
+def qsgd_quantize(t: Tensor, levels: int, bucket: int, generator: torch.Generator) -> Tensor:
+    """QSGD (Alistarh et al. 2017) of every row of t [K, ...], per bucket v of `bucket` consecutive entries:
+
+        Q(v)_i = ‖v‖₂ · sign(v_i) · ξ_i / s,   ξ_i = l + 1 with probability s|v_i|/‖v‖₂ − l, else l,
+        l = ⌊s|v_i|/‖v‖₂⌋,  s = levels,
+
+    so E[Q(v)] = v (unbiased, as FedCOMGATE's analysis assumes) and each entry is one of 2s + 1 values.
+    The uniform draws come from `generator` (CPU), so a run is reproducible.
+    """
+    k_rows = t.shape[0]
+    flat = t.reshape(k_rows, -1)
+    n = flat.shape[1]
+    if n == 0:
+        return t.clone()
+    pad = (-n) % bucket
+    x = torch.nn.functional.pad(flat, (0, pad)).reshape(k_rows, -1, bucket)
+    norm = x.norm(dim=2, keepdim=True)
+    scaled = x.abs() / norm.clamp(min=torch.finfo(x.dtype).tiny) * levels
+    low = scaled.floor()
+    draws = torch.rand(scaled.shape, generator=generator, dtype=scaled.dtype).to(scaled.device)
+    xi = low + (draws < scaled - low).to(scaled.dtype)
+    q = norm * torch.sign(x) * xi / levels
+    return q.reshape(k_rows, -1)[:, :n].reshape_as(t)
+
+
+def qsgd_bits(n: int, levels: int, bucket: int) -> float:
+    """Bits of one QSGD-quantised tensor of n entries, fixed-length code: per entry its sign and level
+    (1 + ⌈log2(s + 1)⌉ bits), per bucket its norm as one float32."""
+    if n == 0:
+        return 0.0
+    return float(n * (1 + max(math.ceil(math.log2(levels + 1)), 1)) + math.ceil(n / bucket) * FLOAT_BITS)

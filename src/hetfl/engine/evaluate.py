@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
 from hetfl.models.base import BatchedModel
+
+# Stream tag of the evaluation subsample, apart from the seeds' other uses ([seed, 0]: data; minibatches
+# are [seed, round, device] with three words).
+EVAL_SUBSAMPLE_STREAM = 0x6576616C  # "eval"
 
 
 @torch.no_grad()
@@ -24,6 +29,15 @@ def per_sample(model: BatchedModel, params: list[Tensor], x: Tensor, y: Tensor, 
     if not correct:
         return torch.zeros(0, device=y.device), torch.zeros(0, device=y.device)
     return torch.cat(correct), torch.cat(loss)
+
+
+def eval_subsample(n: int, samples: int, seed: int) -> np.ndarray:
+    """Sorted indices of a fixed subsample of `samples` of n test samples (all n when samples >= n), drawn
+    from the run's seed alone: every round, and every run of the seed (schemes, algorithms), is scored on
+    the same samples, so paired comparisons stay paired."""
+    if samples >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, EVAL_SUBSAMPLE_STREAM]).choice(n, samples, replace=False))
 
 
 def per_client_means(values: Tensor, device_of: Tensor, num_devices: int) -> Tensor:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from hetfl.engine import executor
 from hetfl.models.base import BatchedModel
 
 # correction(params, grads, ctx) -> grads: an algorithm's change to the local gradient (prox, control
@@ -48,14 +49,13 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     # active[j] = number of clients with more than j steps: the working prefix at step j.
     active = np.searchsorted(-steps_sorted, -np.arange(int(steps_sorted[0]) if K else 0), side="left")
     batch = idx.shape[2] if idx.dim() == 3 else 0
-    # Clients in blocks whose working set fits in cache (models say how many via client_block); each block
-    # runs all its steps before the next, so its weights stay in cache between steps. Clients are
-    # independent, so the result is the same as one block of K.
-    block = K
-    if hasattr(model, "client_block") and K:
-        block = max(1, int(model.client_block(params, x_train[:batch].unsqueeze(0))))
-    for lo in range(0, K, block):
-        hi = min(K, lo + block)
+    # Blocks of clients (engine.executor: how many per block, and CPU workers): each block runs all its
+    # steps before the next, so its weights stay in cache between steps. Clients are independent, so the
+    # result does not depend on the blocks.
+    plan = executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K)
+    blocks = [(lo, min(K, lo + plan.block)) for lo in range(0, K, plan.block)]
+
+    def train_block(lo: int, hi: int) -> None:
         for j, a in enumerate(active.tolist()):
             m = min(a, hi) - lo
             if m <= 0:
@@ -72,7 +72,29 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
                 grads = correction(rows, grads, {k: [t[lo:lo + m] for t in v] for k, v in ctx_sorted.items()})
             for p, g in zip(rows, grads, strict=True):
                 p.sub_(g, alpha=lr)
-    if np.array_equal(order, np.arange(K)):  # already in input order: skip a full copy of the stack
-        return params
-    inverse = torch.from_numpy(np.argsort(order)).to(device)
-    return [p.index_select(0, inverse) for p in params]
+
+    executor.run(plan, blocks, [float(steps_sorted[lo:hi].sum()) for lo, hi in blocks], train_block)
+    _permute_rows(params, np.argsort(order))
+    return params
+
+
+def _permute_rows(stacks: list[Tensor], source: np.ndarray) -> None:
+    """In place: row i of every stack becomes its row source[i]. Walks the permutation's cycles with one
+    row as scratch, instead of writing a permuted copy of the stacks: a second stack of K models would be
+    memory, and fresh pages each round (their page faults cost a 2NN round ≈ 15%)."""
+    done = source == np.arange(len(source))
+    for start in np.flatnonzero(~done).tolist():
+        if done[start]:
+            continue
+        scratch = [t[start].clone() for t in stacks]
+        i = start
+        while True:
+            done[i] = True
+            j = int(source[i])
+            if j == start:
+                for t, row in zip(stacks, scratch, strict=True):
+                    t[i].copy_(row)
+                break
+            for t in stacks:
+                t[i].copy_(t[j])
+            i = j

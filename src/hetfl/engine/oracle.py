@@ -23,8 +23,10 @@ def local_sgd_reference(model: BatchedModel, global_params: list[Tensor], x_trai
     the model's parameter list through the model's own to_module/from_module (both linear), on a twin
     module whose buffers are zero. start: per-client starting parameters [K, ...] (FedBN).
     """
-    module = model.make_module().to(x_train.device)
-    twin = model.make_module() if correction is not None else None
+    # the module in the parameters' dtype (float64 in the exactness tests) on the data's device
+    like = {"device": x_train.device, "dtype": global_params[0].dtype}
+    module = model.make_module().to(**like)
+    twin = model.make_module().to(**like) if correction is not None else None
     loss_fn = getattr(model, "loss", None) or nn.CrossEntropyLoss()
     finals: list[list[Tensor]] = []
     for row, s in enumerate(np.asarray(steps).tolist()):

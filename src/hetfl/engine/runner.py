@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -15,9 +15,16 @@ from hetfl.algorithms.fedavg import FedAvg
 from hetfl.algorithms.hparams import check_scheme
 from hetfl.data.events import Schedule, build_schedule
 from hetfl.data.federation import Federation
-from hetfl.engine.evaluate import loss_fairness, mean_client_accuracy, per_client_means, per_sample
+from hetfl.engine.evaluate import (
+    eval_subsample,
+    loss_fairness,
+    mean_client_accuracy,
+    per_client_means,
+    per_sample,
+)
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
+from hetfl.engine.sampling import sample_clients, sampled_coefficients
 from hetfl.engine.schemes import boosted_weights, complete_round_steps, local_steps
 from hetfl.models.base import BatchedModel
 
@@ -48,6 +55,10 @@ class TrainSettings:
     local_work: str = "steps"  # E counts updates (Ruan et al. footnote 1) or "epochs" (docs/readings.md)
     completion: str = "floor"  # a completed fraction f -> ⌊f·full⌋ or "nearest" round(f·full) steps
     boost: str = "additive"  # fast reboot's boost with the scheme (engine.schemes.boosted_weights)
+    global_test_samples: int | None = None  # evaluate global_test_* on a seeded subsample (None: all)
+    clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = every device
+    sampling_weights: str = "sampled"  # the scheme over the sampled set: "sampled" | "population"
+    label_maps: np.ndarray | None = field(default=None, compare=False)  # [R, C]: data.concept_shift
 
 
 @dataclass
@@ -109,11 +120,16 @@ class LocalWork:
     correction: object
     ctx: dict[str, list[torch.Tensor]]
     start: list[torch.Tensor] | None
+    model: object = None  # the model local SGD trains (Algorithm.local_model); None = the run's model
 
     @property
     def plain(self) -> bool:
         """Plain SGD from the broadcast model: it can share one local_sgd call with other runs' clients."""
-        return self.correction is None and not self.ctx and self.start is None
+        return self.correction is None and not self.ctx and self.start is None and self.model is None
+
+    def trained(self, model: BatchedModel) -> object:
+        """What local SGD trains: the algorithm's own model (APFL's (w, v, α)) or the run's."""
+        return model if self.model is None else self.model
 
 
 class RunLoop:
@@ -130,6 +146,10 @@ class RunLoop:
                  progress: Callable[[int, dict[str, float]], None] | None = None,
                  checkpoint: Callable[[Snapshot], None] | None = None, checkpoint_every: int = 0) -> None:
         fed = data.fed
+        if data.global_test is not None and cfg.global_test_samples is not None:
+            x, y = data.global_test
+            keep = torch.from_numpy(eval_subsample(len(y), cfg.global_test_samples, cfg.seed)).to(y.device)
+            data = replace(data, global_test=(x.index_select(0, keep), y.index_select(0, keep)))
         self.model, self.data, self.fractions, self.cfg = model, data, fractions, cfg
         self.schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
         self.progress, self.checkpoint, self.checkpoint_every = progress, checkpoint, checkpoint_every
@@ -139,11 +159,18 @@ class RunLoop:
             raise ValueError(f"local_steps has {len(self.full)} entries; the federation has "
                              f"{fed.num_devices} devices")
         device = data.x_train.device
+        self._labels: list[tuple[torch.Tensor, torch.Tensor]] = []  # (this run's labels, the originals)
+        if cfg.label_maps is not None:  # FedFOR's concept shift rewrites labels: this run's own copies
+            g = None if data.global_test is None else (data.global_test[0], data.global_test[1].clone())
+            data = replace(data, y_train=data.y_train.clone(), y_test=data.y_test.clone(), global_test=g)
+            self.data = data
+            ys = [data.y_train, data.y_test] + ([] if g is None else [g[1]])
+            self._labels = [(y, y.clone()) for y in ys]
         gen = torch.Generator().manual_seed(cfg.seed)
         self.params = [t.to(device) for t in model.init_params(gen)]
         self.algorithm = algorithm or FedAvg()
         check_scheme(self.algorithm.name, cfg.scheme, key="scheme")  # e.g. FedNova under C divides twice
-        self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets))
+        self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets, seed=cfg.seed))
         self.state = self.algorithm.init_state(self.params, fed.num_devices)
         self.result = TrainResult()
         self.next_round = 1
@@ -162,12 +189,16 @@ class RunLoop:
     def plan(self, tau: int) -> LocalWork | None:
         """Round τ up to local training: η_τ, p_τ^k of the scheme, who trains how many steps."""
         cfg, schedule, fed = self.cfg, self.schedule, self.data.fed
+        for y, y0 in self._labels:  # FedFOR's concept shift: the labels of round τ's map, in place
+            y.copy_(torch.as_tensor(cfg.label_maps[tau - 1], device=y.device)[y0])
         # staircase η0/τ, restarted at objective shifts; or constant
         lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
         p = schedule.coefficients(fed.p, tau)
-        done = np.where(schedule.sending[tau - 1],
+        in_round = sample_clients(fed.num_devices, cfg.clients_per_round, cfg.seed, tau)  # engine.sampling
+        done = np.where(schedule.sending[tau - 1] & in_round,
                         local_steps(self.fractions[tau - 1], self.full, cfg.completion), 0)
-        weights, discarded = boosted_weights(cfg.scheme, p, schedule.boost[tau - 1], done, self.full,
+        p_in = sampled_coefficients(p, in_round, cfg.sampling_weights)
+        weights, discarded = boosted_weights(cfg.scheme, p_in, schedule.boost[tau - 1], done, self.full,
                                              cfg.boost)
         clients = np.flatnonzero((weights != 0) & (done > 0))
         info = None
@@ -179,8 +210,10 @@ class RunLoop:
             return None
         alg = self.algorithm
         idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
+        local = alg.local_model(self.model)
         return LocalWork(info, idx, alg.correct, alg.client_context(self.state, self.params, info),
-                         alg.client_start(self.state, self.params, info))
+                         alg.client_start(self.state, self.params, info),
+                         None if local is self.model else local)
 
     def finish(self, tau: int, finals: list[torch.Tensor] | None) -> None:
         """Round τ after local training: aggregate, evaluate, record, checkpoint."""
@@ -249,8 +282,8 @@ def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: Trai
         tau = loop.next_round
         work = loop.plan(tau)
         finals = None if work is None else local_trainer(
-            model, loop.params, data.x_train, data.y_train, work.batch_idx, work.info.done, work.info.lr,
-            correction=work.correction, ctx=work.ctx, start=work.start)
+            work.trained(model), loop.params, loop.data.x_train, loop.data.y_train, work.batch_idx,
+            work.info.done, work.info.lr, correction=work.correction, ctx=work.ctx, start=work.start)
         loop.finish(tau, finals)
     return loop.close()
 
@@ -279,12 +312,14 @@ def train_stacked(loops: list[RunLoop], local_trainer: LocalTrainer = local_sgd)
                 continue
             if work.plain:
                 shapes = tuple((tuple(t.shape), t.dtype) for t in loop.params)  # one architecture per call
-                key = (work.info.lr, type(loop.model).__name__, shapes, id(loop.data))
+                # the same training tensors (a run with its own labels, FedFOR's concept shift, trains alone)
+                data = (id(loop.data.x_train), id(loop.data.y_train))
+                key = (work.info.lr, type(loop.model).__name__, shapes, data)
                 groups.setdefault(key, []).append((loop, work))
-            else:  # corrections, contexts or own starts: this run trains alone
+            else:  # corrections, contexts, own starts or own local models: this run trains alone
                 data = loop.data
-                finals[id(loop)] = local_trainer(loop.model, loop.params, data.x_train, data.y_train,
-                                                 work.batch_idx, work.info.done, work.info.lr,
+                finals[id(loop)] = local_trainer(work.trained(loop.model), loop.params, data.x_train,
+                                                 data.y_train, work.batch_idx, work.info.done, work.info.lr,
                                                  correction=work.correction, ctx=work.ctx, start=work.start)
         for group in groups.values():
             for chunk in _chunks(group):

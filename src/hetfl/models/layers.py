@@ -52,6 +52,8 @@ class Layer:
 
     shapes: tuple[tuple[int, ...], ...] = ()
     trainable: tuple[bool, ...] = ()
+    # Per parameter: stored transposed relative to its torch.nn twin (Linear keeps W as [in, out]).
+    transposed: tuple[bool, ...] = ()
 
     def init_params(self, generator: torch.Generator) -> list[Tensor]:
         return []
@@ -84,6 +86,10 @@ class Layer:
         """FLOPs (2 per multiply-add) of forward + backward, one client's minibatch; no elementwise."""
         return 0
 
+    def step_bytes(self, batch: int) -> int:
+        """Bytes a step must at least move for this layer: read and write each of its parameters once."""
+        return 2 * 4 * sum(math.prod(s) for s in self.shapes)
+
 
 class FlattenInput(Layer):
     """[K, B, ...] → [K, B, F] (a view for contiguous input)."""
@@ -106,6 +112,7 @@ class Linear(Layer):
         self.d_in, self.d_out, self.relu = d_in, d_out, relu
         self.shapes = ((d_in, d_out), (d_out,))
         self.trainable = (True, True)
+        self.transposed = (True, False)
 
     def init_params(self, generator: torch.Generator) -> list[Tensor]:
         bound = 1 / math.sqrt(self.d_in)
@@ -191,49 +198,55 @@ class ToGrouped(Layer):
 
 
 class Conv2d(Layer):
-    """Per-client 2-D convolution (stride 1) as ONE grouped convolution with groups = K.
+    """Per-client 2-D convolution as ONE grouped convolution with groups = K.
 
-    Weight [C_out, C_in, k, k] per client; the stacked [K, C_out, C_in, k, k] is, reshaped, exactly the
-    weight of conv2d(groups=K) on the grouped layout. The backward pass is aten.convolution_backward, the
-    kernel autograd itself calls, so gradients match torch.nn.Conv2d.
+    Weight [C_out, C_in, k, k] per client (and bias [C_out] unless bias=False); the stacked
+    [K, C_out, C_in, k, k] is, reshaped, exactly the weight of conv2d(groups=K) on the grouped layout.
+    The backward pass is aten.convolution_backward, the kernel autograd itself calls, so gradients match
+    torch.nn.Conv2d. With K = 1 (a block of one client) it is a plain convolution.
     """
 
-    def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int]) -> None:
+    def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
+                 stride: int = 1, bias: bool = True) -> None:
         self.c_in, self.c_out, self.kernel, self.padding = c_in, c_out, kernel, padding
-        self.hw_out = (hw_in[0] + 2 * padding - kernel + 1, hw_in[1] + 2 * padding - kernel + 1)
-        self.shapes = ((c_out, c_in, kernel, kernel), (c_out,))
-        self.trainable = (True, True)
+        self.stride, self.bias = stride, bias
+        self.hw_out = ((hw_in[0] + 2 * padding - kernel) // stride + 1,
+                       (hw_in[1] + 2 * padding - kernel) // stride + 1)
+        self.shapes = ((c_out, c_in, kernel, kernel),) + (((c_out,),) if bias else ())
+        self.trainable = (True,) * len(self.shapes)
+        self.transposed = (False,) * len(self.shapes)
 
     def init_params(self, generator: torch.Generator) -> list[Tensor]:
         bound = 1 / math.sqrt(self.c_in * self.kernel ** 2)
-        return [_uniform(self.shapes[0], bound, generator), _uniform(self.shapes[1], bound, generator)]
+        return [_uniform(shape, bound, generator) for shape in self.shapes]
+
+    def _grouped(self, W: Tensor) -> Tensor:
+        return W.reshape(W.shape[0] * self.c_out, self.c_in, self.kernel, self.kernel)
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
-        W, b = p
-        K = W.shape[0]
-        Wg = W.reshape(K * self.c_out, self.c_in, self.kernel, self.kernel)
-        return F.conv2d(x, Wg, b.reshape(-1), padding=self.padding, groups=K), x
+        W = p[0]
+        b = p[1].reshape(-1) if self.bias else None
+        return F.conv2d(x, self._grouped(W), b, self.stride, self.padding, 1, W.shape[0]), x
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:
-        W, b = p
+        W = p[0]
         K = W.shape[0]
-        Wg = W.reshape(K * self.c_out, self.c_in, self.kernel, self.kernel)
-        pad = [self.padding, self.padding]
         dx, dW, db = torch.ops.aten.convolution_backward(
-            dy, saved, Wg, [K * self.c_out], [1, 1], pad, [1, 1], False, [0, 0], K, [need_dx, True, True])
-        return dx, [dW.reshape(W.shape), db.view_as(b)]
+            dy, saved, self._grouped(W), [K * self.c_out] if self.bias else None, [self.stride] * 2,
+            [self.padding] * 2, [1, 1], False, [0, 0], K, [need_dx, True, self.bias])
+        return dx, [dW.reshape(W.shape)] + ([db.view_as(p[1])] if self.bias else [])
 
     def make_modules(self) -> list[nn.Module]:
-        return [nn.Conv2d(self.c_in, self.c_out, self.kernel, padding=self.padding)]
+        return [nn.Conv2d(self.c_in, self.c_out, self.kernel, self.stride, self.padding, bias=self.bias)]
 
     def to_modules(self, p: list[Tensor], modules: list[nn.Module]) -> None:
         with torch.no_grad():
-            modules[0].weight.copy_(p[0])
-            modules[0].bias.copy_(p[1])
+            for dst, src in zip(modules[0].parameters(), p, strict=True):
+                dst.copy_(src)
 
     def from_modules(self, modules: list[nn.Module]) -> list[Tensor]:
-        return [modules[0].weight.detach().clone(), modules[0].bias.detach().clone()]
+        return [t.detach().clone() for t in modules[0].parameters()]
 
     def train_flops(self, batch: int, need_dx: bool) -> int:
         per_pass = 2 * batch * self.c_out * self.c_in * self.kernel ** 2 * self.hw_out[0] * self.hw_out[1]
@@ -252,6 +265,7 @@ class BatchNorm2d(Layer):
         self.channels, self.momentum, self.eps = channels, momentum, eps
         self.shapes = ((channels,),) * 4
         self.trainable = (True, True, False, False)
+        self.transposed = (False,) * 4
 
     def init_params(self, generator: torch.Generator) -> list[Tensor]:
         c = self.channels

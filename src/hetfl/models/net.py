@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from hetfl.engine.executor import cuda_block
 from hetfl.models.layers import Layer
 
 
@@ -46,6 +47,10 @@ class LayerNet:
     # On the CPU a step runs on blocks of clients whose parameters + activations fit this budget: the
     # layers of a block then pass their data through the cache, not DRAM (see client_block).
     cache_bytes = _cache_bytes()
+    # The CPU executor (engine.executor): a fixed block size (None: what fits cache_bytes), and whether
+    # blocks train on separate cores at once, one intra-op thread each.
+    cpu_block: int | None = None
+    client_parallel = False
 
     def __init__(self, layers: list[Layer]) -> None:
         self.layers = layers
@@ -54,7 +59,7 @@ class LayerNet:
         # The first layer with parameters needs no input gradient (nothing below it learns).
         self._first = next((i for i, c in enumerate(self._counts) if c), len(layers))
         self._module_counts = [len(layer.make_modules()) for layer in layers]
-        self._block: dict[tuple, int] = {}
+        self._per_client: dict[tuple, int] = {}  # working set of one client per input shape, bytes
 
     # -- parameters ---------------------------------------------------------------------------------
     def init_params(self, generator: torch.Generator) -> list[Tensor]:
@@ -71,9 +76,14 @@ class LayerNet:
         """FLOPs of one client step (forward + backward matmuls/convolutions, ×2 per multiply-add)."""
         return sum(layer.train_flops(batch, i > self._first) for i, layer in enumerate(self.layers))
 
+    def step_bytes(self, batch: int) -> int:
+        """Bytes one client step must at least move: every parameter it can change, read and written."""
+        return sum(layer.step_bytes(batch) for layer in self.layers)
+
     # -- batched training ---------------------------------------------------------------------------
     def client_block(self, params: list[Tensor], x: Tensor) -> int:
-        """Clients per block: all of them on a GPU; on the CPU as many as fit `cache_bytes`.
+        """Clients per block (engine.executor). On CUDA as many as half the free memory holds; on the CPU
+        `cpu_block` when the model fixes it (1: per-client kernels), else as many as fit `cache_bytes`.
 
         A step over K clients is a sequence of batched kernels, each streaming all K clients' weights
         and activations; with K = 100 those are hundreds of MB, so every kernel reads DRAM. Run on blocks
@@ -83,17 +93,22 @@ class LayerNet:
         forward pass on the meta device (shapes only, no work). x: a minibatch [m, B, ...] (only its
         shape past the client axis, dtype and device matter). The result is not capped at m.
         """
-        if x.device.type != "cpu":
-            return 1 << 30
+        if x.device.type == "cpu" and self.cpu_block is not None:
+            return self.cpu_block
         key = (tuple(x.shape[1:]), x.dtype)
-        if key not in self._block:
+        if key not in self._per_client:
             meta = [torch.empty((1, *p.shape[1:]), dtype=p.dtype, device="meta") for p in params]
             xm = torch.empty((1, *x.shape[1:]), dtype=x.dtype, device="meta")
-            per_client = _nbytes(meta) + _nbytes(self._forward(self._split(meta), xm, True)[1])
-            # At least 2: one client per block leaves grouped kernels too little to split over threads
-            # (the McMahan CNN ran 1.6× slower with 1 than with 2).
-            self._block[key] = max(2, self.cache_bytes // max(per_client, 1))
-        return self._block[key]
+            self._per_client[key] = _nbytes(meta) + _nbytes(self._forward(self._split(meta), xm, True)[1])
+        per_client = self._per_client[key]
+        if x.device.type == "cuda":
+            # the block's parameters, gradients (the grads path) and activations
+            return cuda_block(per_client + _nbytes(params) // max(len(params[0]), 1), x.device)
+        if x.device.type != "cpu":
+            return 1 << 30
+        # At least 2: one client per block leaves grouped kernels too little to split over threads
+        # (the McMahan CNN ran 1.6× slower with 1 than with 2).
+        return max(2, self.cache_bytes // max(per_client, 1))
 
     def _forward(self, per_layer: list[list[Tensor]], x: Tensor, training: bool) -> tuple[Tensor, list]:
         saved = []

@@ -1,8 +1,11 @@
-"""The papers' larger models, as plain torch.nn modules run by the generic FuncModel (models/func.py).
+"""The papers' larger models: hand-written batched networks (models.net.LayerNet) with torch.nn twins.
 
-None of them has buffers or dropout (FuncModel needs a deterministic, buffer-free forward pass): where a
-paper's model has BatchNorm, GroupNorm takes its place, as Hsieh et al. (2020, "The non-IID data quagmire
-of decentralized machine learning") recommend for federated training.
+Each registered model is a LayerNet of the batched layers of models.layers, models.blocks and
+models.recurrent (explicit backward passes, no autograd, fused in-place SGD), whose torch.nn twin (the
+module below of the same name) has the same parameters in the same order; the twin initialises the model
+and is what the per-client oracle and `hetfl bench`'s reference loop train. None has buffers or dropout:
+where a paper's model has BatchNorm, GroupNorm takes its place, as Hsieh et al. (2020, "The non-IID data
+quagmire of decentralized machine learning") recommend for federated training.
 
 * vgg11: the simplified VGG-11 for CIFAR of the FL papers (FedMA, FedNova): 3×3 convolutions 64, M, 128, M,
   256, 256, M, 512, 512, M, 512, 512, M; classifier 512 → 512 → 512 → classes. No normalisation (as those
@@ -14,20 +17,27 @@ of decentralized machine learning") recommend for federated training.
   state → 80 classes; input int64 [B, 80].
 * sent_lstm: LEAF Sent140: embedding 50 over a hashed vocabulary (20,000 words; no GloVe offline),
   2 LSTM layers of 100, the last hidden state → 2 classes; input int64 [B, 25].
+
+The text models' twins use torch.nn.LSTM (the fused kernel research code trains with); `LSTM` below is the
+same recurrence written with matmuls, for the generic torch.func path (models.func.FuncModel), which
+cannot batch the fused kernel.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from hetfl.models.blocks import GlobalAvgPool, GroupNorm, MaxPool, ReLU, Residual
 from hetfl.models.cnn import image_shape
-from hetfl.models.func import FuncModel
+from hetfl.models.layers import Conv2d, Flatten, Layer, Linear, PoolReLU, ToGrouped, dense_stack
+from hetfl.models.net import LayerNet
+from hetfl.models.recurrent import Embedding, LSTMLayer
 
 VGG11_CFG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
@@ -153,58 +163,164 @@ class LSTM(nn.Module):
 
 
 class TextLSTM(nn.Module):
-    """Embedding → LSTM → linear on the last hidden state; input int64 token ids [B, T]."""
+    """Embedding → LSTM → linear on the last hidden state; input int64 token ids [B, T].
 
-    def __init__(self, vocab: int, embed: int, hidden: int, layers: int, num_classes: int) -> None:
+    recurrent: "torch" (torch.nn.LSTM, the fused kernel) or "matmul" (the LSTM above, which vmap can
+    batch); the two have the same parameters, initialised from the same random draws."""
+
+    def __init__(self, vocab: int, embed: int, hidden: int, layers: int, num_classes: int,
+                 recurrent: str = "torch") -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab, embed)
-        self.lstm = LSTM(embed, hidden, layers)
+        if recurrent == "torch":
+            self.lstm: nn.Module = nn.LSTM(embed, hidden, layers, batch_first=True)
+        elif recurrent == "matmul":
+            self.lstm = LSTM(embed, hidden, layers)
+        else:
+            raise ValueError(f"recurrent is 'torch' or 'matmul', got {recurrent!r}")
         self.fc = nn.Linear(hidden, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc(self.lstm(self.embedding(x)))
+        h = self.lstm(self.embedding(x))
+        return self.fc(h[0][:, -1] if isinstance(h, tuple) else h)
 
 
-# The registered models (models.MODELS): make_model(name, input_dim, num_classes, **kwargs).
+# -- the registered models (models.MODELS): make_model(name, input_dim, num_classes, **kwargs) -------------
 
-class VGG11(FuncModel):
-    """kwargs: width (channel multiplier), hidden (classifier width, 512), norm (None or "group"), chunk."""
+class TwinNet(LayerNet):
+    """A LayerNet whose torch.nn twin, `factory()`, has the same parameters in the same order (a layer's
+    `transposed` flags the entries it stores transposed, i.e. Linear weights [in, out]).
 
-    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16, **kwargs) -> None:
-        super().__init__("vgg11", partial(VGG, image_shape(input_dim, (3, 32, 32)), num_classes, **kwargs),
-                         chunk)
+    init_params is the twin's own initialisation, seeded by a draw from the generator (deterministic; the
+    global RNG is left as it was), so a model starts where its torch.nn twin would.
+
+    The CPU executor (engine.executor): one client per block, clients on separate cores. Measured in
+    docs/engine.md: their convolutions and LSTMs are oneDNN kernels that a grouped convolution over
+    clients or a batched recurrence does not beat on the CPU, and that scale poorly over cores at FL
+    minibatch sizes, so whole clients go to cores instead.
+    """
+
+    cpu_block = 1
+    client_parallel = True
+
+    def __init__(self, name: str, layers: list[Layer], factory: Callable[[], nn.Module]) -> None:
+        super().__init__(layers)
+        self.name, self.factory = name, factory
+        self._transposed = tuple(t for layer in layers for t in layer.transposed)
+        shapes = [s[::-1] if t else s for layer in layers for s, t in zip(layer.shapes, layer.transposed,
+                                                                          strict=True)]
+        twin = [tuple(p.shape) for p in factory().parameters()]
+        if [tuple(s) for s in shapes] != twin:
+            raise AssertionError(f"{name}: batched parameters {shapes} differ from the twin's {twin}")
+
+    def init_params(self, generator: torch.Generator) -> list[Tensor]:
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            module = self.factory()
+        return self.from_module(module)
+
+    def make_module(self) -> nn.Module:
+        return self.factory()
+
+    def to_module(self, params: list[Tensor], module: nn.Module) -> None:
+        with torch.no_grad():
+            for dst, src, t in zip(module.parameters(), params, self._transposed, strict=True):
+                dst.copy_(src.T if t else src)
+
+    def from_module(self, module: nn.Module) -> list[Tensor]:
+        return [(p.detach().T if t else p.detach()).contiguous().clone()
+                for p, t in zip(module.parameters(), self._transposed, strict=True)]
+
+    def num_params(self) -> int:
+        return sum(math.prod(s) for layer in self.layers for s in layer.shapes)
 
 
-class ResNet20(FuncModel):
-    """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2), chunk."""
+class VGG11(TwinNet):
+    """kwargs: width (channel multiplier), hidden (classifier width, 512), norm (None or "group"), groups."""
 
-    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16, **kwargs) -> None:
-        super().__init__("resnet20", partial(CifarResNet, image_shape(input_dim, (3, 32, 32)), num_classes,
-                                             **kwargs), chunk)
+    def __init__(self, input_dim: int | Sequence[int], num_classes: int, cfg: Sequence[int | str] = VGG11_CFG,
+                 width: float = 1.0, hidden: int = 512, norm: str | None = None, groups: int = 32) -> None:
+        shape = image_shape(input_dim, (3, 32, 32))
+        factory = partial(VGG, shape, num_classes, cfg, width, hidden, norm, groups)
+        c, h, w = shape
+        layers: list[Layer] = [ToGrouped(shape, True)]
+        for i, v in enumerate(cfg):
+            if v == "M":
+                continue
+            out = max(1, round(int(v) * width))
+            layers.append(Conv2d(c, out, 3, 1, (h, w)))
+            pool = i + 1 < len(cfg) and cfg[i + 1] == "M"
+            if norm == "group":
+                layers.append(GroupNorm(out, math.gcd(groups, out), relu=True))
+                if pool:
+                    layers.append(MaxPool())
+            else:  # ReLU then pool as pool then ReLU (models.layers.PoolReLU)
+                layers.append(PoolReLU() if pool else ReLU())
+            c = out
+            if pool:
+                h, w = h // 2, w // 2
+        hid = max(1, round(hidden * width))
+        layers += [Flatten((c, h, w), True), *dense_stack([c * h * w, hid, hid, num_classes])]
+        super().__init__("vgg11", layers, factory)
 
 
-class ResNetEMNIST(FuncModel):
-    """kwargs: widths (32, 64), blocks (2 per stage), groups (2), chunk."""
+class ResNet20(TwinNet):
+    """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2)."""
 
-    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16, **kwargs) -> None:
-        kwargs = {"widths": (32, 64), "blocks": 2, **kwargs}
-        super().__init__("resnet_emnist", partial(CifarResNet, image_shape(input_dim, (1, 28, 28)),
-                                                  num_classes, **kwargs), chunk)
+    name = "resnet20"
+    default_shape = (3, 32, 32)
+    defaults: dict = {}
+
+    def __init__(self, input_dim: int | Sequence[int], num_classes: int, **kwargs) -> None:
+        kwargs = {**self.defaults, **kwargs}
+        shape = image_shape(input_dim, self.default_shape)
+        factory = partial(CifarResNet, shape, num_classes, **kwargs)
+        widths, blocks, groups = kwargs.get("widths", (16, 32, 64)), kwargs.get("blocks", 3), \
+            kwargs.get("groups", 2)
+        hw = shape[1:]
+        stem = Conv2d(shape[0], widths[0], 3, 1, hw, bias=False)
+        layers: list[Layer] = [ToGrouped(shape, True), stem, GroupNorm(widths[0], groups, relu=True)]
+        cin = widths[0]
+        for i, cout in enumerate(widths):
+            for b in range(blocks):
+                block = Residual(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, hw)
+                layers.append(block)
+                cin, hw = cout, block.hw_out
+        layers += [GlobalAvgPool(cin), Linear(cin, num_classes, relu=False)]
+        super().__init__(self.name, layers, factory)
 
 
-class CharLSTM(FuncModel):
-    """input_dim: the sequence length (80; not used by the model). kwargs: vocab (80), embed (8),
-    hidden (256), layers (2), chunk."""
+class ResNetEMNIST(ResNet20):
+    """kwargs: widths (32, 64), blocks (2 per stage), groups (2)."""
 
-    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16, vocab: int = 80,
-                 embed: int = 8, hidden: int = 256, layers: int = 2) -> None:
-        super().__init__("char_lstm", partial(TextLSTM, vocab, embed, hidden, layers, num_classes), chunk)
+    name = "resnet_emnist"
+    default_shape = (1, 28, 28)
+    defaults = {"widths": (32, 64), "blocks": 2}
 
 
-class SentLSTM(FuncModel):
-    """input_dim: the sequence length (25; not used by the model). kwargs: vocab (20,000 hashed words),
-    embed (50), hidden (100), layers (2), chunk."""
+class CharLSTM(TwinNet):
+    """input_dim: the sequence length (80). kwargs: vocab (80), embed (8), hidden (256), layers (2)."""
 
-    def __init__(self, input_dim: int | Sequence[int], num_classes: int, chunk: int = 16,
-                 vocab: int = 20_000, embed: int = 50, hidden: int = 100, layers: int = 2) -> None:
-        super().__init__("sent_lstm", partial(TextLSTM, vocab, embed, hidden, layers, num_classes), chunk)
+    name = "char_lstm"
+    default_vocab, default_embed, default_hidden = 80, 8, 256
+
+    def __init__(self, input_dim: int | Sequence[int], num_classes: int, vocab: int | None = None,
+                 embed: int | None = None, hidden: int | None = None, layers: int = 2) -> None:
+        vocab, embed = vocab or self.default_vocab, embed or self.default_embed
+        hidden = hidden or self.default_hidden
+        seq = int(input_dim if isinstance(input_dim, int) else math.prod(input_dim))
+        stack: list[Layer] = [Embedding(vocab, embed, steps=seq)]
+        for layer in range(layers):
+            stack.append(LSTMLayer(embed if layer == 0 else hidden, hidden, last=layer == layers - 1,
+                                   steps=seq))
+        stack.append(Linear(hidden, num_classes, relu=False))
+        super().__init__(self.name, stack, partial(TextLSTM, vocab, embed, hidden, layers, num_classes))
+
+
+class SentLSTM(CharLSTM):
+    """input_dim: the sequence length (25). kwargs: vocab (20,000 hashed words), embed (50), hidden (100),
+    layers (2)."""
+
+    name = "sent_lstm"
+    default_vocab, default_embed, default_hidden = 20_000, 50, 100

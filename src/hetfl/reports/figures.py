@@ -202,6 +202,27 @@ def _scheme_figure(runs: pd.DataFrame, out: Path) -> None:
     scheme_curves(runs, out)
 
 
+def _efl_figure(name: str):
+    """EFL's figures live in reports/efl_figures.py, which imports this module's helpers: imported on use."""
+    def draw(runs: pd.DataFrame, out: Path) -> None:
+        from hetfl.reports import efl_figures
+
+        getattr(efl_figures, name)(runs, out)
+    return draw
+
+
+def _objective_inconsistency(runs: pd.DataFrame, out: Path) -> None:
+    from hetfl.reports.objective_inconsistency import draw
+
+    draw(runs, out)
+
+
+def _communication_nonzeros(runs: pd.DataFrame, out: Path) -> None:
+    from hetfl.reports.communication_cost import draw_nonzeros
+
+    draw_nonzeros(runs, out)
+
+
 #: figure name -> (the table whose runs draw it, the drawing function). The workflow draws a figure
 #: whenever its table is in the config (workflow/rules/common.smk); `hetfl figure` takes these names;
 #: hetfl.reports.catalog.FIGURES names the paper's figure and the title's first sentence.
@@ -213,6 +234,10 @@ FIGURES = {
                          lambda runs, out: event_curves(runs, out, "test_loss", "departure", "departure_curves")),
     "multiple_arrival_curves": ("multiple_arrivals", lambda runs, out: event_curves(
         runs, out, "test_accuracy", "arrivals", "multiple_arrival_curves")),
+    "efl_figure1": ("bmta", _efl_figure("figure1")),  # Ma et al. Figure 1: IID vs non-IID curves
+    "efl_figure2": ("efl_lambda", _efl_figure("figure2")),  # Ma et al. Figure 2: λ = 0 vs best λ
+    "objective_inconsistency": ("objective_inconsistency", _objective_inconsistency),
+    "communication_nonzeros": ("communication_cost", _communication_nonzeros),
 }
 
 

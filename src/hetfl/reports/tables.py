@@ -7,7 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from hetfl.reports import bmta as bm
-from hetfl.reports import ruan
+from hetfl.reports import communication_cost as cc
+from hetfl.reports import efl_lambda, fairness, fedfor, ruan
+from hetfl.reports import objective_inconsistency as oi
 from hetfl.reports.multiple_arrivals import build_multiple_arrivals
 from hetfl.reports.references import load_reference
 from hetfl.reports.results import collect_runs
@@ -78,23 +80,36 @@ def load_event_runs(paths: list[Path]) -> pd.DataFrame:
     return runs.rename(columns={"event.round": "event_round", "event.policy": "event_policy"})
 
 
+def _notes(runs: pd.DataFrame) -> str:
+    return settings_note(runs) + " " + scale_note(runs)
+
+
 def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
     runs = load_runs(run_dirs)
-    tidy = bm.bmta(runs, load_reference("ma2022_efl_table2_bmta"))
-    not_run = sorted(set(tidy.loc[tidy["n_seeds"].isna(), "method"]))
-    caption = ("Reproduction of Ma et al. (2022), EFL Table 2: best mean testing accuracy (BMTA, %) in the "
-               "non-IID setting. Mean testing accuracy = the unweighted mean over devices of each device's "
-               "accuracy on its own local test set (mean_client_accuracy); BMTA = its best over the evaluated "
-               "rounds; cells: mean ± sample std over seeds of the per-seed BMTA. "
-               + (f"Not run here: {', '.join(not_run)} (paper values shown). " if not_run else "")
-               + settings_note(runs) + " " + scale_note(runs))
-    write_frame_tables(tidy, bm.layout(tidy), out_stem, caption)
+    bm.write(runs, load_reference("ma2022_efl_table2_bmta"), out_stem, _notes(runs))
+    return out_stem
+
+
+def build_fairness(run_dirs: list[Path], out_stem: Path) -> Path:
+    runs = load_runs(run_dirs)
+    fairness.write(runs, out_stem, _notes(runs))
+    return out_stem
+
+
+def build_efl_lambda(run_dirs: list[Path], out_stem: Path) -> Path:
+    runs = load_runs(run_dirs)
+    efl_lambda.write(runs, out_stem, _notes(runs))
     return out_stem
 
 
 BUILDERS = {"accuracy_difference": ruan.build_accuracy_difference, "fast_reboot": ruan.build_fast_reboot,
-            "crossing_epochs": ruan.build_crossing_epochs, "bmta": build_bmta,
+            "crossing_epochs": ruan.build_crossing_epochs, "bmta": build_bmta, "fairness": build_fairness,
+            "efl_lambda": build_efl_lambda, "objective_inconsistency": oi.build, "fedfor_by_e": fedfor.build,
+            "communication_cost": cc.build, "fedfor_concept_shift": fedfor.build_concept_shift,
             "multiple_arrivals": build_multiple_arrivals}
+#: tables built from the runs of another table as well as their own: the workflow builds `fairness`
+#: whenever the config has `bmta` runs (workflow/rules/common.smk), from those runs
+SOURCES = {"fairness": "bmta"}
 #: tables with a readings axis: <table>_readings.{md,csv} (hetfl table NAME --readings)
 READINGS_BUILDERS = {name: ruan.build_readings for name in ruan.READING_COLUMNS}
 

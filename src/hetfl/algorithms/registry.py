@@ -1,0 +1,92 @@
+"""Where algorithms come from: hetfl's own catalog plus every package that registers one.
+
+A package adds an algorithm without touching hetfl by declaring an entry point in the group
+``hetfl.algorithms`` (pyproject.toml: ``[project.entry-points."hetfl.algorithms"]``), named as the
+algorithm, whose object is either
+
+- an ``AlgorithmEntry`` (preferred: its module need not import torch, so validating a config stays fast),
+  e.g. ``fedfoo = "fedfoo_pkg.registration:ENTRY"``; or
+- an ``Algorithm`` subclass with class attributes ``name`` and ``Params`` (and optionally ``paper`` and
+  ``label``), e.g. ``fedfoo = "fedfoo_pkg.algo:FedFoo"``.
+
+The config schema's algorithm enum, `hetfl algorithms`, the smoke grid (`algorithms: all`) and the tables'
+method labels all read the merged catalog. docs/adding-an-algorithm.md walks through both routes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+ENTRY_POINT_GROUP = "hetfl.algorithms"
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """One registered algorithm: where its class lives, its hyperparameters and its source."""
+
+    name: str
+    target: str  # "module:Class", imported on demand (torch stays out of config validation)
+    params: type  # a dataclass; fields made with hparams.hyper carry their description and range
+    paper: str
+    label: str = ""  # the method's name in the papers' tables (e.g. "VRL-SGD"); "" = name
+    # Ruan et al.'s aggregation schemes the algorithm composes with, and why others are refused: an
+    # algorithm that carries its own step correction must not get Scheme C's E/s on top of it, nor run
+    # without it when the correction IS Scheme C (docs/algorithms.md, "Schemes and step corrections")
+    schemes: tuple[str, ...] = ("A", "B", "C")
+    schemes_why: str = ""
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+
+def entry_from(obj: Any, name: str, source: str) -> AlgorithmEntry:
+    """The AlgorithmEntry an entry point's object stands for; ValueError saying what is wrong."""
+    if isinstance(obj, AlgorithmEntry):
+        entry = obj
+    elif isinstance(obj, type) and hasattr(obj, "Params"):
+        entry = AlgorithmEntry(name=getattr(obj, "name", name), target=f"{obj.__module__}:{obj.__qualname__}",
+                               params=obj.Params, paper=getattr(obj, "paper", f"registered by {source}"),
+                               label=getattr(obj, "label", ""),
+                               schemes=tuple(getattr(obj, "schemes", ("A", "B", "C"))),
+                               schemes_why=getattr(obj, "schemes_why", ""))
+    else:
+        raise ValueError(f"it is a {type(obj).__name__}; allowed: an AlgorithmEntry or an Algorithm subclass")
+    if entry.name != name:
+        raise ValueError(f"it registers the name '{entry.name}' under the entry point name '{name}'; "
+                         "allowed: the same name for both")
+    if not dataclasses.is_dataclass(entry.params):
+        raise ValueError(f"its hyperparameters {entry.params!r} are not a dataclass")
+    return entry
+
+
+def _entry_points(group: str) -> Iterable[metadata.EntryPoint]:
+    return metadata.entry_points(group=group)
+
+
+def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metadata.EntryPoint] | None = None
+             ) -> dict[str, AlgorithmEntry]:
+    """hetfl's catalog plus every algorithm registered under ENTRY_POINT_GROUP.
+
+    A plugin that fails to import, registers something else, or reuses a name already taken is left out
+    with a warning naming the entry point, its package and the reason: one broken package must not stop
+    every hetfl command (a config that names the missing algorithm still fails validation, listing the
+    algorithms available).
+    """
+    catalog = dict(builtin)
+    for ep in _entry_points(ENTRY_POINT_GROUP) if entry_points is None else entry_points:
+        dist = getattr(ep, "dist", None)
+        source = f"entry point '{ep.name} = {ep.value}'" + (f" of package {dist.name}" if dist else "")
+        try:
+            if ep.name in catalog:
+                raise ValueError(f"the name '{ep.name}' is already registered "
+                                 f"({catalog[ep.name].target}); allowed: a new name")
+            catalog[ep.name] = entry_from(ep.load(), ep.name, source)
+        except Exception as err:  # noqa: BLE001 — any failure of foreign code is reported, not raised
+            warnings.warn(f"hetfl: algorithm {source} is not registered: {err}", stacklevel=2)
+    return catalog

@@ -1,0 +1,271 @@
+"""What a training job asks a cluster scheduler for, estimated from the scale of the runs it trains.
+
+A training job trains a list of runs (today one run; one (experiment, setting, seed) cell once the
+workflow trains cells). ``estimate`` adds up their work from RunSpec fields alone — model, dataset,
+devices, sizes, epochs, rounds, evaluation cadence — without importing torch or reading data, so that
+Snakemake can call it for every job while it builds the DAG. ``train_resources`` and ``train_group``
+turn the estimate into the SLURM executor's resources (``mem_mb``, ``runtime`` in minutes, ``gpu``,
+partition and account) and a job group for the short runs. docs/cluster.md gives every constant's
+source; the estimates are requests, meant to err on the large side, not predictions.
+
+Where a job runs (partition, account, GPUs) is the user's, never the code's: it comes from the
+environment through ``ClusterOptions.from_environ`` (or from the profile's resources, which these
+leave alone when the environment says nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hetfl.config import TEXT_MODELS, RunSpec
+from hetfl.data.sources import SOURCES
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """A model at its reference input: trainable parameters, forward FLOPs per sample (multiply-add =
+    2), floats kept per sample for the backward pass, whether a GPU is worth asking for, and the FLOP/s
+    one CPU core sustains on it in the batched engine."""
+
+    params: int
+    flops: float
+    activations: int
+    gpu: bool
+    rate: float
+
+
+# One CPU core in the batched engine (`hetfl bench --threads 1` on the project's 2-core AMD EPYC, 35 GFLOP/s
+# matmul): the McMahan CNN trains at 18.7 GFLOP/s, the 2NN at 5.6; rounded down. Unmeasured models (VGG,
+# ResNet, LSTM) are taken at the CNN's rate.
+CONV_FLOPS = 15e9
+DENSE_FLOPS = 5e9
+# The convolutional and recurrent models at their reference input (cnn, cnn_bn, resnet_emnist: 1×28×28;
+# cnn_cifar, vgg11, resnet20: 3×32×32; char_lstm: 80 characters; sent_lstm: 25 words), counted with
+# torch.utils.flop_counter on hetfl.models (tests/test_cluster.py recounts them). The dense models
+# (logreg, mlp) are sized from the dataset's features instead, by ``dense_cost``.
+MODEL_COSTS: dict[str, ModelCost] = {
+    "cnn": ModelCost(1_663_370, 24.5e6, 90_000, True, CONV_FLOPS),
+    "cnn_bn": ModelCost(1_663_562, 24.5e6, 127_000, True, CONV_FLOPS),
+    "cnn_cifar": ModelCost(797_962, 29.4e6, 133_000, True, CONV_FLOPS),
+    "vgg11": ModelCost(9_750_922, 306.6e6, 336_000, True, CONV_FLOPS),
+    "resnet20": ModelCost(269_722, 81.1e6, 377_000, True, CONV_FLOPS),
+    "resnet_emnist": ModelCost(171_038, 108.8e6, 351_000, True, CONV_FLOPS),
+    # LSTM activations: sequence length × layers × hidden × 6 (four gates, cell and hidden state)
+    "char_lstm": ModelCost(819_920, 127.2e6, 80 * 2 * 256 * 6, True, CONV_FLOPS),
+    "sent_lstm": ModelCost(1_141_802, 7.0e6, 25 * 2 * 100 * 6, True, CONV_FLOPS),
+    "quadratic": ModelCost(1, 4.0, 1, False, DENSE_FLOPS),
+}
+
+SYNTHETIC_SHAPE = (60, 10)  # FedProx SYNTHETIC(α, β): 60 features, 10 classes (data/synthetic.py)
+
+# Per-source sample counts (train split, test split) of the copies docs/datasets.md names; a source
+# without a test split has 0. Used for shards (which deal out the whole train split) and the global test.
+SOURCE_SIZES: dict[str, tuple[int, int]] = {
+    "digits": (1_437, 360), "mnist5k": (4_000, 1_000), "mnist": (60_000, 10_000),
+    "emnist-balanced": (112_800, 18_800), "emnist-byclass": (697_932, 116_323),
+    "emnist-letters": (124_800, 20_800), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
+    "femnist": (814_255, 0), "shakespeare": (4_226_158, 0), "sent140": (1_600_000, 359),
+}
+# Natural splits: mean samples per writer/speaker in LEAF (Caldas et al. 2018, Table 1).
+NATURAL_SAMPLES_PER_DEVICE: dict[str, float] = {"femnist": 226.83, "shakespeare": 3_743.2, "sent140": 2.42}
+
+MIN_SAMPLE_SECONDS = 2.5e-6  # floor per sample step (hetfl bench: logreg on SYNTHETIC, 2.55 µs)
+START_SECONDS = 30.0  # one `hetfl train` process: interpreter, imports, reading the split
+ROUND_SECONDS = 0.01  # per round: schedule, aggregation, bookkeeping
+BASE_MB = 1_000  # interpreter with torch, numpy, pandas loaded (peak RSS 320-450 MB in hetfl bench) + margin
+# client-stacked parameter tensors alive at once: weights, update, up to two of algorithm state (measured:
+# FedAvg, McMahan CNN, 40 devices × 100 mnist5k samples, peak RSS 1.95 GB; this estimate 2.5 GB)
+STATE_COPIES = 4
+SAFETY = 2.0  # requests = 2 × the estimate (shared nodes, slower cores, evaluation not modelled exactly)
+SHORT_SECONDS = 300.0  # a job under five minutes spends about as long queueing and starting: group it
+GROUP_SHORT = "hetfl_short"  # the group id the slurm profile's group-components refers to
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A job's estimated cost: seconds on one CPU core, peak memory in MB, and whether it wants a GPU."""
+
+    seconds: float
+    mem_mb: float
+    gpu: bool
+
+
+def expected_size(sizes: Mapping[str, object]) -> float:
+    """Expected samples per device of a size spec (data/sizes.py), kept within [min_size, max_size].
+
+    equal: ``size``; lognormal: ``size`` (its mean by construction); pareto: E[min(x_m·X, M)] for
+    X ~ Pareto(b, 1), x_m = size, M = max_size, i.e. x_m + x_m^b (M^(1−b) − x_m^(1−b)) / (1 − b)
+    (x_m + x_m·ln(M / x_m) when b = 1).
+    """
+    size = float(sizes.get("size", 20))
+    cap = float(sizes.get("max_size", 1000))
+    floor = float(sizes.get("min_size", 10))
+    if sizes.get("distribution") == "pareto" and cap > size:
+        b = float(sizes.get("index", 0.5))
+        if b == 1:
+            size += size * math.log(cap / size)
+        else:
+            size += size**b * (cap ** (1 - b) - size ** (1 - b)) / (1 - b)
+    return max(min(size, cap), floor)
+
+
+def total_samples(spec: RunSpec) -> float:
+    """Samples (train + local test) the federation holds, over all devices."""
+    if spec.dataset == "quadratic":
+        return float(spec.num_devices)
+    skew = (spec.partition or {}).get("label_skew")
+    source_train = SOURCE_SIZES.get(spec.dataset, (math.inf, 0))[0]
+    if skew == "shards":
+        return float(source_train)
+    per_device = NATURAL_SAMPLES_PER_DEVICE.get(spec.dataset, 1.0) if skew == "natural" \
+        else expected_size(spec.sizes)
+    return min(spec.num_devices * per_device, source_train)
+
+
+def dense_cost(dims: Sequence[int]) -> ModelCost:
+    """A stack of dense layers dims[0] → … → dims[-1]: Σ (d_i + 1)·d_{i+1} parameters, 2·Σ d_i·d_{i+1}
+    forward FLOPs, the layer outputs as activations."""
+    pairs = list(zip(dims[:-1], dims[1:], strict=True))
+    return ModelCost(sum((a + 1) * b for a, b in pairs), 2.0 * sum(a * b for a, b in pairs), sum(dims[1:]),
+                     False, DENSE_FLOPS)
+
+
+def model_cost(spec: RunSpec) -> ModelCost:
+    """The run's model: from MODEL_COSTS, or a dense stack over the data's features and classes."""
+    if spec.model in MODEL_COSTS:
+        return MODEL_COSTS[spec.model]
+    if spec.dataset == "synthetic":
+        features, classes = SYNTHETIC_SHAPE
+    else:
+        info = SOURCES[spec.dataset]
+        features, classes = math.prod(info.input_shape), info.num_classes
+    hidden = list(spec.model_params.get("hidden", (200, 200))) if spec.model == "mlp" else []
+    return dense_cost([features, *hidden, classes])
+
+
+def input_bytes(spec: RunSpec) -> int:
+    """Bytes of one sample as the engine holds it: float32 pixels/features or int64 token ids."""
+    if spec.dataset == "synthetic":
+        return 4 * SYNTHETIC_SHAPE[0]
+    if spec.dataset == "quadratic":
+        return 8
+    info = SOURCES[spec.dataset]
+    return (8 if spec.model in TEXT_MODELS.values() else 4) * math.prod(info.input_shape)
+
+
+def estimate_run(spec: RunSpec) -> Estimate:
+    """One run: local training 3 × forward FLOPs (forward + backward) per sample step, E epochs over
+    every device's training samples each round (an upper bound: traces only ever take work away), plus a
+    forward pass over train, local test and global test samples at every evaluated round."""
+    cost = model_cost(spec)
+    n = total_samples(spec)
+    n_train = n * (1 - spec.test_fraction)
+    n_global = SOURCE_SIZES.get(spec.dataset, (0, 0))[1] if spec.global_test else 0
+    if spec.local_steps is not None:
+        sample_steps = float(sum(spec.local_steps)) * spec.batch_size * spec.rounds
+    else:
+        sample_steps = n_train * spec.local_epochs * spec.rounds
+    evals = math.ceil(spec.rounds / spec.eval_every)
+    per_step = max(3 * cost.flops / cost.rate, MIN_SAMPLE_SECONDS)
+    per_eval = max(cost.flops / cost.rate, MIN_SAMPLE_SECONDS / 3)  # forward only: a third of a step
+    seconds = sample_steps * per_step + evals * (n + n_global) * per_eval + spec.rounds * ROUND_SECONDS
+    # memory: the data (twice: as read from split.npz and as tensors), client-stacked model state, and
+    # one minibatch of activations per device with their gradients
+    data = 2 * (n + n_global) * input_bytes(spec)
+    state = STATE_COPIES * 4 * cost.params * spec.num_devices
+    acts = 3 * 4 * cost.activations * spec.batch_size * spec.num_devices
+    return Estimate(seconds, BASE_MB + (data + state + acts) / 2**20, cost.gpu)
+
+
+def estimate(specs: Sequence[RunSpec]) -> Estimate:
+    """A job that trains ``specs`` one after another in one process: the runs' times add up (plus one
+    process start), memory is the largest run's, and it wants a GPU if any run does."""
+    if not specs:
+        raise ValueError("estimate: a training job needs at least one run; got none")
+    runs = [estimate_run(s) for s in specs]
+    return Estimate(START_SECONDS + sum(r.seconds for r in runs), max(r.mem_mb for r in runs),
+                    any(r.gpu for r in runs))
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Where jobs go, from the environment (docs/cluster.md). ``partition``: HETFL_SLURM_PARTITION (else
+    the profile's or the cluster's default); ``gpu_partition``: HETFL_SLURM_GPU_PARTITION for the jobs that
+    get a GPU (else ``partition``); ``account``: HETFL_SLURM_ACCOUNT, else SLURM_ACCOUNT (else the
+    profile's, or none); ``gpus``: HETFL_GPUS, GPUs per job of a GPU model (0, the default: none);
+    ``max_runtime``: HETFL_SLURM_MAX_RUNTIME, a cap in minutes on the time limit asked for (a partition
+    rejects a job asking more than its MaxTime; a capped job that runs out is retried, resuming where the
+    workflow checkpoints runs)."""
+
+    partition: str | None = None
+    gpu_partition: str | None = None
+    account: str | None = None
+    gpus: int = 0
+    max_runtime: int | None = None
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> ClusterOptions:
+        def whole(name: str, minimum: int, meaning: str) -> int | None:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return None
+            if not raw.isdigit() or int(raw) < minimum:
+                raise ValueError(f"environment variable {name} has value {raw!r}, which is not allowed; "
+                                 f"allowed: a whole number >= {minimum} ({meaning})")
+            return int(raw)
+
+        return cls(partition=env.get("HETFL_SLURM_PARTITION") or None,
+                   gpu_partition=env.get("HETFL_SLURM_GPU_PARTITION") or None,
+                   account=env.get("HETFL_SLURM_ACCOUNT") or env.get("SLURM_ACCOUNT") or None,
+                   gpus=whole("HETFL_GPUS", 0, "GPUs per training job of a GPU model") or 0,
+                   max_runtime=whole("HETFL_SLURM_MAX_RUNTIME", 1, "minutes"))
+
+
+def gpus_for(specs: Sequence[RunSpec], options: ClusterOptions) -> int:
+    """GPUs the job asks for: ``options.gpus`` for a job with a convolutional or recurrent model, else 0."""
+    return options.gpus if estimate(specs).gpu else 0
+
+
+def resource_names(options: ClusterOptions) -> list[str]:
+    """The resources ``train_resources`` sets: slurm_partition and slurm_account only when the environment
+    names one, so that the profile's default-resources stay in force otherwise."""
+    names = ["mem_mb", "runtime", "gpu"]
+    if options.partition or (options.gpus and options.gpu_partition):
+        names.append("slurm_partition")
+    if options.account:
+        names.append("slurm_account")
+    return names
+
+
+def train_resources(specs: Sequence[RunSpec], options: ClusterOptions, attempt: int = 1) -> dict[str, object]:
+    """The executor resources (``resource_names``) of a job training ``specs``: mem_mb and runtime
+    (minutes) are SAFETY × the estimate, rounded up (mem_mb to 256 MB, runtime to whole minutes, at most
+    ``options.max_runtime``) and scaled by the attempt, so that a retry after an out-of-memory or
+    time-limit kill asks for more; gpu is
+    ``gpus_for``; slurm_partition is the GPU partition for a job given a GPU, else the partition (None,
+    which Snakemake drops, for a CPU job when only a GPU partition is named: the cluster's default)."""
+    est = estimate(specs)
+    gpus = gpus_for(specs, options)
+    runtime = max(1, math.ceil(attempt * SAFETY * est.seconds / 60))
+    values: dict[str, object] = {
+        "mem_mb": 256 * math.ceil(attempt * SAFETY * est.mem_mb / 256),
+        "runtime": min(runtime, options.max_runtime) if options.max_runtime else runtime,
+        "gpu": gpus,
+        "slurm_partition": (options.gpu_partition or options.partition) if gpus else options.partition,
+        "slurm_account": options.account,
+    }
+    return {name: values[name] for name in resource_names(options)}
+
+
+def train_device(specs: Sequence[RunSpec], options: ClusterOptions) -> str:
+    """`hetfl train --device`: cuda when the job is given a GPU, else cpu."""
+    return "cuda" if gpus_for(specs, options) else "cpu"
+
+
+def train_group(specs: Sequence[RunSpec], options: ClusterOptions) -> str | None:
+    """GROUP_SHORT for a CPU job estimated under SHORT_SECONDS (the profile's group-components then
+    submits many of them as one cluster job), else None (a job of its own)."""
+    est = estimate(specs)
+    return GROUP_SHORT if est.seconds < SHORT_SECONDS and not gpus_for(specs, options) else None

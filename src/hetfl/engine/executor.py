@@ -1,0 +1,95 @@
+"""How the clients of a round are laid onto the hardware: blocks of clients, and CPU workers.
+
+Local SGD (engine.local) trains clients that are independent of each other, so how they are grouped
+changes nothing but speed (and float rounding: tests/test_models.py checks every executor against the
+per-client oracle). Two knobs, both chosen by a fixed rule from the model and the device (never by a
+timing taken during a run, so a run is reproduced by the same executor), docs/engine.md:
+
+* `block`: clients trained together as one batched computation (parameters stacked, one kernel per layer
+  for the block); each block runs all its local steps before the next. 1 is per-client training through
+  the same hand-written layers (no autograd). The model decides (`client_block`): on the CPU the small
+  fused models take as many clients as fit in cache, the zoo's convolutional and recurrent models one
+  (their per-client oneDNN kernels beat a grouped convolution or a batched recurrence); on CUDA every
+  client fits in one block, or as many as half the free device memory holds.
+* `workers`: on the CPU, models whose per-client kernels scale poorly over cores (`client_parallel`)
+  train different blocks on different cores at once, each worker with one intra-op thread, instead of
+  splitting every small kernel over the cores. Blocks go to workers longest first, to the least loaded
+  worker (a fixed order: the assignment depends only on the step counts).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+# Share of the free device memory one block of clients may take on CUDA (the rest: the stacked parameters
+# of the round, the data, evaluation).
+CUDA_MEMORY_SHARE = 0.5
+
+_threads_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Plan:
+    block: int  # clients per batched computation
+    workers: int  # CPU threads training blocks concurrently (1: blocks in turn, intra-op parallel kernels)
+
+
+def make_plan(model, params: list[Tensor], x: Tensor, clients: int) -> Plan:
+    """The executor for `clients` clients of `model` on x's device; params: the stacked parameters, x a
+    minibatch [m, B, ...] (shapes past the client axis, dtype and device matter)."""
+    if clients == 0:
+        return Plan(1, 1)
+    block = clients
+    if hasattr(model, "client_block"):
+        block = max(1, min(clients, int(model.client_block(params, x))))
+    workers = 1
+    if x.device.type == "cpu" and getattr(model, "client_parallel", False):
+        workers = max(1, min(torch.get_num_threads(), -(-clients // block)))
+    return Plan(block, workers)
+
+
+def cuda_block(per_client_bytes: int, device: torch.device) -> int:
+    """Clients per block on a CUDA device: as many as CUDA_MEMORY_SHARE of its free memory holds."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(1, int(free * CUDA_MEMORY_SHARE) // max(per_client_bytes, 1))
+
+
+def assign(work: Sequence[float], workers: int) -> list[list[int]]:
+    """Blocks (by index) per worker: longest first, each to the least loaded worker (ties: lowest id)."""
+    load = [0.0] * workers
+    out: list[list[int]] = [[] for _ in range(workers)]
+    for i in sorted(range(len(work)), key=lambda i: (-work[i], i)):
+        w = min(range(workers), key=lambda j: (load[j], j))
+        out[w].append(i)
+        load[w] += work[i]
+    return [sorted(blocks) for blocks in out]
+
+
+def run(plan: Plan, blocks: Sequence[tuple[int, int]], work: Sequence[float],
+        train_block: Callable[[int, int], None]) -> None:
+    """train_block(lo, hi) for every block, in turn or on plan.workers CPU threads."""
+    if plan.workers <= 1 or len(blocks) <= 1:
+        for lo, hi in blocks:
+            train_block(lo, hi)
+        return
+    groups = [g for g in assign(work, plan.workers) if g]
+
+    def worker(group: list[int]) -> None:
+        torch.set_num_threads(1)  # this thread's kernels run on its own core only
+        for i in group:
+            train_block(*blocks[i])
+
+    with _threads_lock:  # torch's thread count is process-wide: one parallel section at a time
+        threads = torch.get_num_threads()
+        try:
+            with ThreadPoolExecutor(len(groups)) as pool:
+                for f in [pool.submit(worker, g) for g in groups]:
+                    f.result()  # re-raises a worker's exception here
+        finally:
+            torch.set_num_threads(threads)

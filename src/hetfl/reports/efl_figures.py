@@ -1,0 +1,93 @@
+"""Ma et al. (2022) EFL Figures 1 and 2 at the scale of the runs given (matplotlib, headless).
+
+Figure 1 ("Testing Accuracy-Communication Rounds comparisons ... for IID and non-IID data"): the mean
+testing accuracy (mean_client_accuracy, the metric behind BMTA; personalised methods scored with their
+personalised models) against rounds for FedAvg, FedProx, SCAFFOLD, APFL and EFL, a panel per data setting
+(IID first, then the non-IID ones) and a row per data set; lines are means over seeds, bands their range.
+
+Figure 2 ("The first row shows Testing Accuracy-Communication Rounds comparison and the second row shows
+Training Loss-Communication Rounds comparison in non-IID setting"): EFL with λ = 0 against EFL with the
+best λ (efl_lambda.best_lambda), a column per data set and setting.
+
+Both draw whatever grid they are given: a missing method or λ is left out, an empty grid gives an empty
+panel that says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from hetfl.algorithms import method_label
+from hetfl.reports.bmta import is_iid
+from hetfl.reports.efl_lambda import GROUP, best_lambda, with_values
+from hetfl.reports.event_tables import curve
+from hetfl.reports.figures import _save, plt
+
+FIGURE1_METHODS = ("fedavg", "fedprox", "scaffold", "apfl", "efl")
+
+
+def _band(ax, run_dirs: list[str], metric: str, label: str, scale: float = 1.0) -> None:
+    """Mean over seeds as a line, min–max over seeds as a band."""
+    curves = pd.concat([curve(d, metric) for d in run_dirs], axis=1) * scale
+    mean = curves.mean(axis=1)
+    (line,) = ax.plot(mean.index, mean.to_numpy(), label=label)
+    if curves.shape[1] > 1:
+        ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=line.get_color(), alpha=0.15)
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8)
+
+
+def figure1(runs: pd.DataFrame, out: Path) -> None:
+    runs = runs[runs["algorithm"].isin(FIGURE1_METHODS)]
+    datasets = sorted(runs["dataset"].unique()) or ["—"]
+    settings = sorted(runs["setting"].unique(), key=lambda s: (not is_iid(runs[runs["setting"] == s].iloc[0]), s))
+    settings = settings or ["—"]
+    fig, axes = plt.subplots(len(datasets), len(settings), figsize=(3.6 * len(settings), 2.8 * len(datasets)),
+                             squeeze=False, sharey=True)
+    for i, dataset in enumerate(datasets):
+        for j, setting in enumerate(settings):
+            ax = axes[i][j]
+            sel = runs[(runs["dataset"] == dataset) & (runs["setting"] == setting)]
+            for algorithm in FIGURE1_METHODS:
+                g = sel[sel["algorithm"] == algorithm]
+                if len(g):
+                    _band(ax, list(g["run_dir"]), "mean_client_accuracy", method_label(algorithm), 100.0)
+            if sel.empty:
+                _empty(ax, "no runs of Figure 1's methods")
+            kind = "IID" if not sel.empty and is_iid(sel.iloc[0]) else "non-IID"
+            named = str(setting).upper() in ("IID", "NIID", "NON-IID")  # the label says it already
+            ax.set_title(f"{dataset} {setting}" + ("" if named else f" ({kind})"), fontsize=9)
+            ax.set_xlabel("round")
+            if j == 0:
+                ax.set_ylabel("mean testing accuracy (%)")
+    if not runs.empty:
+        axes[0][-1].legend(fontsize=7)
+    fig.suptitle("EFL Figure 1 (reduced scale): IID vs non-IID", fontsize=10)
+    _save(fig, out)
+
+
+def figure2(runs: pd.DataFrame, out: Path) -> None:
+    runs = with_values(runs)
+    groups = list(runs.groupby(GROUP, sort=True)) or [(("—",) * len(GROUP), runs)]
+    fig, axes = plt.subplots(2, len(groups), figsize=(3.8 * len(groups), 5.2), squeeze=False)
+    for j, (key, g) in enumerate(groups):
+        best = best_lambda(g) if len(g) else None
+        for lam, label in ((0.0, "EFL, λ = 0"), (best, f"EFL, best λ = {best:g}" if best is not None else "")):
+            sel = g[g["lam"] == lam] if lam is not None else g.iloc[0:0]
+            if len(sel):
+                _band(axes[0][j], list(sel["run_dir"]), "mean_client_accuracy", label, 100.0)
+                _band(axes[1][j], list(sel["run_dir"]), "train_loss", label)
+        if g.empty:
+            _empty(axes[0][j], "no EFL runs")
+        axes[0][j].set_title(" ".join(str(k) for k in key[:2]), fontsize=9)
+        axes[1][j].set_xlabel("round")
+    axes[0][0].set_ylabel("mean testing accuracy (%)")
+    axes[1][0].set_ylabel("training loss")
+    if not runs.empty:
+        axes[0][-1].legend(fontsize=7)
+    fig.suptitle("EFL Figure 2 (reduced scale): the elastic term, λ = 0 vs best λ", fontsize=10)
+    _save(fig, out)

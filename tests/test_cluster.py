@@ -1,0 +1,142 @@
+"""hetfl.cluster: a training job's memory, time limit, GPU and group from its runs' scale, by hand."""
+
+import math
+
+import pytest
+
+from hetfl import cluster
+from hetfl.cluster import ClusterOptions
+from hetfl.config import expand_runs, validate_config
+
+
+def _runs(**exp):
+    base = {"table": "none", "schemes": ["A"], "num_traces": [1], "seeds": [0]}
+    return list(expand_runs(validate_config({"experiments": {"e": {**base, **exp}}})))
+
+
+def _synthetic(**kw):
+    """SYNTHETIC logreg: 10 devices × 50 samples, E = 2, 10 rounds, batch 10."""
+    exp = {"dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}}, "num_devices": 10,
+           "sizes": {"distribution": "equal", "size": 50}, "local_epochs": 2, "rounds": 10, "batch_size": 10}
+    return _runs(**{**exp, **kw})
+
+
+def _cnn():
+    """McMahan CNN on MNIST: 10 devices × 100 samples, E = 1, 2 rounds, batch 10, global test 10,000."""
+    return _runs(dataset="mnist", settings={"N": {"partition": {"label_skew": "iid"}}}, num_devices=10,
+                 sizes={"distribution": "equal", "size": 100}, model="cnn", local_epochs=1, rounds=2,
+                 batch_size=10)
+
+
+def test_pareto_expected_size_by_hand():
+    # E[min(20·X, 1000)], X ~ Pareto(0.5): 20 + ∫_20^1000 (20/t)^0.5 dt = 20 + 2·√20·(√1000 − √20)
+    sizes = {"distribution": "pareto", "size": 20, "index": 0.5, "max_size": 1000, "min_size": 10}
+    assert cluster.expected_size(sizes) == pytest.approx(20 + 2 * (math.sqrt(20_000) - 20))  # 262.84
+    assert cluster.expected_size({**sizes, "index": 1.0}) == pytest.approx(20 + 20 * math.log(50))
+    assert cluster.expected_size({**sizes, "index": 2.0}) == pytest.approx(20 + 400 * (1 / 20 - 1 / 1000))
+    assert cluster.expected_size({"distribution": "equal", "size": 5, "min_size": 10, "max_size": 99}) == 10
+
+
+def test_synthetic_job_by_hand():
+    (spec,) = _synthetic()
+    # 500 samples, 400 for training; logreg 60 → 10: 610 parameters, 1,200 forward FLOPs per sample
+    assert cluster.total_samples(spec) == 500
+    assert cluster.model_cost(spec).params == 610 and cluster.model_cost(spec).flops == 1200
+    run = cluster.estimate_run(spec)
+    # 8,000 sample steps at the 2.5 µs floor + 10 evaluations × 500 samples × 2.5/3 µs + 10 rounds × 10 ms
+    assert run.seconds == pytest.approx(8000 * 2.5e-6 + 10 * 500 * 2.5e-6 / 3 + 0.1)
+    # data 2 × 500 × 240 B, state 4 × 4 B × 610 × 10, activations 12 B × 10 × 10 × 10
+    assert run.mem_mb == pytest.approx(1000 + (240_000 + 97_600 + 12_000) / 2**20)
+    assert not run.gpu
+    res = cluster.train_resources([spec], ClusterOptions())
+    assert res == {"mem_mb": 2048, "runtime": 2, "gpu": 0}  # 2 × 1000.33 MB; 2 × 30.12 s → 2 minutes
+    assert cluster.train_resources([spec], ClusterOptions(), attempt=2) == \
+        {"mem_mb": 4096, "runtime": 3, "gpu": 0}  # a retry asks for twice as much: 4 × 30.12 s → 3 min
+    assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT
+    assert cluster.train_device([spec], ClusterOptions(gpus=1)) == "cpu"  # logreg never gets a GPU
+
+
+def test_cnn_job_by_hand():
+    (spec,) = _cnn()
+    run = cluster.estimate_run(spec)
+    # 1,600 sample steps × 3 × 24.5 MFLOP / 15 GFLOP/s; 2 evaluations × (1,000 + 10,000) samples
+    train_s = 1600 * 3 * 24.5e6 / 15e9
+    eval_s = 2 * 11_000 * 24.5e6 / 15e9
+    assert run.seconds == pytest.approx(train_s + eval_s + 0.02)
+    # data 2 × 11,000 × 3,136 B; state 4 × 4 B × 1,663,370 × 10; activations 12 B × 90,000 × 10 × 10
+    assert run.mem_mb == pytest.approx(1000 + (68_992_000 + 266_139_200 + 108_000_000) / 2**20)
+    cpu = cluster.train_resources([spec], ClusterOptions())
+    assert cpu == {"mem_mb": 3072, "runtime": 3, "gpu": 0}  # 2 × 1,422.6 MB → 12 × 256; 2 × 73.8 s → 3 min
+    gpu = ClusterOptions(partition="cpu", gpu_partition="gpu", account="fl", gpus=1)
+    assert cluster.train_resources([spec], gpu) == {"mem_mb": 3072, "runtime": 3, "gpu": 1,
+                                                     "slurm_partition": "gpu", "slurm_account": "fl"}
+    assert cluster.train_device([spec], gpu) == "cuda"
+    assert cluster.train_group([spec], gpu) is None  # a GPU job is never grouped
+    assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT  # 74 s on a CPU
+
+
+def test_a_cell_adds_up_its_runs():
+    specs = _synthetic(schemes=["A", "B", "C"])
+    one = cluster.estimate_run(specs[0])
+    job = cluster.estimate(specs)
+    assert job.seconds == pytest.approx(cluster.START_SECONDS + 3 * one.seconds)
+    assert job.mem_mb == one.mem_mb  # runs one after another: the largest, not the sum
+    with pytest.raises(ValueError, match="at least one run"):
+        cluster.estimate([])
+
+
+def test_long_jobs_are_not_grouped_and_capped_by_the_environment():
+    (spec,) = _synthetic(rounds=20_000, sizes={"distribution": "equal", "size": 1000})
+    assert cluster.estimate([spec]).seconds > cluster.SHORT_SECONDS
+    assert cluster.train_group([spec], ClusterOptions()) is None
+    capped = cluster.train_resources([spec], ClusterOptions(max_runtime=30))
+    assert capped["runtime"] == 30 < cluster.train_resources([spec], ClusterOptions())["runtime"]
+
+
+def test_partition_only_where_the_environment_names_one():
+    (spec,) = _synthetic()
+    assert cluster.resource_names(ClusterOptions()) == ["mem_mb", "runtime", "gpu"]
+    only_gpu = ClusterOptions(gpu_partition="gpu", gpus=1)
+    assert cluster.train_resources([spec], only_gpu)["slurm_partition"] is None  # CPU job: cluster default
+    assert cluster.train_resources(_cnn(), only_gpu)["slurm_partition"] == "gpu"
+    assert "slurm_partition" not in cluster.train_resources(_cnn(), ClusterOptions(gpu_partition="gpu"))
+
+
+def test_options_from_the_environment():
+    env = {"HETFL_SLURM_PARTITION": "cpu", "SLURM_ACCOUNT": "lab", "HETFL_GPUS": "2",
+           "HETFL_SLURM_MAX_RUNTIME": "2880"}
+    assert ClusterOptions.from_environ(env) == ClusterOptions("cpu", None, "lab", 2, 2880)
+    assert ClusterOptions.from_environ({**env, "HETFL_SLURM_ACCOUNT": "fl"}).account == "fl"
+    assert ClusterOptions.from_environ({}) == ClusterOptions()
+    with pytest.raises(ValueError, match=r"HETFL_GPUS has value 'one'.*allowed: a whole number >= 0"):
+        ClusterOptions.from_environ({"HETFL_GPUS": "one"})
+    with pytest.raises(ValueError, match=r"HETFL_SLURM_MAX_RUNTIME has value '0'.*>= 1"):
+        ClusterOptions.from_environ({"HETFL_SLURM_MAX_RUNTIME": "0"})
+
+
+def test_dense_models_are_sized_from_the_data():
+    (spec,) = _runs(dataset="mnist5k", settings={"N": {"partition": {"label_skew": "iid"}}}, model="mlp",
+                    model_params={"hidden": [200, 100]})
+    cost = cluster.model_cost(spec)
+    assert cost.params == 785 * 200 + 201 * 100 + 101 * 10
+    assert cost.flops == 2 * (784 * 200 + 200 * 100 + 100 * 10)
+
+
+@pytest.mark.parametrize("name", sorted(set(cluster.MODEL_COSTS) - {"quadratic"}))
+def test_model_table_matches_the_models(name):
+    """The table's parameters and forward FLOPs are those of hetfl.models at the reference input."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hetfl.models import make_model
+
+    shape, classes = {"cnn_cifar": ((3, 32, 32), 10), "vgg11": ((3, 32, 32), 10),
+                      "resnet20": ((3, 32, 32), 10), "resnet_emnist": ((1, 28, 28), 62),
+                      "char_lstm": ((80,), 80), "sent_lstm": ((25,), 2)}.get(name, ((1, 28, 28), 10))
+    module = make_model(name, shape if len(shape) > 1 else shape[0], classes).make_module()
+    x = torch.zeros((1, *shape), dtype=torch.long if len(shape) == 1 else torch.float32)
+    with FlopCounterMode(display=False) as counter:
+        module(x)
+    cost = cluster.MODEL_COSTS[name]
+    assert cost.params == sum(p.numel() for p in module.parameters())
+    assert cost.flops == pytest.approx(counter.get_total_flops(), rel=0.01)

@@ -1,0 +1,83 @@
+"""FedElasticNet's communication-cost table (reports.communication_cost) on hand-made run directories."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hetfl.config import expand_runs, validate_config
+from hetfl.reports import communication_cost as cc
+from hetfl.reports.results import collect_runs
+
+
+def _config():
+    return {"experiments": {"cc": {
+        "table": "communication_cost", "dataset": "mnist5k", "settings": {"dir0.3": {
+            "partition": {"label_skew": "dirichlet", "alpha": 0.3}}},
+        "num_devices": 20, "clients_per_round": 2, "algorithms": ["fedprox", "fedelasticnet", "topk_ef"],
+        "schemes": ["B"], "num_traces": [1], "rounds": 3, "seeds": [0, 1, 2]}}}
+
+
+# per (algorithm, seed): non-zeros of rounds 1-3, entropy of rounds 1-3, final accuracy
+RUNS = {
+    ("fedprox", 0): ([100, 100, 100], [1.0, 1.0, 1.0], 0.80),
+    ("fedprox", 1): ([120, 100, 80], [0.9, 1.0, 1.1], 0.82),
+    ("fedprox", 2): ([100, 110, 90], [1.0, 1.0, 1.0], 0.81),
+    ("fedelasticnet", 0): ([80, 70, 60], [0.8, 0.8, 0.8], 0.80),
+    ("fedelasticnet", 1): ([90, 60, 60], [0.7, 0.8, 0.9], 0.83),
+    ("fedelasticnet", 2): ([60, 60, 30], [0.8, 0.7, 0.6], 0.81),
+    ("topk_ef", 0): ([5, 5, 5], [0.1, 0.1, 0.1], 0.70),
+    ("topk_ef", 1): ([5, 5, 5], [0.1, 0.1, 0.1], 0.71),
+    ("topk_ef", 2): ([5, 5, 5], [0.1, 0.1, 0.1], 0.72),
+}
+
+
+def _runs(tmp_path):
+    dirs = []
+    for spec in expand_runs(validate_config(_config())):
+        d = tmp_path / spec.run
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({"spec": spec.to_dict(), "status": "ok"}))
+        nz, ent, acc = RUNS[(spec.algorithm, spec.seed)]
+        rows = [(r + 1, "nonzeros_up", float(v)) for r, v in enumerate(nz)]
+        rows += [(r + 1, "entropy_up", v) for r, v in enumerate(ent)]
+        rows += [(r + 1, "bytes_up", 4000.0) for r in range(3)]
+        rows += [(3, "global_test_accuracy", acc)]
+        pd.DataFrame(rows, columns=["round", "metric", "value"]).to_parquet(d / "metrics.parquet")
+        dirs.append(d)
+    return collect_runs(dirs)
+
+
+def test_measures_and_pairs_by_hand(tmp_path):
+    tidy = cc.communication_cost(_runs(tmp_path))
+    methods = tidy[tidy["kind"] == "method"].set_index(["method", "measure"])
+    # FedProx totals 300, 300, 300 per seed; per round 100; entropy 1.0; 12 kB over 3 rounds
+    assert methods.loc[("FedProx", "total_nonzeros"), "mean"] == 300
+    assert methods.loc[("FedProx", "nonzeros_per_round"), "mean"] == 100
+    assert methods.loc[("FedProx", "entropy"), "mean"] == pytest.approx(1.0)
+    assert methods.loc[("FedProx", "mb_sent"), "mean"] == pytest.approx(0.012)
+    assert methods.loc[("FedAvg + top-k + EF", "accuracy"), "mean"] == pytest.approx(71.0)
+    pairs = tidy[tidy["kind"] == "pair"].set_index("measure")
+    # elastic-net totals 210, 210, 150 against 300 each: changes −30 %, −30 %, −50 %
+    change = pairs.loc["nonzeros_change_pct"]
+    assert change["mean"] == pytest.approx(-110 / 3)
+    half_width = 4.302652729911275 * np.std([-30, -30, -50], ddof=1) / np.sqrt(3)
+    assert change["ci_low"] == pytest.approx(-110 / 3 - half_width)
+    assert change["ci_high"] == pytest.approx(-110 / 3 + half_width)
+    # entropy: means 0.8, 0.8, 0.7 against 1.0 → −0.2, −0.2, −0.3
+    assert pairs.loc["entropy_diff", "mean"] == pytest.approx(-0.7 / 3)
+    assert pairs.loc["accuracy_diff", "mean"] == pytest.approx(1 / 3)  # 0, +1, 0 points
+    assert set(pairs["verdict"]) == {"not comparable"}  # the paper's numbers are not transcribed
+    assert list(tidy.loc[tidy["kind"] == "method", "method"].unique()) == [
+        "FedProx", "FedProx + elastic net (Alg. 1)", "FedAvg + top-k + EF"]  # each base before its variant
+
+
+def test_layout_and_caption(tmp_path):
+    runs = _runs(tmp_path)
+    tidy = cc.communication_cost(runs)
+    out = cc.layout(tidy)
+    delta = out[out["method"].str.startswith("Δ")].iloc[0]
+    assert delta["total non-zeros (10⁶)"].startswith("-36.67 [")
+    text = cc.caption(tidy, runs)
+    assert "not comparable" in text and "2 of 20 clients per round" in text

@@ -1,0 +1,162 @@
+"""EFL's fairness table, the λ table behind Figure 2, Figures 1-2, and their place in the workflow."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from hetfl.reports.efl_lambda import best_lambda, lambda_table, with_values
+from hetfl.reports.fairness import fairness
+from hetfl.reports.tables import BUILDERS, SOURCES, load_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+T2 = 4.302652729911275  # Student t, 97.5 % quantile, 2 degrees of freedom
+
+
+def make_run(root: Path, name: str, spec: dict, metrics: dict[str, list[float]], status: str = "ok") -> Path:
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    base = {"dataset": "mnist5k", "setting": "NIID", "num_traces": 1, "scheme": "C",
+            "partition": {"label_skew": "pathological", "m": 2}}
+    (run_dir / "run.json").write_text(json.dumps({"spec": {**base, **spec}, "status": status}))
+    rows = [(r, m, v) for m, vs in metrics.items() for r, v in enumerate(vs, start=1)]
+    pd.DataFrame(rows, columns=["round", "metric", "value"]).to_parquet(run_dir / "metrics.parquet")
+    return run_dir
+
+
+def test_fairness_takes_the_final_round_with_ci_and_paired_difference(tmp_path):
+    dirs = []
+    for alg, jains in (("fedavg", (0.8, 0.9, 0.85)), ("efl", (0.9, 0.95, 0.9))):
+        for seed, j in enumerate(jains):
+            dirs.append(make_run(tmp_path, f"{alg}_s{seed}", {"algorithm": alg, "seed": seed}, {
+                "client_loss_jain": [0.1, 0.2, j],  # only the final round counts
+                "client_loss_variance": [1.0, 1.0, 0.01 * (seed + 1)],
+                "client_loss_entropy": [2.0, 2.0, 2.5]}))
+    dirs.append(make_run(tmp_path, "efl_s3", {"algorithm": "efl", "seed": 3},
+                         {"client_loss_jain": [0.5, math.nan], "client_loss_variance": [0.1, math.nan],
+                          "client_loss_entropy": [1.0, math.nan]}, status="diverged"))
+    t = fairness(load_runs(dirs)).set_index("method")
+    fedavg, efl = t.loc["FedAvg"], t.loc["EFL"]
+    # Jain: FedAvg (.8, .9, .85): .85 ± 4.3027·.05/√3
+    assert fedavg["Jain_mean"] == pytest.approx(0.85)
+    assert fedavg["Jain_ci_high"] == pytest.approx(0.85 + T2 * 0.05 / math.sqrt(3))
+    assert fedavg["variance_mean"] == pytest.approx(0.02) and fedavg["entropy_mean"] == pytest.approx(2.5)
+    # EFL: the diverged seed 3 has no final value; pairs (.1, .05, .05) with FedAvg's seeds
+    assert efl["n_seeds"] == 4 and efl["n_diverged"] == 1 and efl["Jain_mean"] == pytest.approx(2.75 / 3)
+    assert efl["Jain_diff_mean"] == pytest.approx(0.2 / 3)
+    assert math.isnan(fedavg["Jain_diff_mean"]) and set(t["verdict"]) == {"not comparable"}
+
+
+def test_best_lambda_and_the_paired_differences_to_lambda_zero(tmp_path):
+    dirs = []
+    # BMTA per seed (%): λ = 0 (80, 82, 78); λ = 0.1 (85, 86, 84); λ = 1 (70, 99, 75) → best λ = 0.1
+    values = {0.0: (80, 82, 78), 0.1: (85, 86, 84), 1.0: (70, 99, 75)}
+    losses = {0.0: (0.6, 0.5, 0.7), 0.1: (0.5, 0.5, 0.5), 1.0: (0.9, 0.2, 1.0)}
+    for lam, bmtas in values.items():
+        for seed, b in enumerate(bmtas):
+            dirs.append(make_run(tmp_path, f"lam{lam}_s{seed}", {
+                "algorithm": "efl", "seed": seed, "algorithm_params": {"lam": lam, "q": 0.1}},
+                {"mean_client_accuracy": [b / 200, b / 100], "train_loss": [2.0, losses[lam][seed]]}))
+    runs = load_runs(dirs)
+    assert best_lambda(with_values(runs)) == 0.1
+    t = lambda_table(runs).set_index("lam")
+    best = t.loc[0.1]
+    assert best["is_best"] and not t.loc[1.0, "is_best"]
+    # Δ BMTA (5, 4, 6): 5 ± 4.3027/√3·1 = [2.516, 7.484] > 0: the paper's direction
+    assert best["bmta_diff_mean"] == pytest.approx(5.0)
+    assert best["bmta_diff_ci_low"] == pytest.approx(5 - T2 / math.sqrt(3))
+    assert best["bmta_verdict"] == "same direction"
+    # Δ loss (−.1, 0, −.2): −.1 ± 4.3027·.1/√3 contains 0
+    assert best["loss_diff_mean"] == pytest.approx(-0.1) and best["loss_verdict"] == "inconclusive"
+    assert t.loc[1.0, "bmta_verdict"] == "not comparable" and t.loc[0.0, "bmta_verdict"] == "—"
+    # a tie goes to the smaller λ
+    tie = with_values(runs)
+    tie.loc[tie["lam"] == 1.0, "bmta"] = 85.0
+    assert best_lambda(tie) == 0.1
+
+
+def test_figures_draw_whatever_grid_they_are_given(tmp_path):
+    from hetfl.reports.figures import FIGURES, build_figure
+
+    assert FIGURES["efl_figure1"][0] == "bmta" and FIGURES["efl_figure2"][0] == "efl_lambda"
+    curves = {"mean_client_accuracy": [0.3, 0.5, 0.6], "train_loss": [2.0, 1.0, 0.8]}
+    def spec(alg, setting, s):
+        skew = "iid" if setting == "IID" else "pathological"
+        return {"algorithm": alg, "seed": s, "setting": setting, "partition": {"label_skew": skew, "m": 2}}
+
+    dirs = [make_run(tmp_path / "f1", f"{alg}_{setting}_s{s}", spec(alg, setting, s), curves)
+            for alg in ("fedavg", "apfl", "fedgate") for setting in ("IID", "NIID") for s in (0, 1)]
+    build_figure("efl_figure1", dirs, tmp_path / "out" / "fig1")
+    assert (tmp_path / "out" / "fig1.png").stat().st_size > 1000 and (tmp_path / "out" / "fig1.svg").is_file()
+    # only λ = 0 (no λ > 0 to call best): one line per panel, no crash
+    efl0 = {"algorithm": "efl", "algorithm_params": {"lam": 0.0}}
+    lam0 = [make_run(tmp_path / "f2", f"lam0_s{s}", {**efl0, "seed": s}, curves) for s in (0, 1)]
+    build_figure("efl_figure2", lam0, tmp_path / "out" / "fig2")
+    assert (tmp_path / "out" / "fig2.png").stat().st_size > 1000
+
+
+def test_quick_config_runs_every_table_2_method_and_builds_the_efl_outputs(tmp_path):
+    """Acceptance of issue 13 at the planning level: every Table 2 method on mnist5k with ≥ 3 seeds, the
+    fairness table built from the bmta runs, Figures 1-2 drawn (a Snakemake dry run of quick.yaml)."""
+    from hetfl.config import expand_runs, load_config
+    from hetfl.reports.references import load_reference
+
+    runs = [r for r in expand_runs(load_config(ROOT / "workflow/config/quick.yaml")) if r.table == "bmta"]
+    paper = load_reference("ma2022_efl_table2_bmta")
+    from hetfl.algorithms import method_label
+
+    niid = {(method_label(r.algorithm), r.seed) for r in runs
+            if r.dataset == "mnist5k" and r.setting == "NIID"}
+    for method in set(paper["method"]):
+        assert {s for m, s in niid if m == method} >= {0, 1, 2}, method
+    assert SOURCES == {"fairness": "bmta"} and set(SOURCES) <= set(BUILDERS)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+                           str(tmp_path), "--configfile", str(ROOT / "workflow/config/quick.yaml"), "-n",
+                           "--cores", "2"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for target in ("reports/tables/bmta.csv", "reports/tables/fairness.csv", "reports/tables/efl_lambda.csv",
+                   "reports/figures/efl_figure1.png", "reports/figures/efl_figure2.png"):
+        assert target in proc.stdout, target
+
+
+@pytest.mark.slow
+def test_efl_outputs_end_to_end(tmp_path):
+    """A tiny version of quick.yaml's EFL block through Snakemake: bmta, fairness (from bmta's runs),
+    efl_lambda and both figures (asked for by name: the MLflow mirrors are not needed here)."""
+    base = {"table": "bmta", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
+            "num_devices": 6, "sizes": {"distribution": "equal", "size": 30}, "schemes": ["C"],
+            "num_traces": [1], "local_epochs": 1, "rounds": 3, "seeds": [0]}
+    config = {"experiments": {
+        "t2": {**base, "algorithms": ["fedavg", "apfl"]},
+        **{name: {**base, "table": "efl_lambda", "algorithm": "efl",
+                  "algorithm_params": {"efl": {"lam": lam}}} for name, lam in (("lam0", 0.0), ("lam1", 0.1))},
+    }}
+    cfg = tmp_path / "efl.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    targets = [f"reports/tables/{t}.csv" for t in ("bmta", "fairness", "efl_lambda")]
+    targets += [f"reports/figures/efl_figure{i}.png" for i in (1, 2)]
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+                           str(tmp_path / "wd"), "--configfile", str(cfg), "--cores", "2", *targets],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "wd" / "reports"
+    bmta = pd.read_csv(out / "tables/bmta.csv")
+    assert set(bmta["method"]) == {"FedAvg", "APFL"}
+    assert (bmta["n_seeds"] == 1).all() and set(bmta["verdict"]) == {"not comparable"}  # SYNTHETIC: no paper
+    fair = pd.read_csv(out / "tables/fairness.csv")
+    assert set(fair["method"]) == set(bmta["method"]) and fair["Jain_mean"].between(0, 1).all()
+    lam = pd.read_csv(out / "tables/efl_lambda.csv")
+    assert sorted(lam["lam"]) == [0.0, 0.1] and lam["is_best"].sum() == 1
+    for fig in ("efl_figure1", "efl_figure2"):
+        assert (out / f"figures/{fig}.png").stat().st_size > 1000

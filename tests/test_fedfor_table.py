@@ -1,0 +1,128 @@
+"""FedFOR Tables 2-4 (reports.fedfor): best accuracy up to half and all rounds, ACC_x, paired verdicts."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hetfl.config import expand_runs, validate_config
+from hetfl.reports import fedfor
+from hetfl.reports.results import collect_runs
+
+
+def test_rounds_to_reach_is_the_first_round_at_or_above_x():
+    acc = pd.Series([0.30, 0.55, 0.62, 0.58, 0.71], index=[1, 2, 3, 4, 5])
+    assert fedfor.rounds_to_reach(acc, 60) == 3
+    assert fedfor.rounds_to_reach(acc, 55) == 2  # "reach" includes equality
+    assert fedfor.rounds_to_reach(acc, 71) == 5
+    assert fedfor.rounds_to_reach(acc, 72) is None  # never: censored, reported "> R"
+    # evaluated every other round: the first evaluated round that is there
+    assert fedfor.rounds_to_reach(pd.Series([0.5, 0.65], index=[2, 4]), 60) == 4
+
+
+def test_best_up_to_half_and_full():
+    acc = pd.Series([0.30, 0.55, 0.62, 0.58, 0.71, 0.69], index=[1, 2, 3, 4, 5, 6])
+    assert fedfor.best_up_to(acc, 3) == pytest.approx(62.0)
+    assert fedfor.best_up_to(acc, 6) == pytest.approx(71.0)
+    assert math.isnan(fedfor.best_up_to(acc[acc.index > 3], 3))
+
+
+def test_halfway_is_the_paper_s_when_the_rounds_are():
+    t4 = fedfor.reference_cells("Table 4")
+    assert fedfor.halfway(t4, 16, 25) == 15  # the paper's t = 15 of 25
+    assert fedfor.halfway(t4, 1, 100) == 50
+    assert fedfor.halfway(t4, 16, 10) == 5  # a reduced run: ⌊R/2⌋
+
+
+def test_reference_cells_of_the_three_tables():
+    t2 = fedfor.reference_cells("Table 2").set_index(["method", "local_epochs", "measure"])
+    assert t2.loc[("FedFOR", 8, "best@full"), "paper"] == pytest.approx(70.93)
+    assert t2.loc[("FedFOR", 8, "best@full"), "round"] == 100
+    assert t2.loc[("FedAvg", 16, "best@half"), "round"] == 25
+    assert t2.loc[("FedAvg", 4, "best@half"), "paper_std"] == pytest.approx(0.01)
+    t3 = fedfor.reference_cells("Table 3").set_index(["method", "local_epochs", "measure"])
+    assert t3.loc[("FedFOR", 16, "ACC_x"), "paper"] == 13 and t3.loc[("FedFOR", 16, "ACC_x"), "acc_x"] == 40
+    t4 = fedfor.reference_cells("Table 4").set_index(["method", "local_epochs", "measure"])
+    assert t4.loc[("FedBN", 1, "ACC_x"), "acc_x"] == 80 and t4.loc[("FedBN", 1, "best@full"), "round"] == 100
+
+
+def _config(acc_x=None):
+    exp = {"table": "fedfor_by_e", "dataset": "mnist5k",
+           "settings": {"E8": {"partition": {"label_skew": "longtail", "client_fraction": 0.25,
+                                             "draw": "independent"}, "local_epochs": 8, "rounds": 4}},
+           "num_devices": 10, "clients_per_round": 2, "algorithms": ["fedavg", "fedfor"], "schemes": ["B"],
+           "num_traces": [1], "seeds": [0, 1, 2]}
+    if acc_x is not None:
+        exp["acc_x"] = acc_x
+    return {"experiments": {"ff": exp}}
+
+
+def _fake_runs(tmp_path, curves, acc_x=None):
+    """Run directories whose global_test_accuracy per round is curves[(algorithm, seed)]."""
+    dirs = []
+    for spec in expand_runs(validate_config(_config(acc_x))):
+        d = tmp_path / spec.run
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({"spec": spec.to_dict(), "status": "ok"}))
+        acc = curves[(spec.algorithm, spec.seed)]
+        pd.DataFrame({"round": np.arange(1, len(acc) + 1), "metric": "global_test_accuracy",
+                      "value": acc}).to_parquet(d / "metrics.parquet")
+        dirs.append(d)
+    return collect_runs(dirs).assign(dataset_name="mnist5k")
+
+
+CURVES = {  # four rounds: half = rounds ≤ 2
+    ("fedavg", 0): [0.40, 0.50, 0.55, 0.60], ("fedfor", 0): [0.45, 0.60, 0.62, 0.70],
+    ("fedavg", 1): [0.42, 0.52, 0.57, 0.58], ("fedfor", 1): [0.50, 0.58, 0.66, 0.69],
+    ("fedavg", 2): [0.41, 0.49, 0.56, 0.59], ("fedfor", 2): [0.44, 0.61, 0.60, 0.72],
+}
+
+
+def test_table2_cells_by_hand(tmp_path):
+    tidy = fedfor.fedfor_by_e(_fake_runs(tmp_path, CURVES))
+    assert set(tidy["paper_table"]) == {"Table 2"}  # a long-tail split reproduces Table 2
+    cell = tidy.set_index(["method", "measure"])
+    # FedFOR best@full per seed: 70, 69, 72 → mean 70.33, std 1.53; FedAvg: 60, 58, 59
+    full = cell.loc[("FedFOR", "best@full")]
+    assert full["reproduced_mean"] == pytest.approx(211 / 3)
+    assert full["reproduced_std"] == pytest.approx(np.std([70, 69, 72], ddof=1))
+    assert full["round"] == 4 and full["paper"] == pytest.approx(70.93)  # E = 8's full-round cell
+    # paired differences 10, 11, 13: mean 11.33, t(2) interval 11.33 ± 4.303·1.528/√3
+    half_width = 4.302652729911275 * np.std([10, 11, 13], ddof=1) / np.sqrt(3)
+    assert full["diff_mean"] == pytest.approx(34 / 3)
+    assert full["ci_low"] == pytest.approx(34 / 3 - half_width)
+    assert full["ci_high"] == pytest.approx(34 / 3 + half_width)
+    assert full["paper_diff"] == pytest.approx(70.93 - 62.28)
+    assert full["verdict"] == "agrees"  # 8.65 lies in [7.54, 15.13]
+    # best@half (rounds ≤ 2): FedFOR 60, 58, 61 vs FedAvg 50, 52, 49 → differences 10, 6, 12
+    half = cell.loc[("FedFOR", "best@half")]
+    assert half["round"] == 2 and half["diff_mean"] == pytest.approx(28 / 3)
+    assert half["paper_diff"] == pytest.approx(60.24 - 53.21)
+    assert cell.loc[("FedAvg", "best@full"), "verdict"] == "—"  # the baseline has no difference
+    assert "ACC_x" not in set(tidy["measure"])  # Table 2 has no ACC_x unless a target is set
+
+
+def test_acc_x_with_a_censored_seed(tmp_path):
+    tidy = fedfor.fedfor_by_e(_fake_runs(tmp_path, CURVES, acc_x=60))
+    acc = tidy[tidy["measure"] == "ACC_x"].set_index("method")
+    # FedFOR reaches 60 % at rounds 2, 3 (0.66), 2; FedAvg at 4, never (> 4), never
+    assert acc.loc["FedFOR", "reproduced_mean"] == pytest.approx(7 / 3)
+    assert acc.loc["FedAvg", "n_censored"] == 2 and math.isnan(acc.loc["FedAvg", "reproduced_mean"])
+    # differences bounded by [lo − hi_base, hi − lo_base]: seed 0 exactly −2, seed 1 in (−∞, 3 − 5],
+    # seed 2 in (−∞, 2 − 5]: the interval is unbounded below and the mean unknown
+    assert acc.loc["FedFOR", "ci_low"] == -math.inf
+    assert math.isnan(acc.loc["FedFOR", "diff_mean"])
+    assert acc.loc["FedFOR", "verdict"] == "not comparable"  # Table 2 gives no ACC_x to compare with
+    assert acc.loc["FedFOR", "acc_x"] == 60
+
+
+def test_the_paper_shows_in_the_layout(tmp_path):
+    runs = _fake_runs(tmp_path, CURVES)
+    tidy = fedfor.fedfor_by_e(runs)
+    out = fedfor.layout(tidy, {8: 4})
+    row = out[(out["method"] == "FedFOR") & (out["measure"] == "best@t=4")].iloc[0]
+    assert row["paper"] == "70.93 (0.94)" and row["reproduced"] == "70.33 ± 1.53"
+    assert row["Δ vs FedAvg [95% CI]"].startswith("11.33 [")
+    assert "stand-in" in fedfor.caption(tidy, runs)

@@ -1,0 +1,101 @@
+"""Peak memory of a round: the clients' models plus at most two more stacks of them (issue 12 item 3).
+
+A round of K clients must hold the K trained models (one stack of parameters); everything else local
+training and aggregation allocate is bounded by two more stacks, so memory per client is at most three
+copies of the model. Measured as the growth of the peak of torch's allocations from K to 2K clients
+(what does not grow with K, e.g. a block's activations or the entropy's chunks, cancels). The models
+are ones whose parameters dwarf a minibatch, so the count is of parameter copies, not of input data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hetfl.algorithms import make_algorithm
+from hetfl.algorithms.base import RoundInfo, Task
+from hetfl.bench import peak_allocated_bytes
+from hetfl.engine.local import local_sgd
+from hetfl.engine.minibatch import minibatch_indices
+from hetfl.models import make_model
+
+BATCH, STEPS = 10, 4
+
+
+def _round_peak(name: str, kwargs: dict, shape: tuple[int, ...], K: int, device: str = "cpu"
+                ) -> tuple[int, int]:
+    """(peak bytes of one FedAvg round of K clients: local SGD + aggregation, bytes of one model)."""
+    model = make_model(name, shape if len(shape) > 1 else shape[0], 10, **kwargs)
+    params = [p.to(device) for p in model.init_params(torch.Generator().manual_seed(0))]
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(K * BATCH * STEPS, *shape, generator=gen).to(device)
+    y = torch.randint(0, 10, (K * BATCH * STEPS,), generator=gen).to(device)
+    offsets = np.arange(K + 1) * BATCH * STEPS
+    steps = np.random.default_rng(0).integers(0, STEPS + 1, K)  # unequal work: the stack is reordered
+    idx = minibatch_indices(offsets, np.arange(K), steps, BATCH, 0, 1)
+    algorithm = make_algorithm("fedavg", {})
+    algorithm.setup(Task(model, x, y, offsets))
+    state = algorithm.init_state(params, K)
+    info = RoundInfo(tau=1, lr=0.1, clients=np.arange(K), done=steps, full=np.full(K, STEPS),
+                     weights=np.full(K, 1 / K), p=np.full(K, 1 / K))
+
+    def one_round():
+        finals = local_sgd(model, params, x, y, idx, steps, 0.1)
+        return algorithm.aggregate(state, params, finals, info)
+
+    peak, _ = peak_allocated_bytes(one_round, device)
+    return peak, sum(p.numel() * p.element_size() for p in params)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device (scripts/gpu-check runs this on a GPU machine)"))])
+@pytest.mark.parametrize(("name", "kwargs", "shape"), [
+    ("mlp", {"hidden": (200, 200)}, (784,)),  # the 2NN: 6 copies per client before issue 12
+    ("mlp", {"hidden": (200, 100)}, (1, 28, 28)),  # FedDyn's MLP, on image-shaped input
+])
+def test_fedavg_round_holds_at_most_three_models_per_client(name, kwargs, shape, device):
+    (small, size), (large, _) = (_round_peak(name, kwargs, shape, K, device) for K in (16, 32))
+    copies = (large - small) / 16 / size
+    assert copies <= 3.05, f"{copies:.2f} copies of the model per client"
+
+
+def test_round_order_is_restored_in_place():
+    """local_sgd sorts clients by their steps and puts them back in place (engine.local._permute_rows):
+    row i of every stack becomes row source[i], for any permutation, cycles and fixed points alike."""
+    from hetfl.engine.local import _permute_rows
+
+    rng = np.random.default_rng(0)
+    for K in (1, 2, 3, 7, 40):
+        for _ in range(10):
+            source = rng.permutation(K)
+            stacks = [torch.randn(K, 3, 2), torch.randn(K, 5)]
+            expect = [t[torch.from_numpy(source)] for t in stacks]
+            _permute_rows(stacks, source)
+            assert all(torch.equal(a, b) for a, b in zip(stacks, expect, strict=True))
+
+
+_REUSE_PROBE = """
+import resource, sys, torch
+from hetfl.engine.allocator import retain_freed_memory
+if not retain_freed_memory():
+    print("unavailable"); sys.exit()
+for _ in range(8):  # the first few allocations grow the heap (each faults once), then it is reused
+    t = torch.ones(16 * 2**20); del t
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+t = torch.ones(16 * 2**20)  # 64 MiB, every page touched
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_freed_memory_is_kept_for_the_next_round():
+    """After engine.allocator.retain_freed_memory, freeing a 64 MiB stack and allocating it again faults
+    in no new pages (glibc reuses its heap), where fresh mmapped pages fault on every first touch (16,384
+    of them). In a child process: the setting is process-wide."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _REUSE_PROBE], capture_output=True, text=True, check=True)
+    if out.stdout.strip() == "unavailable":
+        pytest.skip("glibc's mallopt is not available")
+    assert int(out.stdout.strip()) < 1000, out.stdout

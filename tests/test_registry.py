@@ -1,0 +1,192 @@
+"""The algorithm registry: the schema's enum and the smoke grid follow it, and a package outside hetfl
+registers an algorithm through the entry point group "hetfl.algorithms"."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hetfl.algorithms import ALGORITHM_NAMES, CATALOG, method_label
+from hetfl.algorithms.hparams import BUILTIN, describe
+from hetfl.algorithms.registry import ENTRY_POINT_GROUP, AlgorithmEntry, discover
+from hetfl.config import ConfigError, expand_runs, load_schema, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A package outside hetfl: a server step size on FedAvg, w ← w + step·Σ_k p_τ^k Δ_k. Its registration
+# module imports no torch (as the guide recommends); the class lives in a module of its own.
+PLUGIN_INIT = '''
+from dataclasses import dataclass
+from hetfl.algorithms.hparams import hyper
+from hetfl.algorithms.registry import AlgorithmEntry
+
+
+@dataclass(frozen=True)
+class HalfParams:
+    step: float = hyper(0.5, "server step size", exclusive_minimum=0.0)
+
+
+ENTRY = AlgorithmEntry("fedhalf", "demo_plugin.algo:FedHalf", HalfParams, "a test plugin", "FedHalf")
+'''
+PLUGIN_ALGO = '''
+from demo_plugin import HalfParams
+from hetfl.algorithms.base import Algorithm, deltas, weighted_sum
+from hetfl.engine import comm
+
+
+class FedHalf(Algorithm):
+    name = "fedhalf"
+    Params = HalfParams
+
+    def aggregate(self, state, params, finals, info):
+        step = weighted_sum(deltas(params, finals), info.weights)
+        new = [w + self.hp.step * s for w, s in zip(params, step)]
+        return new, state, comm.round_metrics(up=deltas(params, finals), down=params,
+                                              clients=len(info.clients))
+'''
+
+
+def install_plugin(site: Path, entry_points: str) -> None:
+    """A package and its dist-info (what `pip install` leaves behind) in a directory for sys.path."""
+    pkg = site / "demo_plugin"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(PLUGIN_INIT)
+    (pkg / "algo.py").write_text(PLUGIN_ALGO)
+    info = site / "demo_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+
+
+def test_schema_enum_and_smoke_grid_are_the_registry():
+    assert load_schema()["$defs"]["algorithm_name"]["enum"] == list(CATALOG) == list(ALGORITHM_NAMES)
+    raw = yaml.safe_load((ROOT / "workflow/config/paper/algorithms_smoke.yaml").read_text())
+    smoke = list(expand_runs(validate_config(raw)))
+    # `all` plus the experiments for the algorithms whose step correction fixes their scheme: every one runs
+    assert set(CATALOG) == {r.algorithm for r in smoke}
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "schemes": ["B"], "num_traces": [1], "seeds": [0], "algorithms": "all", "local_steps": [1, 2]}
+    runs = list(expand_runs(validate_config({"experiments": {"q": exp}})))
+    # under B: every algorithm but EFL, whose coefficient E·p/s is Scheme C (CATALOG["efl"].schemes)
+    assert [r.algorithm for r in runs] == [a for a in CATALOG if a != "efl"]
+    runs = list(expand_runs(validate_config({"experiments": {"q": {**exp, "schemes": ["C"]}}})))
+    assert "fednova" not in {r.algorithm for r in runs} and "efl" in {r.algorithm for r in runs}
+    with pytest.raises(ConfigError, match=r"'experiments.q.algorithms' has value \"every\".*one of \"all\""):
+        validate_config({"experiments": {"q": {**exp, "algorithms": "every"}}})
+
+
+def test_every_builtin_has_a_table_label():
+    assert all(e.label for e in BUILTIN.values())
+    assert method_label("efl") == "EFL" and method_label("not-registered") == "not-registered"
+
+
+def test_discover_takes_an_entry_or_a_class_and_reports_what_it_cannot_take(tmp_path, monkeypatch):
+    install_plugin(tmp_path, "")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "demo_plugin" / "bad.py").write_text("raise ImportError('no such dependency')\n")
+
+    def ep(name, value):
+        return metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
+
+    with pytest.warns(UserWarning) as caught:
+        catalog = discover(BUILTIN, [
+            ep("fedhalf", "demo_plugin:ENTRY"),  # an AlgorithmEntry
+            ep("fedhalf2", "demo_plugin.algo:FedHalf"),  # a class whose name differs from the entry point's
+            ep("fedavg", "demo_plugin:ENTRY"),  # a name hetfl already has
+            ep("broken", "demo_plugin.bad:X"),  # fails to import
+            ep("number", "demo_plugin:__doc__"),  # neither an entry nor a class
+        ])
+    assert list(catalog) == [*BUILTIN, "fedhalf"]
+    assert catalog["fedhalf"].target == "demo_plugin.algo:FedHalf" and catalog["fedhalf"].display == "FedHalf"
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 4
+    assert "'fedhalf2 = demo_plugin.algo:FedHalf'" in messages[0]
+    assert "registers the name 'fedhalf'" in messages[0]
+    assert "'fedavg' is already registered" in messages[1]
+    assert "no such dependency" in messages[2]
+    assert "allowed: an AlgorithmEntry or an Algorithm subclass" in messages[3]
+    # the class form works when the names agree
+    from demo_plugin.algo import FedHalf
+
+    (entry,) = discover({}, [ep("fedhalf", "demo_plugin.algo:FedHalf")]).values()
+    assert entry == AlgorithmEntry("fedhalf", "demo_plugin.algo:FedHalf", FedHalf.Params,
+                                   "registered by entry point 'fedhalf = demo_plugin.algo:FedHalf'")
+
+
+def test_a_package_outside_hetfl_registers_an_algorithm(tmp_path):
+    """Installed like any package (a dist-info with entry_points.txt on the path), the plugin is listed,
+    validated, configured, expanded and trained, with no change to hetfl."""
+    site = tmp_path / "site"
+    install_plugin(site, """
+        [hetfl.algorithms]
+        fedhalf = demo_plugin:ENTRY
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+
+    def run(*args):
+        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "not registered" not in proc.stderr
+        return proc.stdout
+
+    assert "fedhalf: a test plugin" in run("-m", "hetfl.cli", "algorithms")
+    assert "step = 0.5: server step size" in run("-m", "hetfl.cli", "algorithms", "fedhalf")
+    config = {"experiments": {"q": {
+        "table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+        "algorithms": ["fedavg", "fedhalf"], "algorithm_params": {"fedhalf": {"step": 0.25}},
+        "local_steps": [2, 3], "lr_schedule": "constant", "eta0": 0.1, "rounds": 1, "schemes": ["B"],
+        "num_traces": [1], "seeds": [0]}}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    listed = run("-m", "hetfl.cli", "runs", "c.yaml", "--json")
+    specs = [json.loads(line) for line in listed.splitlines() if line.startswith("{")]
+    assert [(s["algorithm"], s["algorithm_params"]) for s in specs] == [("fedavg", {}),
+                                                                        ("fedhalf", {"step": 0.25})]
+    # one round on the quadratic bed from x0 = 0: client i runs y ← y − 0.1·2a_i(y − b_i), 2 and 3 steps
+    script = textwrap.dedent("""
+        import numpy as np
+        from hetfl.algorithms import make_algorithm
+        from hetfl.data.quadratic import build_quadratic
+        from hetfl.engine.runner import TrainSettings, train
+        from hetfl.models.quadratic import Quadratic
+        cfg = TrainSettings("B", 1, 1, 0.1, 1, lr_schedule="constant", local_steps=(2, 3))
+        res = train(Quadratic(), build_quadratic((1.0, 2.0), (1.0, 5.0)), np.ones((1, 2)), cfg,
+                    algorithm=make_algorithm("fedhalf", step=0.25))
+        print([v for _, m, v in res.records if m == "x"][0])
+    """)
+    x = float(run("-c", script).strip())
+    y1 = 1 + 0.8 ** 2 * (0 - 1)  # (1 − 2·1·0.1)^2
+    y2 = 5 + 0.6 ** 3 * (0 - 5)  # (1 − 2·2·0.1)^3
+    assert x == pytest.approx(0.25 * 0.5 * (y1 + y2), rel=1e-5)  # 0.25 · (0.18 + 3.92)/2 = 0.5125
+
+
+def test_plugin_fields_without_hetfl_metadata_are_described_and_checked(monkeypatch):
+    """A plugin's dataclass may use plain fields and its own annotations (no postponed evaluation)."""
+    import dataclasses
+
+    import hetfl.algorithms.hparams as hp
+
+    plain = dataclasses.make_dataclass("Plain", [("beta", float, dataclasses.field(default=0.5))],
+                                       frozen=True)
+    monkeypatch.setattr(hp, "CATALOG", {**CATALOG, "plain": AlgorithmEntry("plain", "x:Y", plain, "p")})
+    assert describe("plain") == [("beta", 0.5, " [a value of type float]")]
+    assert hp.parse_hyperparameters("plain", {"beta": 2}).beta == 2.0
+    with pytest.raises(ValueError, match=r"'algorithm_params.beta' has value \"x\".*type float"):
+        hp.parse_hyperparameters("plain", {"beta": "x"})
+
+
+def test_class_and_registration_must_agree_on_hyperparameters(monkeypatch):
+    from hetfl.algorithms import algorithm_class
+    from hetfl.algorithms.hparams import FedProxParams
+
+    monkeypatch.setitem(CATALOG, "mismatch", AlgorithmEntry("mismatch", "hetfl.algorithms.fedavg:FedAvg",
+                                                            FedProxParams, "p"))
+    with pytest.raises(TypeError, match=r"has Params = NoParams but is registered with FedProxParams"):
+        algorithm_class("mismatch")

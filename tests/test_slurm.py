@@ -1,0 +1,143 @@
+"""The workflow on a cluster: which rules stay local, what training jobs ask for, and a real SLURM run.
+
+The last test needs a SLURM that answers `sinfo` (scripts/slurm-local-up starts one on this machine) and
+the executor plugin (`make slurm-setup`); it is skipped, saying which is missing, otherwise.
+"""
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "workflow/config/tiny.yaml"
+PROFILE = ROOT / "workflow/profiles/slurm"
+CLUSTER_RULES = {"train"}  # the generated train_<experiment> rules (a job per cell); the rest is local
+
+HETFL_ENV = ("HETFL_SLURM_PARTITION", "HETFL_SLURM_GPU_PARTITION", "HETFL_SLURM_ACCOUNT", "SLURM_ACCOUNT",
+             "HETFL_GPUS", "HETFL_SLURM_MAX_RUNTIME", "MLFLOW_TRACKING_URI")
+
+
+def _snakemake(workdir: Path, configfile: Path, *extra: str, env: dict[str, str] | None = None):
+    base = {k: v for k, v in os.environ.items() if k not in HETFL_ENV}
+    base["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(configfile), *extra],
+        capture_output=True, text=True, env={**base, **(env or {})})
+
+
+def _rules(pattern: str) -> set[str]:
+    text = "\n".join(p.read_text() for p in sorted((ROOT / "workflow/rules").glob("*.smk")))
+    text += (ROOT / "Snakefile").read_text()
+    return set(re.findall(pattern, text, flags=re.M))
+
+
+def test_every_light_rule_is_local():
+    """A rule added later must be put in cluster.smk's localrules or here among the cluster rules."""
+    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", (ROOT / "workflow/rules/cluster.smk").read_text(),
+                      flags=re.M)
+    local = set(re.findall(r"\w+", block.group(1)))
+    assert local == _rules(r"^rule (\w+):") - CLUSTER_RULES
+
+
+def _train_jobs(dry_run_output: str) -> dict[str, tuple[bool, str]]:
+    """The dry run's train jobs (one per cell) by experiment: (inside a group job, i.e. indented;
+    resources + command)."""
+    jobs = {}
+    pattern = r"^( *)rule train_(\w+):\n((?:\1    .*\n)+)Shell command: (.*)"
+    for m in re.finditer(pattern, dry_run_output, flags=re.M):
+        jobs[m.group(2)] = (bool(m.group(1)), m.group(3) + m.group(4))
+    return jobs
+
+
+def test_training_jobs_ask_for_their_scale_and_the_environments_placement(tmp_path):
+    """A CNN job gets a GPU in the GPU partition and trains on cuda; a SYNTHETIC job, short, joins the
+    hetfl_short group in the CPU partition and trains on the CPU."""
+    config = {"experiments": {
+        "syn": {"table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+                "num_devices": 8, "schemes": ["A"], "num_traces": [1], "rounds": 3, "seeds": [0]},
+        "img": {"table": "none", "dataset": "mnist", "settings": {"N": {"partition": {"label_skew": "iid"}}},
+                "model": "cnn", "num_devices": 10, "schemes": ["A"], "num_traces": [1], "rounds": 200,
+                "seeds": [0]},
+    }}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {"HETFL_SLURM_PARTITION": "cpu", "HETFL_SLURM_GPU_PARTITION": "gpu", "HETFL_GPUS": "1",
+           "HETFL_SLURM_ACCOUNT": "fl"}
+    proc = _snakemake(tmp_path / "wd", path, "-n", "-p", "--cores", "2", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _train_jobs(proc.stdout + proc.stderr)
+    grouped, cnn = jobs["img"]
+    assert not grouped and re.search(r"resources:.*\bgpu=1\b", cnn) and "slurm_partition=gpu" in cnn
+    assert "slurm_account=fl" in cnn and "--device cuda" in cnn
+    assert int(re.search(r"\bruntime=(\d+)", cnn).group(1)) > 60  # 200 rounds × 10,000 test images: hours
+    grouped, syn = jobs["syn"]
+    assert grouped and re.search(r"resources:.*\bgpu=0\b", syn) and "slurm_partition=cpu" in syn
+    assert "--device cpu" in syn
+    # without the environment: no GPU, no partition or account (the profile's defaults apply)
+    proc = _snakemake(tmp_path / "wd", path, "-n", "-p", "--cores", "2")
+    grouped, cnn = _train_jobs(proc.stdout + proc.stderr)["img"]
+    assert not grouped and re.search(r"resources:.*\bgpu=0\b", cnn) and "--device cpu" in cnn  # hours: alone
+    assert "slurm_partition" not in cnn and "slurm_account" not in cnn
+
+
+def test_bad_cluster_environment_stops_before_any_job(tmp_path):
+    proc = _snakemake(tmp_path / "wd", TINY, "-n", "--cores", "2", env={"HETFL_GPUS": "all"})
+    assert proc.returncode != 0
+    assert "HETFL_GPUS has value 'all'" in proc.stderr and "allowed: a whole number >= 0" in proc.stderr
+
+
+def _slurm_missing() -> str | None:
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        return "the SLURM executor plugin is not installed (make slurm-setup)"
+    if shutil.which("sinfo") is None:
+        return "no SLURM here (scripts/slurm-local-up installs and starts a single-node one)"
+    probe = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    if probe.returncode != 0 or not re.search(r"^(idle|mix|alloc)", probe.stdout, flags=re.M):
+        said = (probe.stderr or probe.stdout).strip()
+        return f"SLURM has no usable node (sinfo: {said!r}); start it with scripts/slurm-local-up"
+    return None
+
+
+def _outputs(root: Path) -> dict[str, bytes]:
+    """Every run's metrics and every table, by path."""
+    files = [*root.glob("results/*/*/metrics.parquet"), *root.glob("reports/tables/*")]
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(files)}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_slurm_missing() is not None, reason=str(_slurm_missing()))
+def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
+    """The slurm profile against a real scheduler: training in SLURM jobs (the short runs grouped), the
+    light rules on this host, and metrics and tables byte-identical to a local run of the same config."""
+    cpus = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True).stdout.split()[0]
+    t0 = time.perf_counter()
+    local = _snakemake(tmp_path / "local", TINY, "--cores", "2")
+    t1 = time.perf_counter()
+    assert local.returncode == 0, local.stderr[-3000:]
+    # without an accounting database sacct knows no jobs: squeue answers for them (MinJobAge 600 s)
+    slurm = _snakemake(tmp_path / "slurm", TINY, "--profile", str(PROFILE), "--cores", cpus,
+                       "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5")
+    t2 = time.perf_counter()
+    log = slurm.stdout + slurm.stderr
+    assert slurm.returncode == 0, log[-5000:]
+    print(f"tiny grid: local {t1 - t0:.0f} s, through SLURM {t2 - t1:.0f} s")
+
+    for rule in ("split", "trace", "table", "figure", "track"):
+        assert f"localrule {rule}:" in log
+    assert "localrule train_" not in log and "Group job hetfl_short" in log
+    submitted = re.findall(r"submitted with SLURM jobid (\d+)", log)
+    assert 1 <= len(submitted) < 6  # 6 training jobs (one per cell), grouped into fewer cluster jobs
+
+    ours, theirs = _outputs(tmp_path / "local"), _outputs(tmp_path / "slurm")
+    assert len(ours) == 20 + 3 * 3  # 20 runs' metrics, 3 tables × (md, csv, tex)
+    assert ours.keys() == theirs.keys()
+    assert [k for k in ours if ours[k] != theirs[k]] == []
