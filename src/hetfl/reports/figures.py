@@ -247,4 +247,8 @@ def build_figure(name: str, run_dirs: list[Path], out: Path) -> None:
 
     if name not in FIGURES:
         raise ValueError(f"figure '{name}' is unknown; allowed: {', '.join(FIGURES)}")
-    FIGURES[name][1](load_event_runs(run_dirs), out)
+    from hetfl.reports.report_pages import write_figure_caption
+
+    runs = load_event_runs(run_dirs)
+    FIGURES[name][1](runs, out)
+    write_figure_caption(name, runs, FIGURES[name][0], out)  # <out>.caption.html, the report's caption
