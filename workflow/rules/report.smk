@@ -50,4 +50,5 @@ rule fidelity_summary:
 
 
 def report_targets():
-    return ["reports/report/fidelity.html"] + [f"reports/report/tables/{n}.html" for n in REPORT_TABLES]
+    tables = [f"reports/report/tables/{n}.html" for n in REPORT_TABLES]
+    return ["reports/report/fidelity.html", *tables] if tables else []
