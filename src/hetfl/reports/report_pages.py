@@ -130,6 +130,15 @@ def write_figure_caption(name: str, runs: pd.DataFrame, table: str, out: Path) -
     atomic_write_text(out.with_name(out.name + ".caption.html"), figure_caption(name, runs, table))
 
 
+#: where `hetfl report tables` writes the table pages in the workflow (workflow/rules/report.smk)
+TABLE_PAGES = "reports/report/tables"
+
+
+def _result_link(path: str) -> str:
+    """A link that opens a result of the Snakemake report (its own rst links call the same function)."""
+    return f"<a href=\"javascript:app.showResultInfo('{html.escape(path)}')\">{html.escape(Path(path).name)}</a>"
+
+
 def write_fidelity(tables: list[str], tables_dir: Path, out: Path) -> None:
     """<out>.html and <out>.caption.html: every table with its paper, verdict counts and a link (the report
     links a result by its file name, e.g. `accuracy_difference.html`)."""
@@ -142,7 +151,7 @@ def write_fidelity(tables: list[str], tables_dir: Path, out: Path) -> None:
         line = "no verdicts (paper values shown beside)" if verdicts is None else counts_text(verdicts)
         rows.append(f"<tr><td>{html.escape(catalog.category(base_table(name)))}</td>"
                     f"<td>{html.escape(table_title(name).split(': ', 1)[1])}</td>"
-                    f"<td>{html.escape(line)}</td><td>{html.escape(name)}.html</td></tr>")
+                    f"<td>{html.escape(line)}</td><td>{_result_link(f'{TABLE_PAGES}/{name}.html')}</td></tr>")
     summary = counts_text(total) if total else "no verdicts"
     fragment = (f"<p><strong>Fidelity summary</strong>: {len(tables)} table(s); all counted cells: "
                 f"{html.escape(summary)}. Each table is under its paper's category (left menu), as "
