@@ -113,3 +113,15 @@ def test_reproduce_writes_the_report_after_the_workflow(monkeypatch, tmp_path):
     assert reproduce.main(["--directory", str(tmp_path), "--configfile", str(config), "--cores", "1"]) == 0
     assert calls[-1][-2:] == ["--report", reproduce.REPORT] and "--configfile" in calls[-1]
     assert "--report" not in calls[-2]  # the workflow first
+
+
+def test_counted_verdicts_follow_the_catalog():
+    # Table 4 counts only its paired cells; a baseline's '—' is no verdict; efl_lambda has two columns
+    tidy = pd.DataFrame({"method": ["fast_reboot", "vanilla_minus_fast", "vanilla_minus_fast"],
+                         "verdict": ["not comparable", "agrees", "disagrees"]})
+    assert catalog.counted_verdicts("fast_reboot", tidy) == ["agrees", "disagrees"]
+    assert catalog.counted_verdicts("fedfor_by_e", pd.DataFrame({"verdict": ["—", "agrees"]})) == ["agrees"]
+    lam = pd.DataFrame({"bmta_verdict": ["—", "same direction"], "loss_verdict": ["—", "inconclusive"]})
+    assert catalog.counted_verdicts("efl_lambda", lam) == ["same direction", "inconclusive"]
+    assert catalog.counted_verdicts("unregistered", pd.DataFrame({"x": [1]})) is None
+    assert catalog.category("unregistered") == catalog.OTHER

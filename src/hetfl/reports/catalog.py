@@ -17,6 +17,9 @@ import pandas as pd
 
 RUAN = "Ruan et al. (2021), flexible device participation"
 MA = "Ma et al. (2022), elastic federated learning (EFL)"
+NOTES = "Lecture notes (seed 001): objective inconsistency and fairness"
+FEDFOR = "Tian, Smith, Kira (2022), FedFOR"
+ELASTICNET = "FedElasticNet (seed 004), communication cost"
 OTHER = "Other tables"
 
 
@@ -32,6 +35,8 @@ class TableEntry:
     paper: str
     label: str
     cells: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    #: the columns holding verdicts (most tables have one, ``verdict``)
+    columns: tuple[str, ...] = ("verdict",)
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,13 @@ TABLES: dict[str, TableEntry] = {
     "crossing_epochs": TableEntry(RUAN, "Table 5", _rows("method", ("include_vs_exclude",))),
     "multiple_arrivals": TableEntry(RUAN, "Figure 5", _rows("method", ("vanilla_minus_fast",))),
     "bmta": TableEntry(MA, "Table 2"),
+    # the fairness measures of the bmta runs: the paper reports none (every verdict 'not comparable')
+    "fairness": TableEntry(NOTES, "Fairness of per-device losses"),
+    "efl_lambda": TableEntry(MA, "Figure 2 in numbers", columns=("bmta_verdict", "loss_verdict")),
+    "objective_inconsistency": TableEntry(NOTES, "Objective inconsistency (quadratic)"),
+    "fedfor_by_e": TableEntry(FEDFOR, "Tables 2-4"),
+    "fedfor_concept_shift": TableEntry(FEDFOR, "Table 5"),
+    "communication_cost": TableEntry(ELASTICNET, "Non-zeros and entropy"),
 }
 
 FIGURES: dict[str, FigureEntry] = {
@@ -57,6 +69,11 @@ FIGURES: dict[str, FigureEntry] = {
     "arrival_curves": FigureEntry("Figure 4 (left)", "Ruan et al. Figure 4 (left): accuracy after an arrival"),
     "departure_curves": FigureEntry("Figure 4 (right)", "Ruan et al. Figure 4 (right): loss after a departure"),
     "multiple_arrival_curves": FigureEntry("Figure 5", "Ruan et al. Figure 5: accuracy, staggered arrivals"),
+    "efl_figure1": FigureEntry("Figure 1", "Ma et al. Figure 1: IID vs non-IID test accuracy"),
+    "efl_figure2": FigureEntry("Figure 2", "Ma et al. Figure 2: EFL with λ = 0 vs the best λ"),
+    "objective_inconsistency": FigureEntry("Objective inconsistency",
+                                           "Fixed points of FedAvg, FedNova, SCAFFOLD vs the closed forms"),
+    "communication_nonzeros": FigureEntry("Non-zeros per round", "Non-zero entries clients send per round"),
 }
 
 
@@ -89,12 +106,14 @@ def figure_title(figure: str, seeds: list[int]) -> str:
 
 
 def counted_verdicts(table: str, tidy: pd.DataFrame) -> list[str] | None:
-    """The verdicts of the cells the table's caption counts; None for a table without verdicts."""
-    if "verdict" not in tidy:
+    """The verdicts of the cells the table's caption counts ('—' and empty cells, e.g. a baseline's, are not
+    verdicts); None for a table without verdicts."""
+    entry = table_entry(table)
+    columns = [c for c in entry.columns if c in tidy]
+    if not columns:
         return None
-    select = table_entry(table).cells
-    cells = select(tidy) if select is not None else tidy
-    return [str(v) for v in cells["verdict"].dropna()]
+    cells = entry.cells(tidy) if entry.cells is not None else tidy
+    return [str(v) for c in columns for v in cells[c].dropna() if str(v).strip() not in ("", "—")]
 
 
 def verdict_summary(table: str, csv: str | Path) -> str:
