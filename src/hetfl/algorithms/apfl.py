@@ -106,6 +106,7 @@ class APFL(Algorithm):
         alpha = scatter([state["alpha"]], info.clients, [ak])[0]
         metrics = comm.round_metrics(up=deltas(params, wk), down=params, clients=len(info.clients))
         metrics["alpha_mean"] = float(alpha.mean())  # over all devices
+        new = self.with_buffers(new, wk, info)  # buffers: the clients' normalised average
         return new, {"v": scatter(state["v"], info.clients, vk), "alpha": alpha}, metrics
 
     def client_models(self, state: Any, params: Params) -> Params:

@@ -58,6 +58,7 @@ class CompressedFedAvg(Algorithm):
                               info.weights)
         metrics = comm.round_metrics(up=sent, down=params, clients=len(info.clients),
                                      up_bits=float(bits.mean()) + dense)
+        new = self.with_buffers(new, finals, info)  # buffers: the clients' normalised average
         return new, {"e": scatter(state["e"], info.clients, res)}, metrics
 
 

@@ -104,6 +104,7 @@ class FedAMP(Algorithm):
         diag = xi[torch.arange(len(info.clients)), torch.as_tensor(info.clients, dtype=torch.int64)]
         metrics.update(fedamp_self_weight=float(diag.mean()), fedamp_clipped=float(clipped.sum()))
         self._cloud = None
+        new = self.with_buffers(new, finals, info)  # buffers: the clients' normalised average
         return new, {"w": w, "seen": seen}, metrics
 
     def client_models(self, state: Any, params: Params) -> Params:

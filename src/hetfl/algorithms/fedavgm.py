@@ -6,9 +6,9 @@ data distribution for federated visual classification", Algorithm 1 with server 
     w ← w + η_s m
 
 Hsu et al. write it with the pseudo-gradient Δw = −u: v ← βv + Δw, w ← w − v (η_s = 1). β = 0 and η_s = 1
-give FedAvg. Momentum acts on trained entries only; buffers (batch-norm statistics) take the plain
-averaged update. A round in which no client's update is used (Scheme A with no complete device) leaves
-m unchanged.
+give FedAvg. Momentum acts on trained entries only; buffers (batch-norm statistics) take the clients'
+normalised average (base.Algorithm.with_buffers). A round in which no client's update is used (Scheme A
+with no complete device) leaves m unchanged.
 """
 
 from __future__ import annotations
@@ -35,6 +35,6 @@ class FedAvgM(Algorithm):
         u = weighted_sum(delta, info.weights)
         trained = self.mask(len(params))
         m = [self.hp.beta * m + s if t else m for m, s, t in zip(state["m"], u, trained, strict=True)]
-        new = [w + self.hp.server_lr * v if t else w + s
-               for w, v, s, t in zip(params, m, u, trained, strict=True)]
+        new = self.with_buffers([w + self.hp.server_lr * v if t else w
+                                 for w, v, t in zip(params, m, trained, strict=True)], finals, info)
         return new, {"m": m}, comm.round_metrics(up=delta, down=params, clients=len(info.clients))

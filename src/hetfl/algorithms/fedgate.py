@@ -69,4 +69,5 @@ class FedGATE(VRLSGD):
         # down: the model at the start of the round and the average Δ for the δ update, both float32
         metrics = comm.round_metrics(up=sent, down=[*params, *params], clients=len(info.clients),
                                      up_bits=bits)
+        new = self.with_buffers(new, finals, info)  # buffers: the clients' normalised average
         return new, {"delta": scatter(state["delta"], info.clients, new_delta)}, metrics

@@ -83,4 +83,5 @@ class VRLSGD(Algorithm):
                                     info.p[info.clients], self.mask(len(params)))
         new = weighted_update(params, finals, info.weights)
         metrics = comm.round_metrics(up=delta, down=params, clients=len(info.clients))
+        new = self.with_buffers(new, finals, info)  # buffers: the clients' normalised average
         return new, {"delta": scatter(state["delta"], info.clients, new_delta)}, metrics
