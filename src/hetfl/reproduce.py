@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             print(unlock.stderr[-2000:], file=sys.stderr)
             return unlock.returncode
     code = subprocess.run([*snakemake, "--rerun-incomplete", "--keep-going", *rest], env=env).returncode
+    (directory / REPORT).parent.mkdir(parents=True, exist_ok=True)  # a run of one target may not make it
     report = write_report(snakemake, rest, env)
     return code or report
 

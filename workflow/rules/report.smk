@@ -11,12 +11,6 @@ REPORT_TABLES = sorted(TABLES) + [f"{t}_readings" for t in READINGS_TABLES]
 FIDELITY_CATEGORY = "Fidelity summary"
 
 
-# under a second each, reading reports/tables: never worth a cluster job (workflow/rules/cluster.smk)
-localrules:
-    report_table,
-    fidelity_summary,
-
-
 rule report_table:
     input:
         md="reports/tables/{name}.md",
