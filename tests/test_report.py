@@ -125,3 +125,11 @@ def test_counted_verdicts_follow_the_catalog():
     assert catalog.counted_verdicts("efl_lambda", lam) == ["same direction", "inconclusive"]
     assert catalog.counted_verdicts("unregistered", pd.DataFrame({"x": [1]})) is None
     assert catalog.category("unregistered") == catalog.OTHER
+
+
+def test_report_of_a_missing_table_names_it_and_writes_nothing(tmp_path, capsys):
+    from hetfl.cli import main
+
+    out = tmp_path / "out"
+    assert main(["report", "tables", "nosuch", "--tables-dir", str(tmp_path), "--out", str(out)]) == 2
+    assert "nosuch.md, nosuch.csv" in capsys.readouterr().err and not out.exists()

@@ -321,6 +321,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from hetfl.reports import report_pages as rp
 
     tables_dir, out = Path(args.tables_dir), Path(args.out)
+    missing = [f"{n}.{ext}" for n in args.tables for ext in ("md", "csv")
+               if not (tables_dir / f"{n}.{ext}").is_file()]
+    if missing:  # before writing anything
+        raise ValueError(f"--tables-dir {tables_dir} has no {', '.join(missing)}; allowed: tables that "
+                         "`hetfl table` wrote there (<table>.md and .csv)")
     if args.page == "fidelity":
         rp.write_fidelity(args.tables, tables_dir, out)
     else:
