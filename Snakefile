@@ -17,9 +17,15 @@ include: "workflow/rules/splits.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/track.smk"
+include: "workflow/rules/report.smk"
+
+
+# the landing page of `snakemake --report reports/report.html` (docs/report.md)
+report: "workflow/report/workflow.rst"
 
 
 rule all:
     input:
         all_targets(),
+        report_targets(),
     default_target: True

@@ -1,3 +1,8 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,3 +17,25 @@ def tiny_fed():
     xs = [rng.normal(size=(n, 60)).astype(np.float32) for n in sizes]
     ys = [rng.integers(0, 10, n) for n in sizes]
     return from_device_lists(xs, ys, [x[:3] for x in xs], [y[:3] for y in ys], num_classes=10)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_tiny_workflow(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """snakemake on workflow/config/tiny.yaml in `workdir` (2 cores, no MLflow server from the caller)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(ROOT / "workflow/config/tiny.yaml"), "--cores", "2", *extra],
+        capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="session")
+def workflow_dir(tmp_path_factory):
+    """The tiny workflow, run once per session: tests/test_workflow.py and tests/test_report.py read it."""
+    workdir = tmp_path_factory.mktemp("wf")
+    proc = run_tiny_workflow(workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return workdir

@@ -22,12 +22,7 @@ def _snakemake(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
         capture_output=True, text=True, env=env)
 
 
-@pytest.fixture(scope="module")
-def workflow_dir(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("wf")
-    proc = _snakemake(workdir)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return workdir
+# workflow_dir: the tiny workflow, run once per session (conftest.py; tests/test_report.py reads it too)
 
 
 @pytest.mark.slow

@@ -317,6 +317,24 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from hetfl.reports import report_pages as rp
+
+    tables_dir, out = Path(args.tables_dir), Path(args.out)
+    missing = [f"{n}.{ext}" for n in args.tables for ext in ("md", "csv")
+               if not (tables_dir / f"{n}.{ext}").is_file()]
+    if missing:  # before writing anything
+        raise ValueError(f"--tables-dir {tables_dir} has no {', '.join(missing)}; allowed: tables that "
+                         "`hetfl table` wrote there (<table>.md and .csv)")
+    if args.page == "fidelity":
+        rp.write_fidelity(args.tables, tables_dir, out)
+    else:
+        for name in args.tables:
+            rp.write_table_page(name, tables_dir / f"{name}.md", tables_dir / f"{name}.csv", out / name)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def _int_at_least(minimum: int):
     """An argparse type: an integer >= minimum, else hetfl's message (argparse names the flag)."""
 
@@ -450,6 +468,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths are "
                                             "skipped)")
     p.set_defaults(func=_cmd_figure)
+
+    p = sub.add_parser("report", help="HTML pages and caption fragments for `snakemake --report` "
+                                      "(docs/report.md)")
+    p.add_argument("page", choices=["tables", "fidelity"],
+                   help="tables: <out>/<table>.html and .caption.html per table; fidelity: <out>.html and "
+                        "<out>.caption.html, every table's verdict counts")
+    p.add_argument("--tables-dir", default="reports/tables", help="where <table>.md and .csv are")
+    p.add_argument("--out", required=True, help="output folder (tables) or stem (fidelity)")
+    p.add_argument("tables", nargs="*", help="table file names, e.g. accuracy_difference "
+                                             "accuracy_difference_readings")
+    p.set_defaults(func=_cmd_report)
     return parser
 
 

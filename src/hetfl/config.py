@@ -237,7 +237,7 @@ def _check_inputs(name: str, exp: dict[str, Any]) -> None:
 
 
 EVENT_POLICIES = {"arrival": ("fast_reboot", "vanilla"), "departure": ("include", "exclude")}
-EVENT_TABLES = {"fast_reboot": "arrival", "crossing_epochs": "departure"}
+EVENT_TABLES = {"fast_reboot": "arrival", "crossing_epochs": "departure", "multiple_arrivals": "arrival"}
 
 
 def _check_event(name: str, exp: dict[str, Any]) -> None:

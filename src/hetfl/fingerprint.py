@@ -26,6 +26,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "table": ("hetfl.reports.tables",),
     "figure": ("hetfl.reports.figures",),
     "track": ("hetfl.tracking",),
+    "report": ("hetfl.reports.report_pages",),
 }
 #: data files (relative to the package) each kind reads besides code
 DATA: dict[str, tuple[str, ...]] = {

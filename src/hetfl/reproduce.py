@@ -10,7 +10,10 @@ point, before starting snakemake:
 2. looks for a lock. If a snakemake process is working in the directory, it stops and names it; if none
    is, the lock is stale: it says so and removes it (`snakemake --unlock`);
 3. runs snakemake with --rerun-incomplete (jobs cut off by the kill run again; finished jobs are kept)
-   and --keep-going (a failing job does not stop the tables that do not depend on it).
+   and --keep-going (a failing job does not stop the tables that do not depend on it);
+4. ends by writing reports/report.html (`snakemake --report`, same config; docs/report.md): every table
+   and figure with its caption, opening on the fidelity summary. After a failed run it is still written
+   when the outputs it bundles exist, and its failure is reported without hiding the run's.
 
 usage: python -m hetfl.reproduce --cores N --configfile FILE [--directory DIR] [other snakemake args]
 """
@@ -93,7 +96,26 @@ def main(argv: list[str] | None = None) -> int:
         if unlock.returncode:
             print(unlock.stderr[-2000:], file=sys.stderr)
             return unlock.returncode
-    return subprocess.run([*snakemake, "--rerun-incomplete", "--keep-going", *rest], env=env).returncode
+    code = subprocess.run([*snakemake, "--rerun-incomplete", "--keep-going", *rest], env=env).returncode
+    (directory / REPORT).parent.mkdir(parents=True, exist_ok=True)  # a run of one target may not make it
+    report = write_report(snakemake, rest, env)
+    return code or report
+
+
+#: where `make reproduce` writes the report, relative to the workflow directory
+REPORT = "reports/report.html"
+
+
+def write_report(snakemake: list[str], rest: list[str], env: dict[str, str]) -> int:
+    """`snakemake --report reports/report.html` with the run's config; its own message on failure (e.g. an
+    output it bundles is missing because its job failed)."""
+    proc = subprocess.run([*snakemake, *rest, "--report", REPORT], env=env, capture_output=True, text=True)
+    if proc.returncode:
+        print(f"hetfl reproduce: error: the report {REPORT} was not written:\n{proc.stderr[-2000:]}",
+              file=sys.stderr)
+    else:
+        print(f"hetfl reproduce: wrote {REPORT} (open it in a browser)", file=sys.stderr)
+    return proc.returncode
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ localrules:
     table_readings,
     figure,
     track,
+    report_table,
+    fidelity_summary,
 
 
 # For a train rule whose jobs train the runs specs_of(wildcards) (a cell of runs sharing a split): its

@@ -37,8 +37,14 @@ rule figure:
     input:
         runs=lambda wc: runs_of_table(FIGURES[wc.figure]),
     output:
-        png="reports/figures/{figure}.png",
+        png=report(
+            "reports/figures/{figure}.png",
+            caption="../report/figure.rst",
+            category=lambda wc: report_category(FIGURES[wc.figure]),
+            subcategory=lambda wc: report_subcategory(FIGURES[wc.figure]),
+        ),
         svg="reports/figures/{figure}.svg",
+        caption="reports/figures/{figure}.caption.html",
     log:
         "logs/figures/{figure}.log",
     wildcard_constraints:

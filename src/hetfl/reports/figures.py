@@ -1,12 +1,18 @@
-"""The papers' figures from run directories (matplotlib, headless).
+"""The papers' figures from run directories (matplotlib and seaborn, headless).
 
 Each figure is a `draw_*` function (runs → Figure) plus `_save`, which writes PNG and SVG byte for byte
 the same on every run: no date or version metadata, and SVG ids from a fixed salt instead of random ones.
 A figure draws whatever grid its runs span: a panel per value present, never an empty grid.
+
+Every curve is the mean over seeds of the runs' per-round metric with a band of the 95 % Student-t
+interval over seeds at each round (`hetfl.reports.verdicts.t_interval`, the tables' interval; no band
+with one seed), drawn by `seaborn.lineplot`. The figure's title says what it shows and over how many
+seeds (`hetfl.reports.catalog.figure_title`).
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -14,13 +20,20 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from hetfl.io import atomic_write  # noqa: E402
+from hetfl.reports.catalog import figure_title  # noqa: E402
 from hetfl.reports.event_tables import curve  # noqa: E402
+from hetfl.reports.multiple_arrivals import event_rounds  # noqa: E402
+from hetfl.reports.verdicts import t_interval  # noqa: E402
 
 #: Ruan et al. Figure 3 shows |T| = 1, 3, 5, 8; a grid holding all four draws those, any other grid its own
 PAPER_TRACE_PANELS = (1, 3, 5, 8)
+#: the second title line of a |T| = 1 panel whose one trace is T_0 (Ruan et al. Table 2: T_0 completes
+#: every round, so no device is incomplete or inactive and Schemes A, B and C give the same p_τ^k)
+ONE_TRACE_NOTE = "A, B, C coincide: all devices complete (T_0)"
 # metadata that would differ between runs or matplotlib versions (None removes the entry)
 _METADATA = {".png": {"Software": None}, ".svg": {"Date": None, "Creator": None}}
 
@@ -34,8 +47,40 @@ def _save(fig: Figure, out: Path) -> None:
     plt.close(fig)
 
 
-def _mean_curve(run_dirs: list[str], metric: str) -> pd.Series:
-    return pd.concat([curve(d, metric) for d in run_dirs], axis=1).mean(axis=1)
+def t_band(values: pd.Series) -> tuple[float, float]:
+    """seaborn's errorbar: the 95 % Student-t interval of the mean over seeds (NaN, no band, for one seed)."""
+    iv = t_interval(values.to_numpy())
+    return iv.low, iv.high
+
+
+def _seeds(runs: pd.DataFrame) -> pd.Series:
+    """Each run's seed (a run without one, as in hand-made frames, counts as its own seed)."""
+    return runs["seed"] if "seed" in runs else pd.Series(range(len(runs)), index=runs.index)
+
+
+def _curves(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Long frame of the runs' curves: round, value, seed and the run's index in `runs` (column 'run')."""
+    seeds = _seeds(runs)
+    parts = [curve(d, metric).rename_axis("round").reset_index(name="value").assign(seed=seeds[i], run=i)
+             for i, d in runs["run_dir"].items()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["round", "value", "seed", "run"])
+
+
+def _mean_band(ax, curves: pd.DataFrame, label: str, color: str) -> None:
+    """One line: the mean over seeds per round, and its 95 % t band."""
+    sns.lineplot(data=curves, x="round", y="value", estimator="mean", errorbar=t_band, ax=ax, label=label,
+                 color=color, linewidth=1.4)
+
+
+def _lines(ax, runs: pd.DataFrame, metric: str, hue: str, labels: dict, colors: dict) -> None:
+    """A mean line with band per value of `hue` (labels and colors fixed per figure, so panels agree)."""
+    curves = _curves(runs, metric)
+    for value, g in runs.groupby(hue, sort=True):
+        _mean_band(ax, curves[curves["run"].isin(g.index)], labels[value], colors[value])
+
+
+def _palette(values) -> dict:
+    return {v: f"C{i}" for i, v in enumerate(sorted(set(values)))}
 
 
 def _grid(rows: int, cols: int, **kwargs) -> tuple[Figure, list[list]]:
@@ -44,8 +89,24 @@ def _grid(rows: int, cols: int, **kwargs) -> tuple[Figure, list[list]]:
     return fig, axes
 
 
-def _finish_panel(ax) -> None:
-    """A legend where lines were drawn; a note where there was nothing to draw."""
+def _title(fig: Figure, name: str, runs: pd.DataFrame, line_keys: list[str]) -> None:
+    """The figure's caption line (catalog.figure_title) with the seeds behind each line, wrapped to the
+    figure's width."""
+    if not len(runs):
+        return
+    per_line = _seeds(runs).groupby([runs[k] for k in line_keys if k in runs]).nunique().tolist()
+    fig.suptitle(textwrap.fill(figure_title(name, per_line), max(40, int(fig.get_figwidth() * 15))),
+                 fontsize=8)
+
+
+def _finish_panel(ax, metric: str = "") -> None:
+    """A legend where lines were drawn, a note where there was nothing to draw; the y axis kept to the
+    metric's range (a t band over 2 seeds, t = 12.7, would otherwise squash the curves)."""
+    low, high = ax.get_ylim()
+    if metric.endswith("accuracy"):
+        ax.set_ylim(max(low, 0.0), min(high, 1.0))
+    elif metric.endswith("loss"):
+        ax.set_ylim(max(low, 0.0), high)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     else:
@@ -60,25 +121,37 @@ def trace_panels(present: set[int], num_traces: tuple[int, ...] | None = None) -
     return list(PAPER_TRACE_PANELS) if set(PAPER_TRACE_PANELS) <= present else sorted(present)
 
 
-def draw_scheme_curves(runs: pd.DataFrame, num_traces: tuple[int, ...] | None = None) -> Figure:
-    """Ruan et al. Figure 3: test accuracy vs rounds per scheme, one panel per (setting, |T|)."""
+def _all_complete(runs: pd.DataFrame) -> bool:
+    """Every run has one trace and it is T_0 (runs without a trace_order are the default order, T_0 first)."""
+    if "trace_order" not in runs:
+        return True
+    return all(order is None or (isinstance(order, float) and pd.isna(order)) or list(order)[:1] == ["T_0"]
+               for order in runs["trace_order"])
+
+
+def draw_scheme_curves(runs: pd.DataFrame, num_traces: tuple[int, ...] | None = None,
+                       name: str = "scheme_curves") -> Figure:
+    """Ruan et al. Figure 3: test accuracy vs rounds per scheme, one panel per (setting, |T|); mean over seeds
+    with a 95 % t band. A |T| = 1 panel of T_0 runs says that A, B and C coincide there (Ruan et al. §3.2:
+    with no incomplete or inactive device the three schemes give the same p_τ^k)."""
     settings = sorted(runs["setting"].unique()) if len(runs) else []
     ks = trace_panels({int(k) for k in runs["num_traces"]} if len(runs) else set(), num_traces)
     fig, axes = _grid(len(settings), len(ks), sharey=True)
+    colors = _palette(runs["scheme"]) if len(runs) else {}
+    labels = {s: f"Scheme {s}" for s in colors}
     for i, setting in enumerate(settings):
         for j, k in enumerate(ks):
             ax = axes[i][j]
             sel = runs[(runs["setting"] == setting) & (runs["num_traces"] == k)]
-            for scheme, g in sel.groupby("scheme"):
-                mean = _mean_curve(list(g["run_dir"]), "test_accuracy")
-                ax.plot(mean.index, mean.to_numpy(), label=f"Scheme {scheme}")
-            ax.set_title(f"{setting}, |T| = {k}", fontsize=9)
+            _lines(ax, sel, "test_accuracy", "scheme", labels, colors)
+            note = f"\n{ONE_TRACE_NOTE}" if k == 1 and len(sel) and _all_complete(sel) else ""
+            ax.set_title(f"{setting}, |T| = {k}{note}", fontsize=9)
             ax.set_xlabel("round")
-            if j == 0:
-                ax.set_ylabel("test accuracy")
-            _finish_panel(ax)
+            ax.set_ylabel("test accuracy" if j == 0 else "")
+            _finish_panel(ax, "test_accuracy")
     if not settings or not ks:
         _finish_panel(axes[0][0])
+    _title(fig, name, runs, ["setting", "num_traces", "scheme"])
     return fig
 
 
@@ -86,9 +159,10 @@ def scheme_curves(runs: pd.DataFrame, out: Path, num_traces: tuple[int, ...] | N
     _save(draw_scheme_curves(runs, num_traces), out)
 
 
-def draw_event_curves(runs: pd.DataFrame, metric: str, title: str) -> Figure:
-    """Ruan et al. Figure 4: a metric around the event, one line per policy, averaged over seeds; a row per
-    dataset/setting and, in it, a panel per τ0 that row has (datasets may use different τ0)."""
+def draw_event_curves(runs: pd.DataFrame, metric: str, title: str, name: str = "arrival_curves") -> Figure:
+    """Ruan et al. Figures 4 and 5: a metric around the events, one line per policy (mean over seeds, 95 % t
+    band), a dashed line at every event; a row per dataset/setting and, in it, a panel per τ0 that row has
+    (datasets may use different τ0)."""
     runs = runs.copy()
     for col in ("dataset", "setting"):
         if col not in runs:
@@ -96,28 +170,30 @@ def draw_event_curves(runs: pd.DataFrame, metric: str, title: str) -> Figure:
     groups = list(runs.groupby(["dataset", "setting"], sort=True)) if len(runs) else []
     taus = [sorted(g["event_round"].unique()) for _, g in groups]
     fig, axes = _grid(len(groups), max((len(t) for t in taus), default=0))
+    colors = _palette(runs["event_policy"]) if len(runs) else {}
+    labels = {p: p for p in colors}
     for i, ((dataset, setting), g) in enumerate(groups):
         for j, ax in enumerate(axes[i]):
             if j >= len(taus[i]):
                 ax.set_visible(False)  # this row has fewer τ0 than the widest one
                 continue
             tau0 = taus[i][j]
-            for policy, gp in g[g["event_round"] == tau0].groupby("event_policy"):
-                mean = _mean_curve(list(gp["run_dir"]), metric)
-                ax.plot(mean.index, mean.to_numpy(), label=policy)
-            ax.axvline(tau0, linestyle="--", color="grey", linewidth=1)
+            sel = g[g["event_round"] == tau0]
+            _lines(ax, sel, metric, "event_policy", labels, colors)
+            for tau in event_rounds(sel, tau0):
+                ax.axvline(tau, linestyle="--", color="grey", linewidth=1)
             ax.set_title(f"{dataset} {setting} {title}, τ0 = {tau0}".strip(), fontsize=9)
             ax.set_xlabel("round")
-            if j == 0:
-                ax.set_ylabel(metric.replace("_", " "))
-            _finish_panel(ax)
+            ax.set_ylabel(metric.replace("_", " ") if j == 0 else "")
+            _finish_panel(ax, metric)
     if not groups:
         _finish_panel(axes[0][0])
+    _title(fig, name, runs, ["dataset", "setting", "event_round", "event_policy"])
     return fig
 
 
-def event_curves(runs: pd.DataFrame, out: Path, metric: str, title: str) -> None:
-    _save(draw_event_curves(runs, metric, title), out)
+def event_curves(runs: pd.DataFrame, out: Path, metric: str, title: str, name: str = "arrival_curves") -> None:
+    _save(draw_event_curves(runs, metric, title, name), out)
 
 
 def _scheme_figure(runs: pd.DataFrame, out: Path) -> None:
@@ -148,12 +224,16 @@ def _communication_nonzeros(runs: pd.DataFrame, out: Path) -> None:
 
 
 #: figure name -> (the table whose runs draw it, the drawing function). The workflow draws a figure
-#: whenever its table is in the config (workflow/rules/common.smk); `hetfl figure` takes these names.
+#: whenever its table is in the config (workflow/rules/common.smk); `hetfl figure` takes these names;
+#: hetfl.reports.catalog.FIGURES names the paper's figure and the title's first sentence.
 FIGURES = {
     "scheme_curves": ("accuracy_difference", _scheme_figure),
-    "arrival_curves": ("fast_reboot", lambda runs, out: event_curves(runs, out, "test_accuracy", "arrival")),
+    "arrival_curves": ("fast_reboot",
+                       lambda runs, out: event_curves(runs, out, "test_accuracy", "arrival", "arrival_curves")),
     "departure_curves": ("crossing_epochs",
-                         lambda runs, out: event_curves(runs, out, "test_loss", "departure")),
+                         lambda runs, out: event_curves(runs, out, "test_loss", "departure", "departure_curves")),
+    "multiple_arrival_curves": ("multiple_arrivals", lambda runs, out: event_curves(
+        runs, out, "test_accuracy", "arrivals", "multiple_arrival_curves")),
     "efl_figure1": ("bmta", _efl_figure("figure1")),  # Ma et al. Figure 1: IID vs non-IID curves
     "efl_figure2": ("efl_lambda", _efl_figure("figure2")),  # Ma et al. Figure 2: λ = 0 vs best λ
     "objective_inconsistency": ("objective_inconsistency", _objective_inconsistency),
@@ -167,4 +247,8 @@ def build_figure(name: str, run_dirs: list[Path], out: Path) -> None:
 
     if name not in FIGURES:
         raise ValueError(f"figure '{name}' is unknown; allowed: {', '.join(FIGURES)}")
-    FIGURES[name][1](load_event_runs(run_dirs), out)
+    from hetfl.reports.report_pages import write_figure_caption
+
+    runs = load_event_runs(run_dirs)
+    FIGURES[name][1](runs, out)
+    write_figure_caption(name, runs, FIGURES[name][0], out)  # <out>.caption.html, the report's caption

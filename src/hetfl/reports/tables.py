@@ -10,6 +10,7 @@ from hetfl.reports import bmta as bm
 from hetfl.reports import communication_cost as cc
 from hetfl.reports import efl_lambda, fairness, fedfor, ruan
 from hetfl.reports import objective_inconsistency as oi
+from hetfl.reports.multiple_arrivals import build_multiple_arrivals
 from hetfl.reports.references import load_reference
 from hetfl.reports.results import collect_runs
 from hetfl.reports.writers import write_frame_tables
@@ -104,7 +105,8 @@ def build_efl_lambda(run_dirs: list[Path], out_stem: Path) -> Path:
 BUILDERS = {"accuracy_difference": ruan.build_accuracy_difference, "fast_reboot": ruan.build_fast_reboot,
             "crossing_epochs": ruan.build_crossing_epochs, "bmta": build_bmta, "fairness": build_fairness,
             "efl_lambda": build_efl_lambda, "objective_inconsistency": oi.build, "fedfor_by_e": fedfor.build,
-            "communication_cost": cc.build, "fedfor_concept_shift": fedfor.build_concept_shift}
+            "communication_cost": cc.build, "fedfor_concept_shift": fedfor.build_concept_shift,
+            "multiple_arrivals": build_multiple_arrivals}
 #: tables built from the runs of another table as well as their own: the workflow builds `fairness`
 #: whenever the config has `bmta` runs (workflow/rules/common.smk), from those runs
 SOURCES = {"fairness": "bmta"}

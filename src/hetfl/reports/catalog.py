@@ -1,0 +1,125 @@
+"""Where each table and figure belongs in the report: its paper, the paper's own name for it, and which of
+its cells carry the verdicts a reader counts.
+
+Keyed like the registries it describes (``hetfl.reports.tables.BUILDERS``, ``hetfl.reports.figures.FIGURES``);
+a table or figure registered there but not here still appears in the report, under "Other tables" with its
+registry name, and its verdicts are the CSV's whole ``verdict`` column. Pure data and string functions:
+Snakemake imports this at parse time (workflow/rules/report.smk) and ``snakemake --report`` calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+RUAN = "Ruan et al. (2021), flexible device participation"
+MA = "Ma et al. (2022), elastic federated learning (EFL)"
+NOTES = "Lecture notes (seed 001): objective inconsistency and fairness"
+FEDFOR = "Tian, Smith, Kira (2022), FedFOR"
+ELASTICNET = "FedElasticNet (seed 004), communication cost"
+OTHER = "Other tables"
+
+
+def _rows(column: str, values: tuple[str, ...]) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    return lambda tidy: tidy[tidy[column].isin(values)]
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """paper: the report's category; label: the paper's name for the table; cells: the tidy CSV's rows whose
+    verdicts the table's caption counts (None: every row)."""
+
+    paper: str
+    label: str
+    cells: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    #: the columns holding verdicts (most tables have one, ``verdict``)
+    columns: tuple[str, ...] = ("verdict",)
+
+
+@dataclass(frozen=True)
+class FigureEntry:
+    """label: the paper's name for the figure; what: the sentence the figure's title starts with."""
+
+    label: str
+    what: str
+
+
+TABLES: dict[str, TableEntry] = {
+    # Table 3 counts its cells in percentage points (the CSV also holds the relative form)
+    "accuracy_difference": TableEntry(RUAN, "Table 3", _rows("improvement", ("points",))),
+    # Tables 4-5 and Figure 5 count their paired cells (event_tables.verdicts_of)
+    "fast_reboot": TableEntry(RUAN, "Table 4", _rows("method", ("vanilla_minus_fast",))),
+    "crossing_epochs": TableEntry(RUAN, "Table 5", _rows("method", ("include_vs_exclude",))),
+    "multiple_arrivals": TableEntry(RUAN, "Figure 5", _rows("method", ("vanilla_minus_fast",))),
+    "bmta": TableEntry(MA, "Table 2"),
+    # the fairness measures of the bmta runs: the paper reports none (every verdict 'not comparable')
+    "fairness": TableEntry(NOTES, "Fairness of per-device losses"),
+    "efl_lambda": TableEntry(MA, "Figure 2 in numbers", columns=("bmta_verdict", "loss_verdict")),
+    "objective_inconsistency": TableEntry(NOTES, "Objective inconsistency (quadratic)"),
+    "fedfor_by_e": TableEntry(FEDFOR, "Tables 2-4"),
+    "fedfor_concept_shift": TableEntry(FEDFOR, "Table 5"),
+    "communication_cost": TableEntry(ELASTICNET, "Non-zeros and entropy"),
+}
+
+FIGURES: dict[str, FigureEntry] = {
+    "scheme_curves": FigureEntry("Figure 3", "Ruan et al. Figure 3: test accuracy per scheme"),
+    "arrival_curves": FigureEntry("Figure 4 (left)", "Ruan et al. Figure 4 (left): accuracy after an arrival"),
+    "departure_curves": FigureEntry("Figure 4 (right)", "Ruan et al. Figure 4 (right): loss after a departure"),
+    "multiple_arrival_curves": FigureEntry("Figure 5", "Ruan et al. Figure 5: accuracy, staggered arrivals"),
+    "efl_figure1": FigureEntry("Figure 1", "Ma et al. Figure 1: IID vs non-IID test accuracy"),
+    "efl_figure2": FigureEntry("Figure 2", "Ma et al. Figure 2: EFL with λ = 0 vs the best λ"),
+    "objective_inconsistency": FigureEntry("Objective inconsistency",
+                                           "Fixed points of FedAvg, FedNova, SCAFFOLD vs the closed forms"),
+    "communication_nonzeros": FigureEntry("Non-zeros per round", "Non-zero entries clients send per round"),
+}
+
+
+def table_entry(table: str) -> TableEntry:
+    return TABLES.get(table, TableEntry(OTHER, table))
+
+
+def category(table: str) -> str:
+    """The report category of a table and of everything drawn from its runs: the paper."""
+    return table_entry(table).paper
+
+
+def subcategory(table: str) -> str:
+    """The report subcategory: the paper's name for the table and hetfl's (``Table 3: accuracy_difference``)."""
+    label = table_entry(table).label
+    return f"{label}: {table}" if label != table else table
+
+
+def figure_label(figure: str) -> str:
+    entry = FIGURES.get(figure)
+    return f"{entry.label} ({figure})" if entry else figure
+
+
+def figure_title(figure: str, seeds: list[int]) -> str:
+    """The figure's own caption line: what it shows and how the band is made, with the seed count."""
+    what = FIGURES[figure].what if figure in FIGURES else figure.replace("_", " ")
+    counts = sorted(set(seeds))
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return f"{what}; mean of {n} seed(s), band: 95 % t-CI"
+
+
+def counted_verdicts(table: str, tidy: pd.DataFrame) -> list[str] | None:
+    """The verdicts of the cells the table's caption counts ('—' and empty cells, e.g. a baseline's, are not
+    verdicts); None for a table without verdicts."""
+    entry = table_entry(table)
+    columns = [c for c in entry.columns if c in tidy]
+    if not columns:
+        return None
+    cells = entry.cells(tidy) if entry.cells is not None else tidy
+    return [str(v) for c in columns for v in cells[c].dropna() if str(v).strip() not in ("", "—")]
+
+
+def verdict_summary(table: str, csv: str | Path) -> str:
+    """One line for the report's listing and its landing page: 'Table 3 · 0 agrees, 1 same direction, ...'."""
+    from hetfl.reports.verdicts import counts_text
+
+    verdicts = counted_verdicts(table, pd.read_csv(csv))
+    counts = "no verdicts (paper values shown beside)" if verdicts is None else counts_text(verdicts)
+    return f"{table_entry(table).label} · {counts}"

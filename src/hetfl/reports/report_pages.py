@@ -1,0 +1,163 @@
+"""The HTML that `snakemake --report` bundles: each table as a page (its caption, then the table with its
+verdicts coloured), each table's and figure's caption fragment, and the fidelity summary.
+
+Snakemake's report shows a file marked ``report()`` with the caption rendered from an ``.rst`` under
+workflow/report/; those ``.rst`` files pull in the fragments written here with docutils' ``raw:: html``
+``:file:`` directive. The fragments are run outputs, not rule params: a params value that changes after a
+run would make Snakemake rerun the job. Everything is read from the files `hetfl table` and
+`hetfl figure` write (reports/tables/<table>.{md,csv}), so a table a helper adds to
+``hetfl.reports.tables.BUILDERS`` appears here without edits (``hetfl.reports.catalog`` falls back to
+"Other tables").
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from hetfl.io import atomic_write_text
+from hetfl.reports import catalog
+from hetfl.reports.verdicts import counts_text
+
+#: verdict → background colour of its cell (green agrees … red disagrees; grey for no paper value)
+VERDICT_COLOURS = {"agrees": "#c8e6c9", "same direction": "#fff59d", "inconclusive": "#ffe0b2",
+                   "disagrees": "#ffcdd2", "not comparable": "#eeeeee"}
+_STYLE = ("<style>body{font-family:sans-serif;font-size:14px;margin:1em}table{border-collapse:collapse}"
+          "td,th{border:1px solid #bbb;padding:3px 6px;text-align:left}th{background:#f0f0f0}"
+          "p.caption{max-width:70em}</style>")
+
+
+def base_table(name: str) -> str:
+    """The registry name of a table file: accuracy_difference_readings → accuracy_difference."""
+    return name[: -len("_readings")] if name.endswith("_readings") else name
+
+
+def _pipe_rows(block: str) -> list[list[str]]:
+    """A pipe table's rows (header first, the |---| rule dropped, '\\|' unescaped)."""
+    rows = []
+    for line in block.strip().splitlines():
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if cells and not all(re.fullmatch(r":?-+:?", c) for c in cells):
+            rows.append(cells)
+    return rows
+
+
+def split_markdown(md: str) -> tuple[str, list[str | list[list[str]]]]:
+    """A reports/tables/<table>.md (writers.write_frame_tables: caption, blank line, pipe table; a readings
+    table has more paragraphs and tables) as its caption and the blocks after it: a paragraph's text, or a
+    pipe table's rows."""
+    blocks = [b.strip() for b in md.strip().split("\n\n") if b.strip()]
+    caption = blocks[0] if blocks and not blocks[0].startswith("|") else ""
+    rest = blocks[1:] if caption else blocks
+    return caption, [_pipe_rows(b) if b.startswith("|") else b for b in rest]
+
+
+def _verdict_of(cell: str) -> str | None:
+    """The verdict a cell names ("agrees", or a cell ending in it): longest name first ("disagrees")."""
+    text = cell.strip().lower()
+    for v in sorted(VERDICT_COLOURS, key=len, reverse=True):
+        if text == v or text.endswith(f"({v})") or text.endswith(f" {v}"):
+            return v
+    return None
+
+
+def table_html(rows: list[list[str]]) -> str:
+    if not rows:
+        return "<p><em>(no rows)</em></p>"
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
+    body = []
+    for row in rows[1:]:
+        cells = []
+        for c in row:
+            v = _verdict_of(c)
+            style = f' style="background:{VERDICT_COLOURS[v]}"' if v else ""
+            cells.append(f"<td{style}>{html.escape(c)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def verdict_line(name: str, csv: Path) -> str:
+    """'Verdicts: 2 agrees, 1 disagrees' over the cells the table's caption counts (catalog.TABLES)."""
+    verdicts = catalog.counted_verdicts(base_table(name), pd.read_csv(csv))
+    return "no verdicts (paper values shown beside)" if verdicts is None else counts_text(verdicts)
+
+
+def table_title(name: str) -> str:
+    base = base_table(name)
+    entry = catalog.table_entry(base)
+    suffix = ", under every reading" if name != base else ""
+    return f"{entry.paper}: {catalog.subcategory(base)}{suffix}"
+
+
+def write_table_page(name: str, md: Path, csv: Path, out: Path) -> None:
+    """<out>.html: the table page (title, caption, verdicts, coloured table); <out>.caption.html: the
+    fragment the report's caption shows (title, verdict counts, the table's caption)."""
+    caption, blocks = split_markdown(Path(md).read_text())
+    body = "\n".join(table_html(b) if isinstance(b, list) else f"<p>{html.escape(b)}</p>" for b in blocks)
+    title, verdicts = html.escape(table_title(name)), html.escape(verdict_line(name, Path(csv)))
+    fragment = (f'<p><strong>{title}</strong>. Verdicts: {verdicts}.</p>\n'
+                f'<p class="caption">{html.escape(caption)}</p>\n')
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>{_STYLE}</head>"
+            f"<body><h2>{title}</h2>\n{fragment}{body}\n</body></html>\n")
+    atomic_write_text(out.with_name(out.name + ".html"), page)
+    atomic_write_text(out.with_name(out.name + ".caption.html"), fragment)
+
+
+def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
+    """The figure's caption fragment: the paper's figure, what is drawn, the seeds, the band, the |T| = 1
+    note where it applies, and the table whose runs it draws."""
+    from hetfl.reports.figures import ONE_TRACE_NOTE
+
+    seeds = int(runs["seed"].nunique()) if "seed" in runs and len(runs) else 0
+    parts = [f"<strong>{html.escape(catalog.category(table))}: {html.escape(catalog.figure_label(name))}"
+             "</strong>.",
+             html.escape(catalog.FIGURES[name].what if name in catalog.FIGURES else name.replace("_", " "))
+             + ".",
+             f"Drawn from the runs of table {html.escape(table)} ({len(runs)} runs, {seeds} seed(s)).",
+             "Curves: mean over seeds per round; band: 95 % Student-t interval over seeds (no band with one "
+             "seed)."]
+    if name == "scheme_curves":
+        parts.append(f"Panels with |T| = 1: {html.escape(ONE_TRACE_NOTE)} — trace T_0 has every device "
+                     "complete its local work every round, so Schemes A, B and C give the same weights and "
+                     "draw one line.")
+    return "<p>" + " ".join(parts) + "</p>\n"
+
+
+def write_figure_caption(name: str, runs: pd.DataFrame, table: str, out: Path) -> None:
+    atomic_write_text(out.with_name(out.name + ".caption.html"), figure_caption(name, runs, table))
+
+
+#: where `hetfl report tables` writes the table pages in the workflow (workflow/rules/report.smk)
+TABLE_PAGES = "reports/report/tables"
+
+
+def _result_link(path: str) -> str:
+    """A link that opens a result of the Snakemake report (its own rst links call the same function)."""
+    return f"<a href=\"javascript:app.showResultInfo('{html.escape(path)}')\">{html.escape(Path(path).name)}</a>"
+
+
+def write_fidelity(tables: list[str], tables_dir: Path, out: Path) -> None:
+    """<out>.html and <out>.caption.html: every table with its paper, verdict counts and a link (the report
+    links a result by its file name, e.g. `accuracy_difference.html`)."""
+    rows = []
+    total: list[str] = []
+    for name in tables:
+        csv = Path(tables_dir) / f"{name}.csv"
+        verdicts = catalog.counted_verdicts(base_table(name), pd.read_csv(csv))
+        total += verdicts or []
+        line = "no verdicts (paper values shown beside)" if verdicts is None else counts_text(verdicts)
+        rows.append(f"<tr><td>{html.escape(catalog.category(base_table(name)))}</td>"
+                    f"<td>{html.escape(table_title(name).split(': ', 1)[1])}</td>"
+                    f"<td>{html.escape(line)}</td><td>{_result_link(f'{TABLE_PAGES}/{name}.html')}</td></tr>")
+    summary = counts_text(total) if total else "no verdicts"
+    fragment = (f"<p><strong>Fidelity summary</strong>: {len(tables)} table(s); all counted cells: "
+                f"{html.escape(summary)}. Each table is under its paper's category (left menu), as "
+                "&lt;table&gt;.html with its caption.</p>\n<table><thead><tr><th>paper</th><th>table</th>"
+                f"<th>verdicts</th><th>file</th></tr></thead><tbody>{''.join(rows)}</tbody></table>\n")
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Fidelity summary</title>{_STYLE}"
+            f"</head><body><h2>Fidelity summary</h2>\n{fragment}</body></html>\n")
+    atomic_write_text(out.with_name(out.name + ".html"), page)
+    atomic_write_text(out.with_name(out.name + ".caption.html"), fragment)

@@ -1,0 +1,135 @@
+"""The report as a researcher sees it: `snakemake --report` on the tiny workflow holds every table (and
+readings table) and figure of the run, each with its caption, grouped by paper, and opens on the fidelity
+summary; with Chromium present, its first page renders to a non-blank screenshot."""
+
+import html
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_tiny_workflow  # tests/conftest.py (pytest puts tests/ on the path)
+
+from hetfl.reports import catalog, report_pages
+from hetfl.reports.figures import FIGURES, ONE_TRACE_NOTE
+from hetfl.reports.tables import BUILDERS
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def _entry(report: str, path: str) -> dict:
+    """The report's JSON record of one result (Snakemake embeds them keyed by path)."""
+    key = json.dumps(path) + ": "
+    at = report.find(key)
+    assert at >= 0, f"{path} is not in the report"
+    return json.JSONDecoder().raw_decode(report, at + len(key))[0]
+
+
+@pytest.fixture(scope="module")
+def report_html(workflow_dir):
+    proc = run_tiny_workflow(workflow_dir, "--report", "reports/report.html")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return (workflow_dir / "reports/report.html").read_text()
+
+
+@pytest.mark.slow
+def test_every_table_and_figure_is_in_the_report_with_its_caption(workflow_dir, report_html):
+    tables = sorted(p.stem for p in (workflow_dir / "reports/tables").glob("*.md"))
+    figures = sorted(p.stem for p in (workflow_dir / "reports/figures").glob("*.png"))
+    assert "accuracy_difference_readings" in tables and "scheme_curves" in figures  # the tiny grid's
+    for name in tables:
+        entry = _entry(report_html, f"reports/report/tables/{name}.html")
+        caption = (workflow_dir / f"reports/tables/{name}.md").read_text().split("\n\n")[0]
+        assert html.escape(caption[:200]) in entry["caption"], name  # the table's own caption
+        assert "Verdicts: " in entry["caption"]
+        base = report_pages.base_table(name)
+        assert catalog.subcategory(base) in report_html
+    for name in figures:
+        entry = _entry(report_html, f"reports/figures/{name}.png")
+        assert catalog.figure_label(name) in entry["caption"] and "95 % Student-t" in entry["caption"], name
+    assert ONE_TRACE_NOTE in _entry(report_html, "reports/figures/scheme_curves.png")["caption"]
+    # the landing page opens on the fidelity summary: every table and its verdict counts
+    assert "Fidelity summary" in report_html and "all counted cells" in report_html
+    fidelity = _entry(report_html, "reports/report/fidelity.html")["caption"]
+    for name in tables:
+        assert f"{name}.html" in fidelity
+
+
+@pytest.mark.slow
+def test_report_first_page_screenshot_is_not_blank(workflow_dir, report_html, tmp_path):
+    if CHROMIUM is None:
+        pytest.skip("no Chromium on this machine (Debian package chromium): no screenshot of the report")
+    shot = tmp_path / "report.png"
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--no-first-run",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
+                    "--virtual-time-budget=5000", f"--screenshot={shot}",
+                    (workflow_dir / "reports/report.html").as_uri()],
+                   capture_output=True, timeout=120, check=False)
+    assert shot.is_file(), "chromium wrote no screenshot"
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(shot)[..., :3]
+    # non-blank: more than a background colour (text and the menu give many distinct values)
+    assert np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0).shape[0] > 50
+    assert pixels.std() > 0.02
+
+
+def test_table_page_colours_verdicts_and_keeps_the_caption(tmp_path):
+    md = ("Caption with |T| = 1 and a <tag>.\n\n| dataset | cell |\n|:--|:--|\n"
+          "| MNIST | 1.0 [0.5, 1.5] · agrees |\n| A\\|B | 2.0 · disagrees |\n")
+    (tmp_path / "t.md").write_text(md)
+    pd.DataFrame({"verdict": ["agrees", "disagrees"]}).to_csv(tmp_path / "t.csv", index=False)
+    report_pages.write_table_page("t", tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "t")
+    page = (tmp_path / "t.html").read_text()
+    assert "Caption with |T| = 1 and a &lt;tag&gt;." in page
+    agrees = report_pages.VERDICT_COLOURS["agrees"]
+    assert f'<td style="background:{agrees}">1.0 [0.5, 1.5] · agrees</td>' in page
+    assert f'background:{report_pages.VERDICT_COLOURS["disagrees"]}">2.0 · disagrees' in page
+    assert "<td>A|B</td>" in page  # an escaped pipe stays in its cell
+    fragment = (tmp_path / "t.caption.html").read_text()
+    assert "Other tables: t" in fragment and "1 agrees" in fragment and "1 disagrees" in fragment
+
+
+def test_every_registered_table_and_figure_has_a_category():
+    for name in BUILDERS:
+        assert catalog.category(name) and catalog.subcategory(name).endswith(name)
+    for name, (table, _) in FIGURES.items():
+        assert table in BUILDERS, name
+        assert catalog.category(table)
+
+
+def test_reproduce_writes_the_report_after_the_workflow(monkeypatch, tmp_path):
+    from hetfl import reproduce
+
+    calls = []
+    monkeypatch.setattr(reproduce.subprocess, "run",
+                        lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    config = Path(__file__).resolve().parents[1] / "workflow/config/tiny.yaml"
+    assert reproduce.main(["--directory", str(tmp_path), "--configfile", str(config), "--cores", "1"]) == 0
+    assert calls[-1][-2:] == ["--report", reproduce.REPORT] and "--configfile" in calls[-1]
+    assert "--report" not in calls[-2]  # the workflow first
+
+
+def test_counted_verdicts_follow_the_catalog():
+    # Table 4 counts only its paired cells; a baseline's '—' is no verdict; efl_lambda has two columns
+    tidy = pd.DataFrame({"method": ["fast_reboot", "vanilla_minus_fast", "vanilla_minus_fast"],
+                         "verdict": ["not comparable", "agrees", "disagrees"]})
+    assert catalog.counted_verdicts("fast_reboot", tidy) == ["agrees", "disagrees"]
+    assert catalog.counted_verdicts("fedfor_by_e", pd.DataFrame({"verdict": ["—", "agrees"]})) == ["agrees"]
+    lam = pd.DataFrame({"bmta_verdict": ["—", "same direction"], "loss_verdict": ["—", "inconclusive"]})
+    assert catalog.counted_verdicts("efl_lambda", lam) == ["same direction", "inconclusive"]
+    assert catalog.counted_verdicts("unregistered", pd.DataFrame({"x": [1]})) is None
+    assert catalog.category("unregistered") == catalog.OTHER
+
+
+def test_report_of_a_missing_table_names_it_and_writes_nothing(tmp_path, capsys):
+    from hetfl.cli import main
+
+    out = tmp_path / "out"
+    assert main(["report", "tables", "nosuch", "--tables-dir", str(tmp_path), "--out", str(out)]) == 2
+    assert "nosuch.md, nosuch.csv" in capsys.readouterr().err and not out.exists()
