@@ -144,3 +144,15 @@ def test_mirror_is_rebuilt_not_duplicated(workflow_dir):
     exp = client.get_experiment_by_name("tiny_table4")
     assert len(client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL)) == len(runs) + 1
     assert client.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY) == []
+
+
+def test_lint_finds_nothing_but_the_software_environment_remark(tmp_path):
+    """snakemake --lint on the embedded default: only 'Specify a conda environment or container' remains
+    (hetfl runs from one virtual environment on purpose). Its regex "rule .+?:" also matches comments,
+    which is how helper functions next to rules slipped in before."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(ROOT / "workflow/config/quick.yaml"), "--lint"],
+        capture_output=True, text=True, cwd=tmp_path)
+    remarks = {line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("    * ")}
+    assert remarks == {"* Specify a conda environment or container for each rule.:"}, remarks

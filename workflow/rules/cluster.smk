@@ -27,17 +27,3 @@ localrules:
     report_table,
     fidelity_summary,
 
-
-# For a train rule whose jobs train the runs specs_of(wildcards) (a cell of runs sharing a split): its
-# resources (`resources: **cluster_resources(specs_of)`), group and `hetfl train --device`.
-def cluster_resources(specs_of):
-    return {name: (lambda wc, attempt, name=name: train_resources(specs_of(wc), CLUSTER, attempt)[name])
-            for name in resource_names(CLUSTER)}
-
-
-def cluster_group(specs_of):
-    return lambda wc: train_group(specs_of(wc), CLUSTER)
-
-
-def cluster_device(specs_of):
-    return lambda wc: train_device(specs_of(wc), CLUSTER)

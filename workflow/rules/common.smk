@@ -90,3 +90,32 @@ def all_targets():
     figures = [f"reports/figures/{f}.png" for f in FIGURES]
     mirrors = [f"results/{e}/mlflow.json" for e in sorted({s.experiment for s in RUNS.values()})]
     return tables + figures + runs_of_table("none", None) + mirrors
+
+
+# ---- helpers of splits.smk, track.smk and report.smk (snakemake --lint wants functions apart from rules) ----
+
+
+def trace_assignment(wc):
+    return "stratified" if "_stratified" in wc.opts else "random"
+
+
+def trace_p_inactive(wc):
+    found = re.search(r"_pi([0-9.]+)", wc.opts)
+    return found.group(1) if found else "0.05"
+
+
+def reports_of_experiment(experiment):
+    """The table the experiment's runs feed and the figures drawn from it (common.smk's registries)."""
+    table = next(s.table for s in RUNS.values() if s.experiment == experiment)
+    if table == "none":
+        return []
+    tables = [f"reports/tables/{table}.{ext}" for ext in ("md", "csv", "tex")]
+    if table in READINGS_TABLES:
+        tables += [f"reports/tables/{table}_readings.{ext}" for ext in ("md", "csv")]
+    figures = [f"reports/figures/{f}.{ext}" for f, t in FIGURES.items() if t == table for ext in ("png", "svg")]
+    return tables + figures
+
+
+def report_targets():
+    tables = [f"reports/report/tables/{n}.html" for n in REPORT_TABLES]
+    return ["reports/report/fidelity.html", *tables] if tables else []

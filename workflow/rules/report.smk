@@ -48,7 +48,3 @@ rule fidelity_summary:
     shell:
         "hetfl report fidelity {params.tables} --out reports/report/fidelity > {log} 2>&1"
 
-
-def report_targets():
-    tables = [f"reports/report/tables/{n}.html" for n in REPORT_TABLES]
-    return ["reports/report/fidelity.html", *tables] if tables else []

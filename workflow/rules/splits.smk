@@ -11,15 +11,6 @@ rule split:
         "hetfl split --spec {params.spec:q} --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
 
 
-def trace_assignment(wc):
-    return "stratified" if "_stratified" in wc.opts else "random"
-
-
-def trace_p_inactive(wc):
-    found = re.search(r"_pi([0-9.]+)", wc.opts)
-    return found.group(1) if found else "0.05"
-
-
 rule trace:
     output:
         npz="data_splits/traces/{traceset}/n{n}_r{r}_seed{seed}{opts}.npz",

@@ -2,18 +2,6 @@
 # start costs ~2 s, more than a SYNTHETIC run trains), and a summary run with the tables and figures its
 # runs feed; the description comes from the config. A change of hetfl.tracking mirrors again (code param).
 # `hetfl track` rebuilds the mirror by hand.
-def reports_of_experiment(experiment):
-    """The table the experiment's runs feed and the figures drawn from it (common.smk's registries)."""
-    table = next(s.table for s in RUNS.values() if s.experiment == experiment)
-    if table == "none":
-        return []
-    tables = [f"reports/tables/{table}.{ext}" for ext in ("md", "csv", "tex")]
-    if table in READINGS_TABLES:
-        tables += [f"reports/tables/{table}_readings.{ext}" for ext in ("md", "csv")]
-    figures = [f"reports/figures/{f}.{ext}" for f, t in FIGURES.items() if t == table for ext in ("png", "svg")]
-    return tables + figures
-
-
 rule track:
     input:
         runs=lambda wc: [f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values()

@@ -8,6 +8,21 @@
 from functools import partial
 
 
+# The train jobs of a cell train the runs specs_of(wildcards), which share a split; from them come each job's
+# resources (`resources: **cluster_resources(specs_of)`), group and `hetfl train --device`.
+def cluster_resources(specs_of):
+    return {name: (lambda wc, attempt, name=name: train_resources(specs_of(wc), CLUSTER, attempt)[name])
+            for name in resource_names(CLUSTER)}
+
+
+def cluster_group(specs_of):
+    return lambda wc: train_group(specs_of(wc), CLUSTER)
+
+
+def cluster_device(specs_of):
+    return lambda wc: train_device(specs_of(wc), CLUSTER)
+
+
 def cell_specs(exp, suffix, wc):
     return CELLS[f"{exp}/{wc.setting}{suffix}/seed{wc.seed}"]
 
