@@ -272,7 +272,7 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
     from hetfl.reports.results import collect_runs
     from hetfl.reports.writers import write_frame_tables
 
-    runs = collect_runs([Path(d).parent if Path(d).name == "run.json" else Path(d) for d in run_dirs])
+    runs = collect_runs(run_dirs)
     runs = runs[runs["status"] == "ok"].assign(dataset_name=runs["dataset"])
     tidy = fedfor_by_e(runs)
     rounds = {int(e): int(g["rounds"].max()) for e, g in runs.groupby("local_epochs")}
@@ -350,7 +350,7 @@ def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
     from hetfl.reports.verdicts import Interval
     from hetfl.reports.writers import write_frame_tables
 
-    runs = collect_runs([Path(d).parent if Path(d).name == "run.json" else Path(d) for d in run_dirs])
+    runs = collect_runs(run_dirs)
     runs = runs[runs["status"] == "ok"]
     tidy = concept_shift_table(runs)
     out = pd.DataFrame({

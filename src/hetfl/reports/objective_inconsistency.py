@@ -133,7 +133,7 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
     from hetfl.reports.results import collect_runs
     from hetfl.reports.writers import write_frame_tables
 
-    runs = collect_runs([Path(d).parent if Path(d).name == "run.json" else Path(d) for d in run_dirs])
+    runs = collect_runs(run_dirs)
     tidy = objective_inconsistency(runs)
     write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, runs))
     return out_stem

@@ -84,7 +84,7 @@ def _final_values(metrics: pd.DataFrame, path: Path) -> dict[str, float]:
 
 
 def collect_runs(run_dirs: Iterable[Path]) -> pd.DataFrame:
-    """One row per run directory.
+    """One row per run directory (or its run.json: the table and figure rules pass those).
 
     Columns: every ``spec`` field (nested objects flattened with dotted names), ``status``,
     ``run_dir``, the provenance ``git_commit``/``git_dirty``/``code_fingerprint``, the participation
@@ -92,6 +92,7 @@ def collect_runs(run_dirs: Iterable[Path]) -> pd.DataFrame:
     metric, i.e. the value at the metric's last (largest) recorded round -- NaN stays NaN, so a
     diverged run keeps its NaN. Raises ``FileNotFoundError``/``ValueError`` naming the offending file.
     """
+    run_dirs = [Path(d).parent if Path(d).name == "run.json" else Path(d) for d in run_dirs]
     rows: list[dict[str, Any]] = []
     for run_dir in map(Path, run_dirs):
         record = load_run_json(run_dir)

@@ -22,12 +22,8 @@ DATASET_LABELS = {"synthetic": "SYNTHETIC", "mnist5k": "MNIST", "mnist": "MNIST"
                   "shakespeare": "Shakespeare"}
 
 
-def _run_dirs(paths: list[Path]) -> list[Path]:
-    return [p.parent if p.name == "run.json" else p for p in paths]
-
-
 def load_runs(paths: list[Path]) -> pd.DataFrame:
-    runs = collect_runs(_run_dirs(paths))
+    runs = collect_runs(paths)
     runs["dataset_name"] = runs["dataset"]
     runs["dataset"] = runs["dataset"].map(lambda d: DATASET_LABELS.get(d, str(d).upper()))
     return runs
