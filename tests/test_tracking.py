@@ -232,3 +232,32 @@ def test_training_by_hand_records_its_times_and_mirrors_itself(store, tmp_path):
     assert run.info.start_time == tracking._ms(info["started_at"])
     assert run.info.end_time == tracking._ms(info["finished_at"])
     assert abs(run.info.end_time - run.info.start_time - info["wall_time_s"] * 1000) <= 1
+
+
+def _steps(client, run_id, metric):
+    return [m.step for m in client.get_metric_history(run_id, metric)]
+
+
+def test_metrics_are_mirrored_at_the_evaluated_rounds_unless_all_are_asked_for(store, capsys):
+    """eval_every = 2 over 5 rounds: evaluated at 2, 4 and the last round 5; lr is recorded every round.
+    The mirror logs every metric at 2, 4, 5; `--rounds all` logs lr at 1..5, and switching the mode
+    replaces the mirror (its metrics cannot be taken back) and purges the old one."""
+    from hetfl.cli import main
+
+    d = _write_run(store, _spec("evalrounds", run="IID_T8_C_s0"))
+    rows = [(r, "lr", 1.0 / r) for r in range(1, 6)]
+    rows += [(r, m, v) for r in (2, 4, 5) for m, v in (("test_loss", 2.0 / r), ("test_accuracy", r / 10))]
+    pd.DataFrame(rows, columns=["round", "metric", "value"]).to_parquet(d / "metrics.parquet", index=False)
+    client = _client(store)
+    first = tracking.mirror_run_dirs(store, [d]).runs["evalrounds/IID_T8_C_s0"]
+    assert _steps(client, first, "lr") == [2, 4, 5]
+    assert [m.value for m in client.get_metric_history(first, "lr")] == [0.5, 0.25, 0.2]
+    assert _steps(client, first, "test_accuracy") == [2, 4, 5]
+    assert client.get_run(first).data.tags["hetfl.mirrored_rounds"] == "evaluated"
+    assert main(["track", "--results-root", str(store), "--rounds", "all", str(d)]) == 0
+    (exp,) = [e for e in client.search_experiments() if e.name == "evalrounds"]
+    (run,) = client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL)
+    assert run.info.run_id != first and _steps(client, run.info.run_id, "lr") == [1, 2, 3, 4, 5]
+    assert "1 replaced run(s) purged" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="rounds has value 'some'.*allowed: evaluated, all"):
+        tracking.read_run(d, "some")

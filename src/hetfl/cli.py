@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hetfl.config import ConfigError, expand_runs, load_config
+from hetfl.tracking import MIRROR_ROUNDS
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -298,7 +299,7 @@ def _cmd_track(args: argparse.Namespace) -> int:
     from hetfl.tracking import mirror_run_dirs
 
     mirror = mirror_run_dirs(args.results_root, run_paths(args.runs), description=args.description,
-                             summary_files=[Path(p) for p in args.summary or []])
+                             summary_files=[Path(p) for p in args.summary or []], rounds=args.rounds)
     if args.out:
         atomic_write_json(args.out, mirror.to_dict())
     print(f"mirrored {len(mirror.runs)} run(s) and {len(mirror.summaries)} summary run(s) to "
@@ -458,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", nargs="*", metavar="FILE",
                    help="tables and figures (reports/tables/*.{md,csv,tex}, reports/figures/*.{png,svg}) to "
                         "attach to each experiment's summary run")
+    p.add_argument("--rounds", choices=MIRROR_ROUNDS, default="evaluated",
+                   help="which rounds' metrics to log: those the run was evaluated at (default; every "
+                        "metric at those steps) or all of them; metrics.parquet, an artifact, has all")
     p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths, e.g. "
                                             "results/<experiment>/mlflow.json from a glob, are skipped)")
     p.set_defaults(func=_cmd_track)

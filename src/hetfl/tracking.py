@@ -39,6 +39,10 @@ NOTE_TAG = "mlflow.note.content"  # MLflow's description field, of experiments a
 # run.json keys that record the mirror itself: not part of what is mirrored
 MIRROR_KEYS = ("mlflow_run_id", "mlflow_error")
 REMOTE_SCHEMES = ("http", "https", "databricks", "databricks-uc", "uc")
+#: which rounds' values a training run's mirror logs (docs/tracking.md, "Metrics")
+MIRROR_ROUNDS = ("evaluated", "all")
+#: recorded at every evaluated round, and at the round a run diverged (engine.runner)
+EVALUATION_MARKER = "test_loss"
 
 
 def tracking_uri(results_dir: str | Path) -> str:
@@ -140,8 +144,27 @@ def content_sha256(info: dict[str, Any], files: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
-def read_run(run_dir: str | Path) -> RunRecord:
-    """The mirror of one finished run, from its run.json and metrics.parquet."""
+def mirrored_rows(m, rounds: str = "evaluated"):
+    """The rows of metrics.parquet that the mirror logs.
+
+    `evaluated`: every metric at the rounds the run was evaluated (eval_every, the last round, a diverged
+    round), so the per-round diagnostics (lr, bytes, participation) sit beside the accuracy curve at the
+    same steps; a run without evaluated rounds keeps all. MLflow's SQL store inserts a row per value, ~0.2 ms
+    each, and a SYNTHETIC Table 3 run has 200 rounds of 9 diagnostics: logging them all was most of
+    `make reproduce`'s mirroring. `all`: every row. metrics.parquet, an artifact of the run, has every
+    round either way.
+    """
+    if rounds not in MIRROR_ROUNDS:
+        raise ValueError(f"rounds has value {rounds!r}, which is not allowed; allowed: "
+                         f"{', '.join(MIRROR_ROUNDS)}")
+    evaluated = m.loc[m["metric"] == EVALUATION_MARKER, "round"]
+    if rounds == "all" or evaluated.empty:
+        return m
+    return m[m["round"].isin(set(evaluated) | {m["round"].max()})]
+
+
+def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
+    """The mirror of one finished run, from its run.json and metrics.parquet (`rounds`: mirrored_rows)."""
     import pandas as pd
     from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
 
@@ -151,7 +174,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         raise FileNotFoundError(f"{run_dir} is not a run directory (no run.json in it); hetfl track takes "
                                 "run directories or their run.json files")
     info = json.loads((d / "run.json").read_text())
-    m = pd.read_parquet(d / "metrics.parquet")
+    m = mirrored_rows(pd.read_parquet(d / "metrics.parquet"), rounds)
     records = list(zip(m["round"].astype(int), m["metric"].astype(str), m["value"].astype(float),
                        strict=True))
     if "wall_time_s" in info:  # step 0: a sortable column beside the run's duration
@@ -161,7 +184,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
     dirty = info.get("git_dirty")
     tags = {"hetfl.status": str(info.get("status", "unknown")), "hetfl.run_dir": str(d.resolve()),
             "hetfl.git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower(),
-            "hetfl.times": source, MLFLOW_SOURCE_NAME: "hetfl train", MLFLOW_SOURCE_TYPE: "LOCAL",
+            "hetfl.times": source, "hetfl.mirrored_rounds": rounds,
+            MLFLOW_SOURCE_NAME: "hetfl train", MLFLOW_SOURCE_TYPE: "LOCAL",
             NOTE_TAG: f"Mirror of `{d}` (status {info.get('status')}, {info.get('rounds_done')} rounds, "
                       f"device {info.get('device')}); run.json and metrics.parquet are its artifacts."}
     if info.get("code_fingerprint"):
@@ -175,7 +199,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
                      params=spec, records=records, tags=tags, start_ms=start, end_ms=end,
                      status="FINISHED" if info.get("status") == "ok" else "FAILED",
                      artifacts=tuple((f, None) for f in files),
-                     content_sha256=content_sha256(info, [d / "metrics.parquet"]))
+                     content_sha256=content_sha256({**info, "mirrored_rounds": rounds},
+                                                   [d / "metrics.parquet"]))
 
 
 def _axis(specs: Sequence[dict[str, Any]], key: str) -> str:
@@ -370,15 +395,16 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
 
 
 def mirror_run_dirs(results_dir: str | Path, run_dirs: Iterable[str | Path], *,
-                    description: str | None = None, summary_files: Sequence[str | Path] = ()) -> Mirror:
+                    description: str | None = None, summary_files: Sequence[str | Path] = (),
+                    rounds: str = "evaluated") -> Mirror:
     """Rebuild the MLflow mirror of finished runs from their run.json and metrics.parquet.
 
     Each experiment's description is written from `description` (the config's top-level text; the
     workflow passes it, possibly empty) and the runs' grid; without it (by hand) only an experiment that
     has no description gets one, from the grid. With `summary_files` (tables and figures) each
-    experiment also gets a summary run carrying them.
+    experiment also gets a summary run carrying them. `rounds`: which rounds' metrics (mirrored_rows).
     """
-    runs = [read_run(d) for d in run_dirs]
+    runs = [read_run(d, rounds) for d in run_dirs]
     by_exp: dict[str, list[RunRecord]] = {}
     for run in runs:
         by_exp.setdefault(run.experiment, []).append(run)
