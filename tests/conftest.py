@@ -36,6 +36,6 @@ def run_tiny_workflow(workdir: Path, *extra: str) -> subprocess.CompletedProcess
 def workflow_dir(tmp_path_factory):
     """The tiny workflow, run once per session: tests/test_workflow.py and tests/test_report.py read it."""
     workdir = tmp_path_factory.mktemp("wf")
-    proc = run_tiny_workflow(workdir)
+    proc = run_tiny_workflow(workdir, "--resources", "mlflow_store=1")  # as make reproduce runs it
     assert proc.returncode == 0, proc.stderr[-3000:]
     return workdir

@@ -118,3 +118,10 @@ def test_a_yaml_error_names_its_line_before_snakemake_starts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "is not valid YAML" in err and "line 4, column" in err
     assert not (tmp_path / ".snakemake").exists()
+
+
+def test_the_run_lets_one_mlflow_mirror_run_at_a_time_unless_told_otherwise():
+    assert reproduce.run_args(["--cores", "2"]) == [
+        "--rerun-incomplete", "--keep-going", "--resources", "mlflow_store=1", "--cores", "2"]
+    for own in (["--resources", "mlflow_store=2"], ["--resources=gpu=1"]):
+        assert reproduce.run_args(own) == ["--rerun-incomplete", "--keep-going", *own]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,39 @@ def test_mirror_is_rebuilt_not_duplicated(workflow_dir):
     exp = client.get_experiment_by_name("tiny_table4")
     assert len(client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL)) == len(runs) + 1
     assert client.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY) == []
+
+
+def _open_jobs(log: str, rule: str) -> int:
+    """The most jobs of `rule` a Snakemake log shows running at once (started, not yet finished)."""
+    running, most, current = set(), 0, None
+    for line in log.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            current = line.split()[1].rstrip(":")
+        elif line.strip().startswith("jobid: ") and current == rule:
+            running.add(line.split()[1])
+            most = max(most, len(running))
+        elif line.startswith("Finished jobid: "):
+            running.discard(line.split()[2])
+    return most
+
+
+def test_open_jobs_reads_a_snakemake_log():
+    log = ("rule track:\n    jobid: 3\nrule track:\n    jobid: 4\nFinished jobid: 3 (Rule: track)\n"
+           "localrule track:\n    jobid: 5\nFinished jobid: 4 (Rule: track)\n")
+    assert _open_jobs(log, "track") == 2 and _open_jobs(log.replace("jobid: 4", "jobid: 4x"), "track") == 2
+    assert _open_jobs("rule track:\n    jobid: 3\nFinished jobid: 3 (Rule: track)\n" * 3, "track") == 1
+
+
+@pytest.mark.slow
+def test_mirrors_run_one_at_a_time(workflow_dir, tmp_path):
+    """Rule track asks for the `mlflow_store` resource, so with `--resources mlflow_store=1` (make reproduce)
+    no two mirrors run at once: the store takes one writer, and a second mirror would hold a core waiting."""
+    log = max((workflow_dir / ".snakemake/log").glob("*.snakemake.log"), key=lambda p: p.stat().st_size)
+    text = log.read_text()
+    assert text.count("rule track:") == 3 and _open_jobs(text, "track") == 1
+    dry = _snakemake(tmp_path, "-n")
+    jobs = [b for b in (dry.stdout + dry.stderr).split("rule ")[1:] if b.startswith("track:")]
+    assert len(jobs) == 3 and all(re.search(r"resources: .*\bmlflow_store=1\b", b) for b in jobs)
 
 
 def test_lint_finds_nothing_but_the_software_environment_remark(tmp_path):

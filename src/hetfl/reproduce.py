@@ -10,7 +10,9 @@ point, before starting snakemake:
 2. looks for a lock. If a snakemake process is working in the directory, it stops and names it; if none
    is, the lock is stale: it says so and removes it (`snakemake --unlock`);
 3. runs snakemake with --rerun-incomplete (jobs cut off by the kill run again; finished jobs are kept)
-   and --keep-going (a failing job does not stop the tables that do not depend on it);
+   and --keep-going (a failing job does not stop the tables that do not depend on it), and
+   --resources mlflow_store=1 (one MLflow mirror at a time: rule track; unless the arguments set
+   --resources);
 4. ends by writing reports/report.html (`snakemake --report`, same config; docs/report.md): every table
    and figure with its caption, opening on the fidelity summary. After a failed run it is still written
    when the outputs it bundles exist, and its failure is reported without hiding the run's.
@@ -96,10 +98,19 @@ def main(argv: list[str] | None = None) -> int:
         if unlock.returncode:
             print(unlock.stderr[-2000:], file=sys.stderr)
             return unlock.returncode
-    code = subprocess.run([*snakemake, "--rerun-incomplete", "--keep-going", *rest], env=env).returncode
+    code = subprocess.run([*snakemake, *run_args(rest)], env=env).returncode
     (directory / REPORT).parent.mkdir(parents=True, exist_ok=True)  # a run of one target may not make it
     report = write_report(snakemake, rest, env)
     return code or report
+
+
+def run_args(rest: list[str]) -> list[str]:
+    """The run's snakemake arguments: recover (--rerun-incomplete, --keep-going) and let one MLflow mirror
+    run at a time (rule track's `mlflow_store` resource: the store takes one writer, and a mirror waiting for
+    it would hold a core), unless the caller sets --resources itself."""
+    own = [] if any(a == "--resources" or a.startswith("--resources=") for a in rest) else \
+        ["--resources", "mlflow_store=1"]
+    return ["--rerun-incomplete", "--keep-going", *own, *rest]
 
 
 #: where `make reproduce` writes the report, relative to the workflow directory

@@ -11,6 +11,10 @@ rule track:
         "results/{experiment}/mlflow.json",
     log:
         "logs/track/{experiment}.log",
+    # one writer of the MLflow store at a time (hetfl.tracking locks it): with `--resources mlflow_store=1`
+    # (make reproduce passes it) a mirror waits in Snakemake's queue instead of holding a core while it waits
+    resources:
+        mlflow_store=1,
     params:
         # --description=... : an empty description (a config without one) must stay an argument
         description=config.get("description", ""),
