@@ -52,9 +52,11 @@ def test_tiny_bench_json(tmp_path, capsys):
     assert "sent-lstm-sent140" in table and "GFLOP/s" in table and "matmul" in table
 
 
-def test_json_to_stdout(capsys):
+@pytest.mark.parametrize("flag", [["--json"], ["--json", "-"]])
+def test_json_to_stdout(capsys, flag):
+    """`--json` without a path (issue 12) or with '-' writes the records to stdout, the table to stderr."""
     assert bench.main(["--workloads", "logreg-synthetic", "--steps", "2", "--repeat", "1", "--clients", "2",
-                       "--device", "cpu", "--threads", "1", "--json", "-"]) == 0
+                       "--device", "cpu", "--threads", "1", *flag]) == 0
     captured = capsys.readouterr()
     records = json.loads(captured.out)
     assert len(records) == 2 and "logreg-synthetic" in captured.err  # the table goes to stderr then

@@ -369,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="local steps per client (default: each workload's own, 2 to 20)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--json", metavar="PATH", default=None, help="write records as JSON ('-': stdout)")
+    parser.add_argument("--json", metavar="PATH", nargs="?", const="-", default=None,
+                        help="write records as JSON to PATH, or to stdout without one (or with '-'); the "
+                             "table then goes to stderr")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine; the median is reported")
     parser.add_argument("--clients", type=int, default=None, help="override the workloads' client counts")
     parser.add_argument("--batch", type=int, default=None, help="override the workloads' minibatch sizes")
