@@ -43,36 +43,51 @@ def test_synthetic_job_by_hand():
     assert cluster.total_samples(spec) == 500
     assert cluster.model_cost(spec).params == 610 and cluster.model_cost(spec).flops == 1200
     run = cluster.estimate_run(spec)
-    # 8,000 sample steps at the 2.5 µs floor + 10 evaluations × 500 samples × 2.5/3 µs + 10 rounds × 10 ms
-    assert run.seconds == pytest.approx(8000 * 2.5e-6 + 10 * 500 * 2.5e-6 / 3 + 0.1)
+    # E = 2 local updates (local_work steps, the default) of B = 10 samples on 10 devices for 10 rounds:
+    # 2,000 sample steps at the 2.5 µs floor + 10 evaluations × 500 samples × 2.5/3 µs + 10 rounds × 10 ms
+    assert run.seconds == pytest.approx(2000 * 2.5e-6 + 10 * 500 * 2.5e-6 / 3 + 0.1)
     # data 2 × 500 × 240 B, state 4 × 4 B × 610 × 10, activations 12 B × 10 × 10 × 10
     assert run.mem_mb == pytest.approx(1000 + (240_000 + 97_600 + 12_000) / 2**20)
     assert not run.gpu
     res = cluster.train_resources([spec], ClusterOptions())
-    assert res == {"mem_mb": 2048, "runtime": 2, "gpu": 0}  # 2 × 1000.33 MB; 2 × 30.12 s → 2 minutes
+    assert res == {"mem_mb": 2048, "runtime": 2, "gpu": 0}  # 2 × 1000.33 MB; 2 × 30.11 s → 2 minutes
     assert cluster.train_resources([spec], ClusterOptions(), attempt=2) == \
-        {"mem_mb": 4096, "runtime": 3, "gpu": 0}  # a retry asks for twice as much: 4 × 30.12 s → 3 min
+        {"mem_mb": 4096, "runtime": 3, "gpu": 0}  # a retry asks for twice as much: 4 × 30.11 s → 3 min
     assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT
     assert cluster.train_device([spec], ClusterOptions(gpus=1)) == "cpu"  # logreg never gets a GPU
+
+
+def test_local_work_and_client_sampling_set_the_training_by_hand():
+    """Sample steps per round: E·B per training device (steps) or E·n_k (epochs); with clients_per_round K
+    of N, K devices train. 10 devices × 40 training samples, E = 2, B = 10, 10 rounds."""
+    def train_steps(**kw):
+        (spec,) = _synthetic(**kw)
+        evals = 10 * 500 * 2.5e-6 / 3 + 0.1
+        return (cluster.estimate_run(spec).seconds - evals) / 2.5e-6
+    assert train_steps() == pytest.approx(10 * 2 * 10 * 10)  # 2,000
+    assert train_steps(local_work="epochs") == pytest.approx(400 * 2 * 10)  # 8,000
+    assert train_steps(clients_per_round=5) == pytest.approx(5 * 2 * 10 * 10)  # 1,000
+    assert train_steps(local_work="epochs", clients_per_round=5) == pytest.approx(200 * 2 * 10)  # 4,000
 
 
 def test_cnn_job_by_hand():
     (spec,) = _cnn()
     run = cluster.estimate_run(spec)
-    # 1,600 sample steps × 3 × 24.5 MFLOP / 15 GFLOP/s; 2 evaluations × (1,000 + 10,000) samples
-    train_s = 1600 * 3 * 24.5e6 / 15e9
+    # 10 devices × E = 1 update × B = 10 × 2 rounds = 200 sample steps × 3 × 24.5 MFLOP / 15 GFLOP/s;
+    # 2 evaluations × (1,000 + 10,000) samples
+    train_s = 200 * 3 * 24.5e6 / 15e9
     eval_s = 2 * 11_000 * 24.5e6 / 15e9
     assert run.seconds == pytest.approx(train_s + eval_s + 0.02)
     # data 2 × 11,000 × 3,136 B; state 4 × 4 B × 1,663,370 × 10; activations 12 B × 90,000 × 10 × 10
     assert run.mem_mb == pytest.approx(1000 + (68_992_000 + 266_139_200 + 108_000_000) / 2**20)
     cpu = cluster.train_resources([spec], ClusterOptions())
-    assert cpu == {"mem_mb": 3072, "runtime": 3, "gpu": 0}  # 2 × 1,422.6 MB → 12 × 256; 2 × 73.8 s → 3 min
+    assert cpu == {"mem_mb": 3072, "runtime": 3, "gpu": 0}  # 2 × 1,422.6 MB → 12 × 256; 2 × 66.9 s → 3 min
     gpu = ClusterOptions(partition="cpu", gpu_partition="gpu", account="fl", gpus=1)
     assert cluster.train_resources([spec], gpu) == {"mem_mb": 3072, "runtime": 3, "gpu": 1,
                                                      "slurm_partition": "gpu", "slurm_account": "fl"}
     assert cluster.train_device([spec], gpu) == "cuda"
     assert cluster.train_group([spec], gpu) is None  # a GPU job is never grouped
-    assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT  # 74 s on a CPU
+    assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT  # 67 s on a CPU
 
 
 def test_a_cell_adds_up_its_runs():
@@ -86,7 +101,7 @@ def test_a_cell_adds_up_its_runs():
 
 
 def test_long_jobs_are_not_grouped_and_capped_by_the_environment():
-    (spec,) = _synthetic(rounds=20_000, sizes={"distribution": "equal", "size": 1000})
+    (spec,) = _synthetic(rounds=20_000, sizes={"distribution": "equal", "size": 1000}, local_work="epochs")
     assert cluster.estimate([spec]).seconds > cluster.SHORT_SECONDS
     assert cluster.train_group([spec], ClusterOptions()) is None
     capped = cluster.train_resources([spec], ClusterOptions(max_runtime=30))

@@ -155,18 +155,28 @@ def input_bytes(spec: RunSpec) -> int:
     return (8 if spec.model in TEXT_MODELS.values() else 4) * math.prod(info.input_shape)
 
 
+def round_sample_steps(spec: RunSpec, n_train: float) -> float:
+    """Sample steps of one round's local training when every device that trains completes its round (an
+    upper bound: traces only ever take work away): the given local_steps; else, per device, E updates of
+    B samples (local_work steps: Ruan et al. footnote 1, EFL) or E epochs over its n_k samples (epochs);
+    with clients_per_round, only the K sampled devices train."""
+    if spec.local_steps is not None:
+        return float(sum(spec.local_steps)) * spec.batch_size
+    share = min(spec.clients_per_round or spec.num_devices, spec.num_devices) / spec.num_devices
+    if spec.local_work == "steps":
+        return share * spec.num_devices * spec.local_epochs * spec.batch_size
+    return share * n_train * spec.local_epochs
+
+
 def estimate_run(spec: RunSpec) -> Estimate:
-    """One run: local training 3 × forward FLOPs (forward + backward) per sample step, E epochs over
-    every device's training samples each round (an upper bound: traces only ever take work away), plus a
-    forward pass over train, local test and global test samples at every evaluated round."""
+    """One run: local training 3 × forward FLOPs (forward + backward) per sample step (round_sample_steps
+    every round), plus a forward pass over train, local test and global test samples at every evaluated
+    round."""
     cost = model_cost(spec)
     n = total_samples(spec)
     n_train = n * (1 - spec.test_fraction)
     n_global = SOURCE_SIZES.get(spec.dataset, (0, 0))[1] if spec.global_test else 0
-    if spec.local_steps is not None:
-        sample_steps = float(sum(spec.local_steps)) * spec.batch_size * spec.rounds
-    else:
-        sample_steps = n_train * spec.local_epochs * spec.rounds
+    sample_steps = round_sample_steps(spec, n_train) * spec.rounds
     evals = math.ceil(spec.rounds / spec.eval_every)
     per_step = max(3 * cost.flops / cost.rate, MIN_SAMPLE_SECONDS)
     per_eval = max(cost.flops / cost.rate, MIN_SAMPLE_SECONDS / 3)  # forward only: a third of a step
