@@ -310,6 +310,18 @@ def _cmd_track(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_project(args: argparse.Namespace) -> int:
+    from hetfl.projection import project
+
+    config = load_config(args.config)
+    print(f"{args.config}: running every experiment on one seed at {', '.join(map(str, args.fractions))} of "
+          f"its rounds, on random data of each source's shape ...", file=sys.stderr)
+    result = project(config, args.fractions, args.cores, Path(args.keep) if args.keep else None,
+                     Path(args.snakefile))
+    print(result.report())
+    return 0
+
+
 def _cmd_figure(args: argparse.Namespace) -> int:
     from hetfl.reports.figures import build_figure
 
@@ -374,6 +386,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("bench", add_help=False,
                    help="time the batched engine against the per-client loop (hetfl bench --help)")
+
+    p = sub.add_parser("project", help="measure what a grid costs on this machine before running it: the "
+                                       "workflow at fractions of its rounds, one seed, random data of the "
+                                       "real shapes (docs/engine.md)")
+    p.add_argument("config")
+    p.add_argument("--fractions", type=float, nargs="+", default=[0.05, 0.1],
+                   help="fractions of every run's rounds to time (at least two; default 0.05 0.1)")
+    p.add_argument("--cores", type=_positive, default=2, help="snakemake --cores (default 2)")
+    p.add_argument("--keep", metavar="DIR", help="run in DIR and keep it (default: a temporary directory)")
+    p.add_argument("--snakefile", default="Snakefile", help="hetfl's Snakefile (default: ./Snakefile)")
+    p.set_defaults(func=_cmd_project)
 
     p = sub.add_parser("datasets", help="list the dataset sources and where they load from")
     p.set_defaults(func=_cmd_datasets)

@@ -1,0 +1,84 @@
+"""`hetfl project`: random stand-ins of the real sources, the scaled grid, the fitted line, the projection,
+and its errors before any work."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetfl.config import ConfigError, expand_runs, load_config, validate_config
+from hetfl.data.sources import load_source
+from hetfl.projection import Projection, fake_source, fit, project, scaled_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "workflow/config/paper"
+
+
+def test_a_fake_source_loads_as_the_real_one_would(tmp_path):
+    fake_source("mnist", tmp_path, sizes=(40, 12))
+    fake_source("cifar100", tmp_path, sizes=(9, 0))
+    train, test = (load_source("mnist", data_dir=tmp_path, split=s) for s in ("train", "test"))
+    assert train.x.shape == (40, 1, 28, 28) and test.x.shape == (12, 1, 28, 28)
+    assert train.x.dtype == np.float32 and 0 <= train.x.min() and train.x.max() <= 1
+    assert set(np.unique(train.y)) <= set(range(10)) and "save_to_disk" in train.source
+    assert load_source("cifar100", data_dir=tmp_path).x.shape == (9, 3, 32, 32)
+    with pytest.raises(ConfigError, match="'shakespeare' has no random stand-in; allowed: mnist"):
+        fake_source("shakespeare", tmp_path)
+
+
+def test_the_scaled_grid_keeps_one_seed_and_a_fraction_of_every_rounds(tmp_path):
+    mnist = load_config(PAPER / "ruan2021_table3_mnist.yaml")
+    scaled = scaled_config(mnist, 0.05, tmp_path)
+    exp = scaled["experiments"]["ruan2021_table3_mnist"]
+    assert exp["rounds"] == 10 and exp["seeds"] == [0] and exp["data_dir"] == str(tmp_path)
+    runs = list(expand_runs(mnist))
+    assert len(list(expand_runs(scaled))) * 3 == len(runs) == 144  # 3 seeds -> 1
+    # per-setting rounds (FedFOR's E-dependent rounds) and event rounds scale alike, rounded up
+    fedfor = load_config(PAPER / "tian2022_fedfor_table2.yaml")
+    def setting_rounds(config):
+        return {n: s["rounds"] for e in config["experiments"].values() for n, s in e["settings"].items()}
+    assert setting_rounds(scaled_config(fedfor, 0.1, None)) == \
+        {n: -(-r // 10) for n, r in setting_rounds(fedfor).items()}
+    table4 = scaled_config(load_config(PAPER / "ruan2021_table4.yaml"), 0.1, tmp_path)
+    assert {tuple(e["event"]["rounds"]) for e in table4["experiments"].values()} == {(2, 3, 5, 7)}  # 10..70
+    with pytest.raises(ConfigError, match="fraction has value 1.5"):
+        scaled_config(mnist, 1.5, None)
+    text = load_config(PAPER / "ma2022_efl_table2_shakespeare.yaml")
+    with pytest.raises(ConfigError, match="dataset has value 'shakespeare'.*cannot stand in"):
+        scaled_config(text, 0.1, None)
+
+
+def test_the_line_and_the_projection_by_hand():
+    a, b = fit([(0.05, 12.0), (0.1, 20.0)])  # slope 8 / 0.05 = 160, intercept 12 − 8 = 4
+    assert (a, b) == pytest.approx((4.0, 160.0))
+    p = Projection(((0.05, 12.0), (0.1, 20.0)), a, b, runs_measured=48, runs_full=144, cores=2)
+    assert p.seconds == pytest.approx((4 + 160) * 3)  # T(1) × 144 / 48 runs
+    assert "492 s (0.14 h) for all 144 runs on 2 core(s)" in p.report()
+    with pytest.raises(ValueError, match="two different fractions"):
+        fit([(0.1, 3.0), (0.1, 4.0)])
+
+
+def test_bad_arguments_are_named_before_any_work(tmp_path):
+    config = validate_config({"experiments": {"e": {
+        "table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+        "num_devices": 4, "schemes": ["C"], "num_traces": [1], "rounds": 20, "seeds": [0]}}})
+    with pytest.raises(ConfigError, match=r"--fractions has value \[0.1\]"):
+        project(config, [0.1], workdir=tmp_path)
+    with pytest.raises(ConfigError, match="--snakefile nowhere/Snakefile does not exist"):
+        project(config, [0.1, 0.2], workdir=tmp_path, snakefile=Path("nowhere/Snakefile"))
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.slow
+def test_a_small_grid_is_projected_from_two_measured_runs(tmp_path):
+    """The real workflow at 25 % and 50 % of 8 rounds on a 4-device SYNTHETIC grid (2 seeds → 1 measured)."""
+    config = validate_config({"experiments": {"e": {
+        "table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+        "num_devices": 4, "schemes": ["B", "C"], "num_traces": [2], "rounds": 8, "seeds": [0, 1]}}})
+    p = project(config, [0.25, 0.5], cores=2, workdir=tmp_path, snakefile=ROOT / "Snakefile")
+    assert [f for f, _ in p.points] == [0.25, 0.5] and all(s > 0 for _, s in p.points)
+    assert (p.runs_measured, p.runs_full) == (2, 4)
+    assert p.seconds == pytest.approx((p.a + p.b) * 2)
+    for f, rounds in ((0.25, 2), (0.5, 4)):
+        runs = sorted((tmp_path / f"f{f:g}" / "results/e").glob("*/run.json"))
+        assert len(runs) == 2 and all(f'"rounds": {rounds}' in r.read_text() for r in runs)
