@@ -77,6 +77,18 @@ FIGURES: dict[str, FigureEntry] = {
 }
 
 
+#: the report's subcategory of the split charts (hetfl split-figure), under the paper of the experiment's table
+SPLITS = "Data splits"
+#: datasets whose samples carry no class, so a split has no label distribution to draw (the quadratic test
+#: bed: each client is a curvature and an optimum)
+UNLABELLED_DATASETS = frozenset({"quadratic"})
+
+
+def has_class_labels(dataset: str) -> bool:
+    """Whether a dataset's splits have a client × class label distribution (a split chart)."""
+    return dataset not in UNLABELLED_DATASETS
+
+
 def table_entry(table: str) -> TableEntry:
     return TABLES.get(table, TableEntry(OTHER, table))
 
