@@ -133,3 +133,56 @@ def test_report_of_a_missing_table_names_it_and_writes_nothing(tmp_path, capsys)
     out = tmp_path / "out"
     assert main(["report", "tables", "nosuch", "--tables-dir", str(tmp_path), "--out", str(out)]) == 2
     assert "nosuch.md, nosuch.csv" in capsys.readouterr().err and not out.exists()
+
+
+READINGS = ["paper/default"] * 3 + ["improvement=relative"] * 3 + ["completion=nearest"] * 3
+
+
+def _fidelity_tables(root: Path) -> None:
+    """Table 3 (points cells counted, the relative form not), Table 4 (its paired cells counted) and Table 3's
+    readings (paper/default = Table 3's points cells again, then two alternative readings)."""
+    pd.DataFrame({"improvement": ["points"] * 3 + ["relative"] * 3,
+                  "verdict": ["agrees", "disagrees", "agrees"] + ["inconclusive"] * 3}).to_csv(
+        root / "accuracy_difference.csv", index=False)
+    pd.DataFrame({"method": ["fast_reboot", "vanilla", "vanilla_minus_fast", "vanilla_minus_fast"],
+                  "verdict": ["not comparable", "not comparable", "same direction", "inconclusive"]}).to_csv(
+        root / "fast_reboot.csv", index=False)
+    verdicts = ["agrees", "disagrees", "agrees"] + ["inconclusive"] * 3 + ["agrees"] * 3
+    pd.DataFrame({"reading": READINGS, "improvement": ["points"] * 3 + ["relative"] * 3 + ["points"] * 3,
+                  "verdict": verdicts}).to_csv(root / "accuracy_difference_readings.csv", index=False)
+    for name in ("accuracy_difference", "fast_reboot", "accuracy_difference_readings"):
+        (root / f"{name}.md").write_text("caption\n\n| a |\n|:--|\n| 1 |\n")
+
+
+def test_fidelity_total_counts_the_tables_and_readings_per_reading(tmp_path):
+    _fidelity_tables(tmp_path)
+    names = ["accuracy_difference", "fast_reboot", "accuracy_difference_readings"]
+    report_pages.write_fidelity(names, tmp_path, tmp_path / "fidelity")
+    fragment = (tmp_path / "fidelity.caption.html").read_text()
+    # Table 3: 2 agrees + 1 disagrees (points only); Table 4: 1 same direction + 1 inconclusive (paired only);
+    # the readings file adds nothing (its paper/default would count Table 3's cells twice)
+    assert ("2 table(s); all counted cells of the tables: 2 agrees, 1 same direction, 1 inconclusive, "
+            "1 disagrees, 0 not comparable.") in fragment
+    assert "1 readings table(s), counted per reading and not added to the total" in fragment
+    # per reading; improvement=relative counts its relative cells (the reading sets the column Table 3's
+    # cells are picked by)
+    assert ("<td>paper/default: 2 agrees, 0 same direction, 0 inconclusive, 1 disagrees, 0 not comparable"
+            "<br>improvement=relative: 0 agrees, 0 same direction, 3 inconclusive, 0 disagrees, 0 not "
+            "comparable<br>completion=nearest: 3 agrees, 0 same direction, 0 inconclusive, 0 disagrees, "
+            "0 not comparable</td>") in fragment
+    csv = tmp_path / "accuracy_difference_readings.csv"
+    page = report_pages.verdict_line("accuracy_difference_readings", csv)
+    assert page.startswith("per reading, paper/default: 2 agrees,")
+    assert "; completion=nearest: 3 agrees" in page
+
+
+def test_fidelity_of_readings_without_their_reading_column_names_it_and_writes_nothing(tmp_path, capsys):
+    from hetfl.cli import main
+
+    _fidelity_tables(tmp_path)
+    csv = tmp_path / "accuracy_difference_readings.csv"
+    pd.read_csv(csv).drop(columns="reading").to_csv(csv, index=False)
+    out = tmp_path / "out" / "fidelity"
+    assert main(["report", "fidelity", "accuracy_difference", "accuracy_difference_readings", "--tables-dir",
+                 str(tmp_path), "--out", str(out)]) == 2
+    assert f"{csv} has no column 'reading'" in capsys.readouterr().err and not out.parent.exists()
