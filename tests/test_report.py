@@ -1,6 +1,7 @@
 """The report as a researcher sees it: `snakemake --report` on the tiny workflow holds every table (and
-readings table) and figure of the run, each with its caption, grouped by paper, and opens on the fidelity
-summary; with Chromium present, its first page renders to a non-blank screenshot."""
+readings table), figure and split chart of the run, each with its caption, grouped by paper, and opens on the
+fidelity summary (main tables totalled, readings per reading); with Chromium present, its first page renders
+to a non-blank screenshot."""
 
 import html
 import json
@@ -56,6 +57,36 @@ def test_every_table_and_figure_is_in_the_report_with_its_caption(workflow_dir, 
     fidelity = _entry(report_html, "reports/report/fidelity.html")["caption"]
     for name in tables:
         assert f"{name}.html" in fidelity
+
+
+def _categories(report: str) -> dict:
+    """The report's menu: {category: {subcategory: [result paths]}}."""
+    key = "var categories = "
+    return json.JSONDecoder().raw_decode(report, report.index(key) + len(key))[0]
+
+
+@pytest.mark.slow
+def test_every_split_chart_is_in_the_report_with_its_caption(workflow_dir, report_html):
+    """One chart per experiment of the tiny grid (a panel per setting, seed 0), under its paper's category,
+    subcategory "Data splits", its caption stating each setting's split as the manifest has it."""
+    charts = sorted((workflow_dir / "reports/figures/splits").glob("*.png"))
+    assert [c.stem for c in charts] == ["tiny_table3", "tiny_table4", "tiny_table5"]
+    menu = _categories(report_html)[catalog.RUAN][catalog.SPLITS]
+    assert sorted(menu) == [f"reports/figures/splits/{c.name}" for c in charts]
+    for chart in charts:
+        caption = _entry(report_html, f"reports/figures/splits/{chart.name}")["caption"]
+        assert f"Data splits: {chart.stem}" in caption and "seed 0" in caption
+        manifests = sorted((workflow_dir / "data_splits" / chart.stem).glob("*/seed0/manifest.json"))
+        assert manifests, chart.stem
+        for manifest in manifests:  # the tiny grid has one setting per experiment, all SYNTHETIC
+            m = json.loads(manifest.read_text())
+            sizes, held = m["train_sizes"], (np.array(m["label_histogram"]) > 0).sum(axis=1)
+            row = (f"<tr><td>{manifest.parent.parent.name}</td><td>0</td><td>{len(sizes)}</td>"
+                   f"<td>{min(sizes)} / {np.median(sizes):g} / {max(sizes)}</td>"
+                   f"<td>{held.min()} / {np.median(held):g} / {held.max()}</td>"
+                   f"<td>{m['global_test_size']}</td>"
+                   f"<td>SYNTHETIC(α = {m['alpha']}, β = {m['beta']}); sizes {m['sizes']['distribution']}")
+            assert row in caption, (chart.stem, row)
 
 
 @pytest.mark.slow
