@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from hetfl.data.federation import from_device_lists
@@ -20,6 +21,16 @@ def tiny_fed():
 
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def curve_run(root: Path, name: str, metric: str, values: list[float]) -> str:
+    """A run directory <root>/<name> whose metrics.parquet holds one metric at rounds 1, 2, … (what the
+    figures and event tables read from a run); its path as a string, as a runs frame's run_dir holds it."""
+    d = Path(root) / name
+    d.mkdir()
+    pd.DataFrame({"round": range(1, len(values) + 1), "metric": metric, "value": values}).to_parquet(
+        d / "metrics.parquet")
+    return str(d)
 
 
 def run_tiny_workflow(workdir: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -1,20 +1,13 @@
 """Figures are drawn from run directories and written as PNG and SVG."""
 
 import pandas as pd
+from conftest import curve_run  # tests/conftest.py (pytest puts tests/ on the path)
 
 from hetfl.reports.figures import event_curves, scheme_curves
 
 
-def _run(tmp_path, name, metric, values):
-    d = tmp_path / name
-    d.mkdir()
-    pd.DataFrame({"round": range(1, len(values) + 1), "metric": metric, "value": values}).to_parquet(
-        d / "metrics.parquet")
-    return str(d)
-
-
 def test_scheme_curves(tmp_path):
-    rows = [{"setting": s, "num_traces": k, "scheme": sch, "run_dir": _run(tmp_path, f"{s}{k}{sch}",
+    rows = [{"setting": s, "num_traces": k, "scheme": sch, "run_dir": curve_run(tmp_path, f"{s}{k}{sch}",
              "test_accuracy", [0.1, 0.5, 0.7])} for s in ("IID", "NIID") for k in (1, 8) for sch in "ABC"]
     scheme_curves(pd.DataFrame(rows), tmp_path / "fig" / "fig3")
     for suffix in (".png", ".svg"):
@@ -24,7 +17,7 @@ def test_scheme_curves(tmp_path):
 
 
 def test_event_curves(tmp_path):
-    rows = [{"event_round": t, "event_policy": pol, "run_dir": _run(tmp_path, f"{t}{pol}", "test_loss",
+    rows = [{"event_round": t, "event_policy": pol, "run_dir": curve_run(tmp_path, f"{t}{pol}", "test_loss",
              [1.0, 0.8, 0.9, 0.6])} for t in (2, 3) for pol in ("include", "exclude")]
     event_curves(pd.DataFrame(rows), tmp_path / "dep", "test_loss", "departure")
     assert (tmp_path / "dep.png").exists() and (tmp_path / "dep.svg").exists()
@@ -49,7 +42,7 @@ def test_scheme_curves_draw_a_grid_without_the_papers_trace_counts(tmp_path, mon
     from hetfl.reports.figures import FIGURES
 
     rows = [{"dataset": "SYNTHETIC", "setting": "NIID", "num_traces": 2, "scheme": sch,
-             "run_dir": _run(tmp_path, f"T2{sch}", "test_accuracy", [0.1, 0.5, 0.7])} for sch in "ABC"]
+             "run_dir": curve_run(tmp_path, f"T2{sch}", "test_accuracy", [0.1, 0.5, 0.7])} for sch in "ABC"]
     drawn = _capture(monkeypatch)
     FIGURES["scheme_curves"][1](pd.DataFrame(rows), tmp_path / "fig3")
     (fig,) = drawn
@@ -70,7 +63,7 @@ def test_arrival_curves_with_datasets_of_different_tau0_draw_every_panel_with_a_
     from hetfl.reports.figures import FIGURES
 
     rows = [{"dataset": d, "setting": "NIID", "event_round": t, "event_policy": pol,
-             "run_dir": _run(tmp_path, f"{d}{t}{pol}", "test_accuracy", [0.2, 0.4, 0.3, 0.5, 0.6, 0.7])}
+             "run_dir": curve_run(tmp_path, f"{d}{t}{pol}", "test_accuracy", [0.2, 0.4, 0.3, 0.5, 0.6, 0.7])}
             for d, taus in (("MNIST", (2, 3)), ("SYNTHETIC", (5,))) for t in taus
             for pol in ("fast_reboot", "vanilla")]
     drawn = _capture(monkeypatch)
@@ -85,7 +78,7 @@ def test_arrival_curves_with_datasets_of_different_tau0_draw_every_panel_with_a_
 
 
 def test_figures_are_byte_identical_on_every_render(tmp_path):
-    rows = [{"setting": "NIID", "num_traces": k, "scheme": sch, "run_dir": _run(tmp_path, f"{k}{sch}",
+    rows = [{"setting": "NIID", "num_traces": k, "scheme": sch, "run_dir": curve_run(tmp_path, f"{k}{sch}",
              "test_accuracy", [0.1, 0.5, 0.7])} for k in (1, 8) for sch in "ABC"]
     scheme_curves(pd.DataFrame(rows), tmp_path / "a" / "fig")
     scheme_curves(pd.DataFrame(rows), tmp_path / "b" / "fig")

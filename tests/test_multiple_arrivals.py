@@ -6,18 +6,10 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import curve_run  # tests/conftest.py (pytest puts tests/ on the path)
 
 from hetfl.reports import figures
 from hetfl.reports.multiple_arrivals import event_rounds, multiple_arrivals, recovery_per_arrival
-
-
-def _run(tmp_path, name, metric, values):
-    d = tmp_path / name
-    d.mkdir()
-    pd.DataFrame({"round": range(1, len(values) + 1), "metric": metric, "value": values}).to_parquet(
-        d / "metrics.parquet")
-    return str(d)
-
 
 # arrivals at rounds 3 and 6 (τ0 = 3, stagger 3, devices 7 and 8); rounds 1..8
 CURVES = {(0, "fast_reboot"): [0.5, 0.6, 0.55, 0.62, 0.63, 0.6, 0.66, 0.7],  # back at round 4, 7: r = 1, 1
@@ -29,7 +21,7 @@ CURVES = {(0, "fast_reboot"): [0.5, 0.6, 0.55, 0.62, 0.63, 0.6, 0.66, 0.7],  # b
 def _runs(tmp_path):
     return pd.DataFrame([{"dataset": "MNIST", "setting": "NIID", "event_round": 3, "event_policy": pol,
                           "seed": seed, "event.stagger": 3, "event.devices": [7, 8],
-                          "run_dir": _run(tmp_path, f"s{seed}{pol}", "test_accuracy", acc)}
+                          "run_dir": curve_run(tmp_path, f"s{seed}{pol}", "test_accuracy", acc)}
                          for (seed, pol), acc in CURVES.items()])
 
 
@@ -81,7 +73,7 @@ def test_band_is_the_t_interval_over_seeds(tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig))
     rows = [{"dataset": "SYN", "setting": "NIID", "num_traces": 3, "scheme": "A", "seed": s,
-             "run_dir": _run(tmp_path, f"A{s}", "test_accuracy", [0.1, v, 0.8])}
+             "run_dir": curve_run(tmp_path, f"A{s}", "test_accuracy", [0.1, v, 0.8])}
             for s, v in ((0, 0.5), (1, 0.7))]
     figures.FIGURES["scheme_curves"][1](pd.DataFrame(rows), tmp_path / "fig3")
     (ax,) = [a for a in drawn[0].axes if a.get_visible()]
@@ -96,7 +88,7 @@ def test_one_trace_panel_says_the_schemes_coincide(tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig))
     rows = [{"dataset": "SYN", "setting": "NIID", "num_traces": k, "scheme": sch, "seed": 0,
-             "run_dir": _run(tmp_path, f"{k}{sch}", "test_accuracy", [0.1, 0.5])}
+             "run_dir": curve_run(tmp_path, f"{k}{sch}", "test_accuracy", [0.1, 0.5])}
             for k in (1, 3) for sch in "ABC"]
     figures.FIGURES["scheme_curves"][1](pd.DataFrame(rows), tmp_path / "fig3")
     titles = [a.get_title() for a in drawn[0].axes if a.get_visible()]

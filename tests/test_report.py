@@ -1,6 +1,7 @@
 """The report as a researcher sees it: `snakemake --report` on the tiny workflow holds every table (and
-readings table) and figure of the run, each with its caption, grouped by paper, and opens on the fidelity
-summary; with Chromium present, its first page renders to a non-blank screenshot."""
+readings table), figure and split chart of the run, each with its caption, grouped by paper, and opens on the
+fidelity summary (main tables totalled, readings per reading); with Chromium present, its first page renders
+to a non-blank screenshot."""
 
 import html
 import json
@@ -56,6 +57,36 @@ def test_every_table_and_figure_is_in_the_report_with_its_caption(workflow_dir, 
     fidelity = _entry(report_html, "reports/report/fidelity.html")["caption"]
     for name in tables:
         assert f"{name}.html" in fidelity
+
+
+def _categories(report: str) -> dict:
+    """The report's menu: {category: {subcategory: [result paths]}}."""
+    key = "var categories = "
+    return json.JSONDecoder().raw_decode(report, report.index(key) + len(key))[0]
+
+
+@pytest.mark.slow
+def test_every_split_chart_is_in_the_report_with_its_caption(workflow_dir, report_html):
+    """One chart per experiment of the tiny grid (a panel per setting, seed 0), under its paper's category,
+    subcategory "Data splits", its caption stating each setting's split as the manifest has it."""
+    charts = sorted((workflow_dir / "reports/figures/splits").glob("*.png"))
+    assert [c.stem for c in charts] == ["tiny_table3", "tiny_table4", "tiny_table5"]
+    menu = _categories(report_html)[catalog.RUAN][catalog.SPLITS]
+    assert sorted(menu) == [f"reports/figures/splits/{c.name}" for c in charts]
+    for chart in charts:
+        caption = _entry(report_html, f"reports/figures/splits/{chart.name}")["caption"]
+        assert f"Data splits: {chart.stem}" in caption and "seed 0" in caption
+        manifests = sorted((workflow_dir / "data_splits" / chart.stem).glob("*/seed0/manifest.json"))
+        assert manifests, chart.stem
+        for manifest in manifests:  # the tiny grid has one setting per experiment, all SYNTHETIC
+            m = json.loads(manifest.read_text())
+            sizes, held = m["train_sizes"], (np.array(m["label_histogram"]) > 0).sum(axis=1)
+            row = (f"<tr><td>{manifest.parent.parent.name}</td><td>0</td><td>{len(sizes)}</td>"
+                   f"<td>{min(sizes)} / {np.median(sizes):g} / {max(sizes)}</td>"
+                   f"<td>{held.min()} / {np.median(held):g} / {held.max()}</td>"
+                   f"<td>{m['global_test_size']}</td>"
+                   f"<td>SYNTHETIC(α = {m['alpha']}, β = {m['beta']}); sizes {m['sizes']['distribution']}")
+            assert row in caption, (chart.stem, row)
 
 
 @pytest.mark.slow
@@ -133,3 +164,56 @@ def test_report_of_a_missing_table_names_it_and_writes_nothing(tmp_path, capsys)
     out = tmp_path / "out"
     assert main(["report", "tables", "nosuch", "--tables-dir", str(tmp_path), "--out", str(out)]) == 2
     assert "nosuch.md, nosuch.csv" in capsys.readouterr().err and not out.exists()
+
+
+READINGS = ["paper/default"] * 3 + ["improvement=relative"] * 3 + ["completion=nearest"] * 3
+
+
+def _fidelity_tables(root: Path) -> None:
+    """Table 3 (points cells counted, the relative form not), Table 4 (its paired cells counted) and Table 3's
+    readings (paper/default = Table 3's points cells again, then two alternative readings)."""
+    pd.DataFrame({"improvement": ["points"] * 3 + ["relative"] * 3,
+                  "verdict": ["agrees", "disagrees", "agrees"] + ["inconclusive"] * 3}).to_csv(
+        root / "accuracy_difference.csv", index=False)
+    pd.DataFrame({"method": ["fast_reboot", "vanilla", "vanilla_minus_fast", "vanilla_minus_fast"],
+                  "verdict": ["not comparable", "not comparable", "same direction", "inconclusive"]}).to_csv(
+        root / "fast_reboot.csv", index=False)
+    verdicts = ["agrees", "disagrees", "agrees"] + ["inconclusive"] * 3 + ["agrees"] * 3
+    pd.DataFrame({"reading": READINGS, "improvement": ["points"] * 3 + ["relative"] * 3 + ["points"] * 3,
+                  "verdict": verdicts}).to_csv(root / "accuracy_difference_readings.csv", index=False)
+    for name in ("accuracy_difference", "fast_reboot", "accuracy_difference_readings"):
+        (root / f"{name}.md").write_text("caption\n\n| a |\n|:--|\n| 1 |\n")
+
+
+def test_fidelity_total_counts_the_tables_and_readings_per_reading(tmp_path):
+    _fidelity_tables(tmp_path)
+    names = ["accuracy_difference", "fast_reboot", "accuracy_difference_readings"]
+    report_pages.write_fidelity(names, tmp_path, tmp_path / "fidelity")
+    fragment = (tmp_path / "fidelity.caption.html").read_text()
+    # Table 3: 2 agrees + 1 disagrees (points only); Table 4: 1 same direction + 1 inconclusive (paired only);
+    # the readings file adds nothing (its paper/default would count Table 3's cells twice)
+    assert ("2 table(s); all counted cells of the tables: 2 agrees, 1 same direction, 1 inconclusive, "
+            "1 disagrees, 0 not comparable.") in fragment
+    assert "1 readings table(s), counted per reading and not added to the total" in fragment
+    # per reading; improvement=relative counts its relative cells (the reading sets the column Table 3's
+    # cells are picked by)
+    assert ("<td>paper/default: 2 agrees, 0 same direction, 0 inconclusive, 1 disagrees, 0 not comparable"
+            "<br>improvement=relative: 0 agrees, 0 same direction, 3 inconclusive, 0 disagrees, 0 not "
+            "comparable<br>completion=nearest: 3 agrees, 0 same direction, 0 inconclusive, 0 disagrees, "
+            "0 not comparable</td>") in fragment
+    csv = tmp_path / "accuracy_difference_readings.csv"
+    page = report_pages.verdict_line("accuracy_difference_readings", csv)
+    assert page.startswith("per reading, paper/default: 2 agrees,")
+    assert "; completion=nearest: 3 agrees" in page
+
+
+def test_fidelity_of_readings_without_their_reading_column_names_it_and_writes_nothing(tmp_path, capsys):
+    from hetfl.cli import main
+
+    _fidelity_tables(tmp_path)
+    csv = tmp_path / "accuracy_difference_readings.csv"
+    pd.read_csv(csv).drop(columns="reading").to_csv(csv, index=False)
+    out = tmp_path / "out" / "fidelity"
+    assert main(["report", "fidelity", "accuracy_difference", "accuracy_difference_readings", "--tables-dir",
+                 str(tmp_path), "--out", str(out)]) == 2
+    assert f"{csv} has no column 'reading'" in capsys.readouterr().err and not out.parent.exists()

@@ -330,6 +330,14 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_split_figure(args: argparse.Namespace) -> int:
+    from hetfl.reports.split_figures import build_split_figure
+
+    build_split_figure(args.manifests, Path(args.out))
+    print(f"wrote {args.out}.{{png,caption.html}}", file=sys.stderr)
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from hetfl.reports import report_pages as rp
 
@@ -495,6 +503,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths are "
                                             "skipped)")
     p.set_defaults(func=_cmd_figure)
+
+    p = sub.add_parser("split-figure", help="the label-distribution chart of an experiment's splits, a panel "
+                                            "per manifest, and its report caption (docs/report.md)")
+    p.add_argument("--out", required=True, help="output stem; .png and .caption.html are written")
+    p.add_argument("manifests", nargs="+", help="the splits' manifest.json files (data_splits/<experiment>/"
+                                                "<setting>/seed<s>/manifest.json), one panel each")
+    p.set_defaults(func=_cmd_split_figure)
 
     p = sub.add_parser("report", help="HTML pages and caption fragments for `snakemake --report` "
                                       "(docs/report.md)")

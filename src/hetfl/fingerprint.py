@@ -25,6 +25,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "train": ("hetfl.pipeline",),
     "table": ("hetfl.reports.tables",),
     "figure": ("hetfl.reports.figures",),
+    "split_figure": ("hetfl.reports.split_figures",),
     "track": ("hetfl.tracking",),
     "report": ("hetfl.reports.report_pages",),
 }

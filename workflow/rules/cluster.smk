@@ -23,6 +23,7 @@ localrules:
     table,
     table_readings,
     figure,
+    split_figure,
     track,
     report_table,
     fidelity_summary,

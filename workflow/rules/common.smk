@@ -6,6 +6,8 @@ from collections import defaultdict
 
 from hetfl.config import ConfigError, expand_runs, validate_config
 from hetfl.fingerprint import fingerprint
+from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
+from hetfl.reports.catalog import has_class_labels
 from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
 from hetfl.reports.tables import BUILDERS as TABLE_BUILDERS
 from hetfl.reports.tables import SOURCES as TABLE_SOURCES
@@ -83,11 +85,32 @@ def train_groups():
 FIGURES = {f: t for f, (t, _) in FIGURE_REGISTRY.items() if t in TABLES}
 
 
+def _split_charts():
+    """experiment -> the manifests its split chart draws: the experiment's own splits (runs without a
+    reading; a reading that changes the data has its own split), a panel per setting in config order, from
+    its first seed. Datasets without class labels (quadratic) get no chart."""
+    charts = {}
+    for experiment in dict.fromkeys(s.experiment for s in RUNS.values()):
+        own = [s for s in RUNS.values() if s.experiment == experiment and s.reading == ""]
+        if not own or not has_class_labels(own[0].dataset):
+            continue
+        seed = own[0].seed
+        keys = dict.fromkeys(s.split_key for s in own if s.seed == seed)
+        charts[experiment] = [f"data_splits/{key}/manifest.json" for key in keys]
+    return charts
+
+
+# experiment -> manifests of its label-distribution chart reports/figures/splits/<experiment>.png
+SPLIT_CHARTS = _split_charts()
+
+
 def all_targets():
-    """Every table (and readings table) and figure, the runs of experiments that feed no table, the mirrors."""
+    """Every table (and readings table) and figure, the split charts, the runs of experiments that feed no
+    table, the mirrors."""
     tables = [f"reports/tables/{t}.{ext}" for t in TABLES for ext in ("md", "csv", "tex")]
     tables += [f"reports/tables/{t}_readings.{ext}" for t in READINGS_TABLES for ext in ("md", "csv")]
     figures = [f"reports/figures/{f}.png" for f in FIGURES]
+    figures += [f"reports/figures/splits/{e}.png" for e in SPLIT_CHARTS]
     mirrors = [f"results/{e}/mlflow.json" for e in sorted({s.experiment for s in RUNS.values()})]
     return tables + figures + runs_of_table("none", None) + mirrors
 
@@ -104,9 +127,14 @@ def trace_p_inactive(wc):
     return found.group(1) if found else "0.05"
 
 
+def experiment_table(experiment):
+    """The table an experiment's runs feed ("none" for none)."""
+    return next(s.table for s in RUNS.values() if s.experiment == experiment)
+
+
 def reports_of_experiment(experiment):
     """The table the experiment's runs feed and the figures drawn from it (common.smk's registries)."""
-    table = next(s.table for s in RUNS.values() if s.experiment == experiment)
+    table = experiment_table(experiment)
     if table == "none":
         return []
     tables = [f"reports/tables/{table}.{ext}" for ext in ("md", "csv", "tex")]

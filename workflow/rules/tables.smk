@@ -53,3 +53,26 @@ rule figure:
         code=fingerprint("figure"),
     shell:
         "hetfl figure {wildcards.figure} --out reports/figures/{wildcards.figure} {input.runs} > {log} 2>&1"
+
+
+# The client × class label distribution of an experiment's splits (a panel per setting, first seed), filed
+# in the report under the paper of the experiment's table, subcategory "Data splits" (docs/report.md).
+rule split_figure:
+    input:
+        manifests=lambda wc: SPLIT_CHARTS[wc.experiment],
+    output:
+        png=report(
+            "reports/figures/splits/{experiment}.png",
+            caption="../report/split_figure.rst",
+            category=lambda wc: report_category(experiment_table(wc.experiment)),
+            subcategory=SPLITS_SUBCATEGORY,
+        ),
+        caption="reports/figures/splits/{experiment}.caption.html",
+    log:
+        "logs/figures/splits/{experiment}.log",
+    wildcard_constraints:
+        experiment="|".join(map(re.escape, SPLIT_CHARTS)) or "none",
+    params:
+        code=fingerprint("split_figure"),
+    shell:
+        "hetfl split-figure --out reports/figures/splits/{wildcards.experiment} {input.manifests} > {log} 2>&1"

@@ -23,8 +23,16 @@ ELASTICNET = "FedElasticNet (seed 004), communication cost"
 OTHER = "Other tables"
 
 
-def _rows(column: str, values: tuple[str, ...]) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    return lambda tidy: tidy[tidy[column].isin(values)]
+@dataclass(frozen=True)
+class Rows:
+    """The rows of a tidy table whose `column` holds one of `values`: the cells a caption counts. A data
+    class, not a lambda, so that a readings table can see which column picks its cells (reading_verdicts)."""
+
+    column: str
+    values: tuple[str, ...]
+
+    def __call__(self, tidy: pd.DataFrame) -> pd.DataFrame:
+        return tidy[tidy[self.column].isin(self.values)]
 
 
 @dataclass(frozen=True)
@@ -49,11 +57,11 @@ class FigureEntry:
 
 TABLES: dict[str, TableEntry] = {
     # Table 3 counts its cells in percentage points (the CSV also holds the relative form)
-    "accuracy_difference": TableEntry(RUAN, "Table 3", _rows("improvement", ("points",))),
+    "accuracy_difference": TableEntry(RUAN, "Table 3", Rows("improvement", ("points",))),
     # Tables 4-5 and Figure 5 count their paired cells (event_tables.verdicts_of)
-    "fast_reboot": TableEntry(RUAN, "Table 4", _rows("method", ("vanilla_minus_fast",))),
-    "crossing_epochs": TableEntry(RUAN, "Table 5", _rows("method", ("include_vs_exclude",))),
-    "multiple_arrivals": TableEntry(RUAN, "Figure 5", _rows("method", ("vanilla_minus_fast",))),
+    "fast_reboot": TableEntry(RUAN, "Table 4", Rows("method", ("vanilla_minus_fast",))),
+    "crossing_epochs": TableEntry(RUAN, "Table 5", Rows("method", ("include_vs_exclude",))),
+    "multiple_arrivals": TableEntry(RUAN, "Figure 5", Rows("method", ("vanilla_minus_fast",))),
     "bmta": TableEntry(MA, "Table 2"),
     # the fairness measures of the bmta runs: the paper reports none (every verdict 'not comparable')
     "fairness": TableEntry(NOTES, "Fairness of per-device losses"),
@@ -75,6 +83,18 @@ FIGURES: dict[str, FigureEntry] = {
                                            "Fixed points of FedAvg, FedNova, SCAFFOLD vs the closed forms"),
     "communication_nonzeros": FigureEntry("Non-zeros per round", "Non-zero entries clients send per round"),
 }
+
+
+#: the report's subcategory of the split charts (hetfl split-figure), under the paper of the experiment's table
+SPLITS = "Data splits"
+#: datasets whose samples carry no class, so a split has no label distribution to draw (the quadratic test
+#: bed: each client is a curvature and an optimum)
+UNLABELLED_DATASETS = frozenset({"quadratic"})
+
+
+def has_class_labels(dataset: str) -> bool:
+    """Whether a dataset's splits have a client × class label distribution (a split chart)."""
+    return dataset not in UNLABELLED_DATASETS
 
 
 def table_entry(table: str) -> TableEntry:
@@ -105,15 +125,45 @@ def figure_title(figure: str, seeds: list[int]) -> str:
     return f"{what}; mean of {n} seed(s), band: 95 % t-CI"
 
 
+def _verdicts(entry: TableEntry, cells_of: Callable[[pd.DataFrame], pd.DataFrame] | None,
+              tidy: pd.DataFrame) -> list[str] | None:
+    columns = [c for c in entry.columns if c in tidy]
+    if not columns:
+        return None
+    cells = cells_of(tidy) if cells_of is not None else tidy
+    return [str(v) for c in columns for v in cells[c].dropna() if str(v).strip() not in ("", "—")]
+
+
 def counted_verdicts(table: str, tidy: pd.DataFrame) -> list[str] | None:
     """The verdicts of the cells the table's caption counts ('—' and empty cells, e.g. a baseline's, are not
     verdicts); None for a table without verdicts."""
     entry = table_entry(table)
-    columns = [c for c in entry.columns if c in tidy]
-    if not columns:
-        return None
-    cells = entry.cells(tidy) if entry.cells is not None else tidy
-    return [str(v) for c in columns for v in cells[c].dropna() if str(v).strip() not in ("", "—")]
+    return _verdicts(entry, entry.cells, tidy)
+
+
+def reading_verdicts(table: str, tidy: pd.DataFrame) -> dict[str, list[str]] | None:
+    """A readings table's counted verdicts per reading (its ``reading`` column, in the CSV's order), as its
+    own caption counts them; None for a table without verdicts.
+
+    Each reading counts the cells the table counts (counted_verdicts), except that a reading setting the
+    column those cells are picked by counts the cells of its value: Table 3 counts its points cells, and
+    under improvement=relative its relative cells.
+    """
+    if "reading" not in tidy:
+        raise ValueError(f"the readings table of {table} has no 'reading' column; allowed: a CSV that "
+                         "`hetfl table --readings` wrote")
+    entry = table_entry(table)
+    out: dict[str, list[str]] = {}
+    for reading, group in tidy.groupby("reading", sort=False):
+        key, _, value = str(reading).partition("=")
+        cells_of = entry.cells
+        if isinstance(cells_of, Rows) and key == cells_of.column:
+            cells_of = Rows(key, (value,))
+        verdicts = _verdicts(entry, cells_of, group)
+        if verdicts is None:
+            return None
+        out[str(reading)] = verdicts
+    return out
 
 
 def verdict_summary(table: str, csv: str | Path) -> str:

@@ -79,10 +79,35 @@ def table_html(rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+NO_VERDICTS = "no verdicts (paper values shown beside)"
+
+
+def verdict_parts(name: str, tidy: pd.DataFrame) -> list[str]:
+    """A table file's verdict counts over the cells its caption counts (catalog.TABLES): one text for a
+    table, one 'reading: counts' per reading for a <table>_readings file (catalog.reading_verdicts)."""
+    base = base_table(name)
+    if name == base:
+        verdicts = catalog.counted_verdicts(base, tidy)
+        return [NO_VERDICTS if verdicts is None else counts_text(verdicts)]
+    per_reading = catalog.reading_verdicts(base, tidy)
+    if per_reading is None:
+        return [NO_VERDICTS]
+    return [f"{reading}: {counts_text(v)}" for reading, v in per_reading.items()]
+
+
+def read_tidy(name: str, csv: Path) -> pd.DataFrame:
+    """A table file's CSV; a <table>_readings file must have its `reading` column."""
+    tidy = pd.read_csv(csv)
+    if name != base_table(name) and "reading" not in tidy:
+        raise ValueError(f"{csv} has no column 'reading'; allowed: a readings table that `hetfl table "
+                         "--readings` wrote")
+    return tidy
+
+
 def verdict_line(name: str, csv: Path) -> str:
-    """'Verdicts: 2 agrees, 1 disagrees' over the cells the table's caption counts (catalog.TABLES)."""
-    verdicts = catalog.counted_verdicts(base_table(name), pd.read_csv(csv))
-    return "no verdicts (paper values shown beside)" if verdicts is None else counts_text(verdicts)
+    """'2 agrees, 1 disagrees' (a table) or 'per reading, paper/default: …; iid=true: …' (readings)."""
+    parts = verdict_parts(name, read_tidy(name, csv))
+    return "; ".join(parts) if name == base_table(name) else "per reading, " + "; ".join(parts)
 
 
 def table_title(name: str) -> str:
@@ -141,22 +166,32 @@ def _result_link(path: str) -> str:
 
 def write_fidelity(tables: list[str], tables_dir: Path, out: Path) -> None:
     """<out>.html and <out>.caption.html: every table with its paper, verdict counts and a link (the report
-    links a result by its file name, e.g. `accuracy_difference.html`)."""
+    links a result by its file name, e.g. `accuracy_difference.html`).
+
+    The total counts the main tables only. A <table>_readings file shows its counts per reading and adds
+    nothing to the total: its paper/default reading is the main table's cells again, and each other reading
+    is an alternative to them, not more evidence.
+    """
+    tidies = {name: read_tidy(name, Path(tables_dir) / f"{name}.csv") for name in tables}
+    parts = {name: verdict_parts(name, tidy) for name, tidy in tidies.items()}  # every check before writing
+    mains = [n for n in tables if n == base_table(n)]
+    total = [v for n in mains for v in catalog.counted_verdicts(n, tidies[n]) or []]
     rows = []
-    total: list[str] = []
     for name in tables:
-        csv = Path(tables_dir) / f"{name}.csv"
-        verdicts = catalog.counted_verdicts(base_table(name), pd.read_csv(csv))
-        total += verdicts or []
-        line = "no verdicts (paper values shown beside)" if verdicts is None else counts_text(verdicts)
         rows.append(f"<tr><td>{html.escape(catalog.category(base_table(name)))}</td>"
                     f"<td>{html.escape(table_title(name).split(': ', 1)[1])}</td>"
-                    f"<td>{html.escape(line)}</td><td>{_result_link(f'{TABLE_PAGES}/{name}.html')}</td></tr>")
+                    f"<td>{'<br>'.join(html.escape(p) for p in parts[name])}</td>"
+                    f"<td>{_result_link(f'{TABLE_PAGES}/{name}.html')}</td></tr>")
     summary = counts_text(total) if total else "no verdicts"
-    fragment = (f"<p><strong>Fidelity summary</strong>: {len(tables)} table(s); all counted cells: "
-                f"{html.escape(summary)}. Each table is under its paper's category (left menu), as "
-                "&lt;table&gt;.html with its caption.</p>\n<table><thead><tr><th>paper</th><th>table</th>"
-                f"<th>verdicts</th><th>file</th></tr></thead><tbody>{''.join(rows)}</tbody></table>\n")
+    n_readings = len(tables) - len(mains)
+    readings = (f" {n_readings} readings table(s), counted per reading and not added to the total: their "
+                "paper/default reading is the table itself, every other reading an alternative to it."
+                if n_readings else "")
+    fragment = (f"<p><strong>Fidelity summary</strong>: {len(mains)} table(s); all counted cells of the "
+                f"tables: {html.escape(summary)}.{readings} Each table is under its paper's category (left "
+                "menu), as &lt;table&gt;.html with its caption.</p>\n<table><thead><tr><th>paper</th>"
+                f"<th>table</th><th>verdicts</th><th>file</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+                "</table>\n")
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Fidelity summary</title>{_STYLE}"
             f"</head><body><h2>Fidelity summary</h2>\n{fragment}</body></html>\n")
     atomic_write_text(out.with_name(out.name + ".html"), page)
