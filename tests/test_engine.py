@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hetfl.engine.local import local_sgd
-from hetfl.engine.minibatch import full_steps, minibatch_indices, pcg64_states
+from hetfl.engine.minibatch import SharedStreams, full_steps, minibatch_indices, pcg64_states
 from hetfl.engine.oracle import local_sgd_reference
 from hetfl.engine.runner import TrainSettings, train
 from hetfl.models import make_model
@@ -74,6 +74,27 @@ def test_minibatch_indices_are_the_per_client_streams():
         np.testing.assert_array_equal(got, _per_client_stream(offsets, clients, steps, batch, 11 * round_,
                                                               round_))
     assert minibatch_indices(offsets, np.array([3, 4]), np.array([0, 0]), 5, 0, 1).shape == (2, 0, 5)
+
+
+def test_shared_streams_equal_minibatch_indices():
+    """The runs of a cell draw their minibatches through one SharedStreams: every request, whatever its
+    order, clients, step counts and batch size, gets exactly minibatch_indices' array, including requests
+    longer than the stream already drawn for a client, a new round, and another split's offsets."""
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(1, 120, 40)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    other = np.concatenate([[0], np.cumsum(rng.integers(1, 120, 40))])
+    shared = SharedStreams()
+    for round_ in (1, 1, 2, 5):
+        for _ in range(6):  # runs of the cell: different clients and steps (traces, schemes, readings)
+            offs = other if rng.random() < 0.2 else offsets
+            clients = np.sort(rng.choice(40, int(rng.integers(1, 40)), replace=False))
+            steps = rng.integers(0, 12, len(clients))  # 0: sends nothing; growing requests redraw
+            batch = int(rng.integers(1, 30))
+            np.testing.assert_array_equal(shared(offs, clients, steps, batch, 3, round_),
+                                          minibatch_indices(offs, clients, steps, batch, 3, round_))
+    with pytest.raises(ValueError, match="no training samples"):
+        shared(np.array([0, 0, 4]), np.array([0, 1]), np.array([1, 1]), 2, 0, 1)
 
 
 def test_batched_round_equals_per_client_loop(tiny_fed):

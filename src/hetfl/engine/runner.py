@@ -23,7 +23,7 @@ from hetfl.engine.evaluate import (
     per_sample,
 )
 from hetfl.engine.local import local_sgd
-from hetfl.engine.minibatch import minibatch_indices
+from hetfl.engine.minibatch import SharedStreams, minibatch_indices
 from hetfl.engine.sampling import sample_clients, sampled_coefficients
 from hetfl.engine.schemes import boosted_weights, complete_round_steps, local_steps
 from hetfl.models.base import BatchedModel
@@ -181,6 +181,8 @@ class RunLoop:
                                       rounds_done=resume.tau)
             self.next_round = resume.tau + 1 if resume.status == "ok" else cfg.rounds + 1
         self._round: tuple[dict[str, float], RoundInfo | None, np.ndarray, bool] | None = None
+        # how plan() draws minibatches; train_stacked gives the runs of a cell one SharedStreams
+        self.minibatches: Callable[..., np.ndarray] = minibatch_indices
 
     @property
     def finished(self) -> bool:
@@ -209,7 +211,7 @@ class RunLoop:
         if info is None:
             return None
         alg = self.algorithm
-        idx = minibatch_indices(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
+        idx = self.minibatches(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
         local = alg.local_model(self.model)
         return LocalWork(info, idx, alg.correct, alg.client_context(self.state, self.params, info),
                          alg.client_start(self.state, self.params, info),
@@ -299,8 +301,11 @@ def train_stacked(loops: list[RunLoop], local_trainer: LocalTrainer = local_sgd)
     Each client's local SGD depends only on its own start, minibatches (seeded per (seed, round, client))
     and step count, so every run ends where `train` alone would (tests/test_engine.py checks it bitwise);
     aggregation, evaluation and records stay per run. Runs may start at different rounds (resumed) and
-    have different lengths. The runs of a cell share `Data`.
+    have different lengths. The runs of a cell share `Data`, and their minibatch streams (SharedStreams).
     """
+    streams = SharedStreams()
+    for loop in loops:
+        loop.minibatches = streams
     while not all(loop.finished for loop in loops):
         tau = min(loop.next_round for loop in loops if not loop.finished)
         due = [loop for loop in loops if not loop.finished and loop.next_round == tau]
