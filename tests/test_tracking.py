@@ -92,7 +92,8 @@ def test_experiment_description_kind_and_unique_names(store, tmp_path):
     client = _client(results)
     exp = client.get_experiment_by_name("expA")
     text = exp.tags["mlflow.note.content"]
-    assert text.startswith("Quick reproduction of Ruan et al. Table 3.")
+    assert text.startswith("**expA**: table `accuracy_difference`")  # its own grid first
+    assert text.endswith("\n\nPart of the grid: Quick reproduction of Ruan et al. Table 3.")
     assert "table `accuracy_difference` on dataset `synthetic`, 2 run(s)" in text and "- seeds: 0, 10" in text
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     names = [r.info.run_name for e in ("expA", "expB")
@@ -211,7 +212,7 @@ def test_track_verb_writes_ids_and_the_experiment_links(store, tmp_path, capsys)
     exp_id = ids["experiments"]["verb"]
     assert f"#/experiments/{exp_id}/runs?workflowType=machine_learning" in capsys.readouterr().err
     exp = _client(store).get_experiment_by_name("verb")
-    assert exp.tags["mlflow.note.content"].startswith("it's a config")
+    assert exp.tags["mlflow.note.content"].endswith("Part of the grid: it's a config")
 
 
 def test_training_by_hand_records_its_times_and_mirrors_itself(store, tmp_path):

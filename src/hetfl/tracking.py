@@ -211,8 +211,9 @@ def _axis(specs: Sequence[dict[str, Any]], key: str) -> str:
 
 
 def experiment_description(experiment: str, specs: Sequence[dict[str, Any]], config_text: str = "") -> str:
-    """An experiment's description (Markdown, shown on its MLflow page): what it reproduces, from the
-    config's top-level `description`, and its grid, from the runs' specs."""
+    """An experiment's description (Markdown, shown on its MLflow page): its own grid, from the runs'
+    specs, first; then the config's top-level `description`, which tells the whole grid it belongs to
+    (quick.yaml's names every paper: put first, it read as if each experiment were Ruan et al.'s Table 3)."""
     lines = [f"**{experiment}**: table `{_axis(specs, 'table')}` on dataset `{_axis(specs, 'dataset')}`, "
              f"{len(specs)} run(s) mirrored from `results/{experiment}/`.", "",
              f"- settings: {_axis(specs, 'setting')}", f"- algorithm: {_axis(specs, 'algorithm')}",
@@ -223,7 +224,7 @@ def experiment_description(experiment: str, specs: Sequence[dict[str, Any]], con
     if events:
         lines.append(f"- events: {'; '.join(events)}")
     if config_text.strip():
-        lines = [config_text.strip(), ""] + lines
+        lines += ["", f"Part of the grid: {config_text.strip()}"]
     return "\n".join(lines)
 
 
