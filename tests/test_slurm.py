@@ -7,6 +7,7 @@ the executor plugin (`make slurm-setup`); it is skipped, saying which is missing
 import importlib.util
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -113,31 +114,79 @@ def _outputs(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(files)}
 
 
+def _tiny_grid() -> tuple[set[str], int]:
+    """What the tiny config must write (every run's metrics.parquet; each table as .md, .csv, .tex and
+    each readings table as .md, .csv: workflow/rules/common.smk), and its number of training jobs (one
+    per cell)."""
+    from hetfl.config import expand_runs, validate_config
+    from hetfl.reports.tables import SOURCES
+
+    runs = list(expand_runs(validate_config(yaml.safe_load(TINY.read_text()))))
+    tables = {s.table for s in runs} - {"none"}
+    tables |= {t for t, source in SOURCES.items() if source in tables}
+    readings = {s.table for s in runs if s.reading} - {"none"}
+    paths = {f"results/{s.experiment}/{s.run}/metrics.parquet" for s in runs}
+    paths |= {f"reports/tables/{t}.{ext}" for t in tables for ext in ("md", "csv", "tex")}
+    paths |= {f"reports/tables/{t}_readings.{ext}" for t in readings for ext in ("md", "csv")}
+    return paths, len({s.cell for s in runs})
+
+
+def _cpu_busy_seconds() -> float:
+    """CPU seconds this machine has spent busy (all processes, all cores) since boot: /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(label: str, run, *args, **kwargs):
+    """run(*args, **kwargs), printing its wall time, the CPU time of its process tree (what it waited for:
+    not the jobs SLURM runs under slurmd), the whole machine's busy CPU time (every process: the SLURM jobs
+    and anyone else's work) and the 1-minute load average before and after."""
+    load0, busy0 = os.getloadavg()[0], _cpu_busy_seconds()
+    rus0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    result = run(*args, **kwargs)
+    wall, rus1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    tree = (rus1.ru_utime - rus0.ru_utime) + (rus1.ru_stime - rus0.ru_stime)
+    print(f"\ntiny grid {label}: wall {wall:.0f} s, CPU {tree:.0f} s (its process tree), machine busy "
+          f"{_cpu_busy_seconds() - busy0:.0f} CPU s on {os.cpu_count()} cores, "
+          f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}")
+    return result
+
+
+def _slurm_elapsed(jobids: list[str]) -> str:
+    """squeue's state and elapsed time of the cluster jobs (it keeps finished ones for MinJobAge)."""
+    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i %T %M %C"],
+                          capture_output=True, text=True)
+    return (proc.stdout or proc.stderr).strip().replace("\n", "; ")
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(_slurm_missing() is not None, reason=str(_slurm_missing()))
 def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
     """The slurm profile against a real scheduler: training in SLURM jobs (the short runs grouped), the
     light rules on this host, and metrics and tables byte-identical to a local run of the same config."""
-    cpus = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True).stdout.split()[0]
-    t0 = time.perf_counter()
-    local = _snakemake(tmp_path / "local", TINY, "--cores", "2")
-    t1 = time.perf_counter()
+    expected, train_jobs = _tiny_grid()
+    local = _timed("local (--cores 2)", _snakemake, tmp_path / "local", TINY, "--cores", "2")
     assert local.returncode == 0, local.stderr[-3000:]
-    # without an accounting database sacct knows no jobs: squeue answers for them (MinJobAge 600 s)
-    slurm = _snakemake(tmp_path / "slurm", TINY, "--profile", str(PROFILE), "--cores", cpus,
-                       "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5")
-    t2 = time.perf_counter()
+    # the profile as a user runs it (its cores: 1). Without an accounting database sacct knows no jobs:
+    # squeue answers for them (MinJobAge 600 s)
+    slurm = _timed("through SLURM", _snakemake, tmp_path / "slurm", TINY, "--profile", str(PROFILE),
+                   "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5")
     log = slurm.stdout + slurm.stderr
     assert slurm.returncode == 0, log[-5000:]
-    print(f"tiny grid: local {t1 - t0:.0f} s, through SLURM {t2 - t1:.0f} s")
 
-    for rule in ("split", "trace", "table", "figure", "track"):
+    for rule in ("split", "trace", "table", "table_readings", "figure", "split_figure", "track"):
         assert f"localrule {rule}:" in log
     assert "localrule train_" not in log and "Group job hetfl_short" in log
+    # Snakemake's job stats count the training jobs it planned: one per cell of the config
+    stats = log[log.index("Job stats:"):log.index("total", log.index("Job stats:"))]
+    assert sum(int(n) for n in re.findall(r"^train_\w+\s+(\d+)$", stats, flags=re.M)) == train_jobs
     submitted = re.findall(r"submitted with SLURM jobid (\d+)", log)
-    assert 1 <= len(submitted) < 6  # 6 training jobs (one per cell), grouped into fewer cluster jobs
+    print(f"cluster jobs submitted: {len(submitted)} for {train_jobs} training jobs; squeue (id state "
+          f"elapsed cpus): {_slurm_elapsed(submitted)}")
+    assert 1 <= len(submitted) < train_jobs  # the short training jobs share cluster jobs (group hetfl_short)
 
     ours, theirs = _outputs(tmp_path / "local"), _outputs(tmp_path / "slurm")
-    assert len(ours) == 20 + 3 * 3  # 20 runs' metrics, 3 tables × (md, csv, tex)
+    assert set(ours) == expected
     assert ours.keys() == theirs.keys()
     assert [k for k in ours if ours[k] != theirs[k]] == []
