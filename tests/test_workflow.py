@@ -73,7 +73,10 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
     assert run.data.tags["mlflow.source.git.commit"] == info["git_commit"]
     assert run.info.run_name == "tiny_table3/NIID_T6_C_s0"
     assert {a.path for a in client.list_artifacts(run_id)} == {"run.json", "metrics.parquet"}
-    assert exp.tags["mlflow.note.content"].startswith("Test-scale grid of Ruan et al. Tables 3-5")
+    note = exp.tags["mlflow.note.content"]
+    assert note.startswith("**tiny_table3**: table `accuracy_difference`")  # its own grid, then the config's
+    assert note.endswith("\n\nPart of the grid: "
+                         "Test-scale grid of Ruan et al. Tables 3-5 (tests/test_workflow.py).")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     summary = client.get_run(mirror["summaries"]["tiny_table3"])
     tables = {a.path for a in client.list_artifacts(summary.info.run_id, "tables")}
