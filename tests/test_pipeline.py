@@ -67,3 +67,36 @@ def test_image_model_on_token_ids_fails_before_training(tmp_path):
         run_training(dataclasses.replace(spec, model="logreg"), tmp_path / "split.npz", tmp_path / "t.npz",
                      tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()  # nothing half-written
+
+
+def test_eval_every_changes_what_is_recorded_not_the_training(tmp_path):
+    """The paper configs evaluate every 5th round (and the last) because their tables read the final round:
+    that is only sound if evaluation draws nothing from the training's random streams. Same run at
+    eval_every 1 and 3: the rounds both evaluated (3, 6 and the last, 7) and every per-round diagnostic agree
+    exactly."""
+    import dataclasses
+
+    import pandas as pd
+
+    split_spec = {"dataset": "synthetic", "alpha": 1.0, "beta": 1.0, "iid": False, "num_devices": 8,
+                  "test_fraction": 0.2, "sizes": {"distribution": "pareto", "index": 0.5, "size": 20,
+                                                  "max_size": 200}}
+    make_split(tmp_path / "split.npz", split_spec, seed=0)
+    make_traces(tmp_path / "t.npz", traceset="T3", num_devices=8, rounds=7, seed=0)
+    spec = RunSpec(experiment="e", run="r", table="none", dataset="synthetic", setting="NIID", alpha=1.0,
+                   beta=1.0, iid=False, num_devices=8, sizes=split_spec["sizes"], test_fraction=0.2,
+                   model="logreg", algorithm="fedavg", scheme="B", num_traces=3,
+                   trace_order=("T_0", "T_30", "T_50"), local_epochs=5, batch_size=20, eta0=1.0, rounds=7,
+                   eval_every=1, seed=0)
+    frames = {}
+    for every in (1, 3):
+        out = tmp_path / f"run{every}"
+        assert run_training(dataclasses.replace(spec, eval_every=every), tmp_path / "split.npz",
+                            tmp_path / "t.npz", out, progress=False).status == "ok"
+        frames[every] = pd.read_parquet(out / "metrics.parquet").set_index(["metric", "round"])["value"]
+    every_round, sparse = frames[1], frames[3]
+    assert set(sparse.xs("test_accuracy").index) == {3, 6, 7}
+    assert len(every_round.xs("test_accuracy")) == 7
+    shared = sparse.index.intersection(every_round.index)
+    assert len(shared) == len(sparse)  # nothing recorded at eval_every 3 is missing at eval_every 1
+    pd.testing.assert_series_equal(sparse.loc[shared], every_round.loc[shared])
