@@ -58,6 +58,19 @@ def test_the_line_and_the_projection_by_hand():
         fit([(0.1, 3.0), (0.1, 4.0)])
 
 
+def test_a_slope_below_the_timing_noise_is_named_and_never_negative():
+    """Measured on the paper SYNTHETIC grid at f = 0.05 and 0.1: 37.1 s and 35.1 s, a slope of −40 s, so
+    T(1) = −0.9 s and the grid (× 5) −4.5 s before; now the fixed part alone, 39.1 s × 5, and the report
+    says why."""
+    a, b = fit([(0.05, 37.1), (0.1, 35.1)])
+    assert (a, b) == pytest.approx((39.1, -40.0))
+    p = Projection(((0.05, 37.1), (0.1, 35.1)), a, b, runs_measured=48, runs_full=240, cores=2)
+    assert p.below_noise and p.seconds == pytest.approx(39.1 * 5)
+    assert "did not grow with the rounds between f = 0.05 and 0.1" in p.report()
+    assert "--fractions (e.g. 0.25 0.5)" in p.report() and "projected: 196 s" in p.report()
+    assert not Projection(((0.05, 12.0), (0.1, 20.0)), 4.0, 160.0, 48, 144, 2).below_noise
+
+
 def test_bad_arguments_are_named_before_any_work(tmp_path):
     config = validate_config({"experiments": {"e": {
         "table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},

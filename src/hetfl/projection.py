@@ -110,17 +110,30 @@ class Projection:
     cores: int
 
     @property
+    def below_noise(self) -> bool:
+        """The wall time did not grow with the rounds: at these fractions the training is below the timing
+        noise, and the fitted slope says nothing about it."""
+        return self.b <= 0
+
+    @property
     def seconds(self) -> float:
-        """T(1) scaled from the measured runs (one seed per experiment) to all of the grid's runs."""
-        return (self.a + self.b) * self.runs_full / self.runs_measured
+        """T(1) scaled from the measured runs (one seed per experiment) to all of the grid's runs; a slope
+        below the noise counts as 0 (the fixed part alone), never as a negative cost."""
+        return (self.a + max(self.b, 0.0)) * self.runs_full / self.runs_measured
 
     def report(self) -> str:
         rows = [f"  f = {f:g}: {s:.1f} s wall on {self.cores} core(s), {self.runs_measured} runs"
                 for f, s in self.points]
+        rows.append(f"  fit: T(f) = {self.a:.1f} s + {self.b:.1f} s × f")
+        if self.below_noise:
+            lo, hi = min(f for f, _ in self.points), max(f for f, _ in self.points)
+            rows.append(f"  the wall time did not grow with the rounds between f = {lo:g} and {hi:g}: the "
+                        "training is below the timing noise there and is counted as 0 s; time larger "
+                        "--fractions (e.g. 0.25 0.5) to measure it")
         hours = self.seconds / 3600
-        return "\n".join([*rows, f"  fit: T(f) = {self.a:.1f} s + {self.b:.1f} s × f",
-                          f"projected: {self.seconds:.0f} s ({hours:.2f} h) for all {self.runs_full} runs on "
-                          f"{self.cores} core(s) (T(1) × {self.runs_full}/{self.runs_measured} runs)"])
+        rows.append(f"projected: {self.seconds:.0f} s ({hours:.2f} h) for all {self.runs_full} runs on "
+                    f"{self.cores} core(s) (T(1) × {self.runs_full}/{self.runs_measured} runs)")
+        return "\n".join(rows)
 
 
 def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), cores: int = 2,
