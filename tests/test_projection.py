@@ -91,7 +91,8 @@ def test_a_small_grid_is_projected_from_two_measured_runs(tmp_path):
     p = project(config, [0.25, 0.5], cores=2, workdir=tmp_path, snakefile=ROOT / "Snakefile")
     assert [f for f, _ in p.points] == [0.25, 0.5] and all(s > 0 for _, s in p.points)
     assert (p.runs_measured, p.runs_full) == (2, 4)
-    assert p.seconds == pytest.approx((p.a + p.b) * 2)
+    # 2 and 4 rounds of a 4-device grid: the slope may be below the timing noise, and is then counted as 0
+    assert p.seconds == pytest.approx((p.a + max(p.b, 0.0)) * 2)
     for f, rounds in ((0.25, 2), (0.5, 4)):
         runs = sorted((tmp_path / f"f{f:g}" / "results/e").glob("*/run.json"))
         assert len(runs) == 2 and all(f'"rounds": {rounds}' in r.read_text() for r in runs)
