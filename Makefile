@@ -11,8 +11,7 @@ SLURM_STAMP := $(VENV)/.hetfl-slurm-installed
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(BIN)/python scripts/install-deps requirements.lock  # uv, pip where uv fails (HETFL_INSTALLER=pip: pip)
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv with the pinned dependencies and hetfl

@@ -1,0 +1,82 @@
+"""scripts/install-deps: pip's configuration handed to uv; the installer choice checked before any work."""
+
+import importlib.machinery
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install-deps"
+
+
+@pytest.fixture()
+def install_deps():
+    loader = importlib.machinery.SourceFileLoader("install_deps", str(SCRIPT))
+    spec = importlib.util.spec_from_loader("install_deps", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _pip_config_list(monkeypatch, module, text):
+    def run(cmd, **kwargs):
+        assert cmd[-2:] == ["config", "list"], cmd  # nothing but the config may be read here
+        return subprocess.CompletedProcess(cmd, 0, stdout=text, stderr="")
+
+    monkeypatch.setattr(module.subprocess, "run", run)
+
+
+def test_pip_indexes_find_links_and_constraints_become_uv_variables(install_deps, monkeypatch):
+    _pip_config_list(monkeypatch, install_deps, "\n".join([
+        ":env:.find-links='/opt/wheels'",
+        "global.cert='/etc/ssl/certs/ca.crt'",
+        "global.constraint='/etc/xdg/pip/constraints.txt'",
+        "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'",
+        "global.find-links='/elsewhere'",  # the PIP_FIND_LINKS variable above overrides pip's file
+        "global.timeout='60'",  # no uv counterpart: not passed
+    ]))
+    for name in ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_CONSTRAINT", "SSL_CERT_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    env = install_deps.uv_env()
+    assert env["UV_EXTRA_INDEX_URL"] == "file:///opt/a/simple file:///opt/b/simple"
+    assert env["UV_FIND_LINKS"] == "/opt/wheels"
+    assert env["UV_CONSTRAINT"] == "/etc/xdg/pip/constraints.txt"
+    assert env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca.crt"
+    assert "UV_INDEX_URL" not in env
+
+
+def test_a_uv_variable_the_user_set_wins_over_pip_config(install_deps, monkeypatch):
+    _pip_config_list(monkeypatch, install_deps, "global.index-url='https://mirror.example/simple'\n")
+    monkeypatch.setenv("UV_INDEX_URL", "https://mine.example/simple")
+    assert install_deps.uv_env()["UV_INDEX_URL"] == "https://mine.example/simple"
+
+
+def test_an_unknown_installer_is_refused_before_anything_is_installed(install_deps, monkeypatch, capsys):
+    def run(cmd, **kwargs):
+        raise AssertionError(f"ran {cmd}")
+
+    monkeypatch.setattr(install_deps.subprocess, "run", run)
+    monkeypatch.setenv("HETFL_INSTALLER", "conda")
+    assert install_deps.main(["requirements.lock"]) == 2
+    err = capsys.readouterr().err
+    assert "HETFL_INSTALLER" in err and "'conda'" in err and "uv" in err and "pip" in err
+
+
+def test_pip_is_used_when_uv_fails(install_deps, monkeypatch):
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd)
+        if "uv" in cmd[2:4]:  # `python -m uv pip install ...`: uv cannot resolve here
+            raise subprocess.CalledProcessError(1, cmd)
+        if cmd[-2:] == ["config", "list"]:
+            return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(install_deps.subprocess, "run", run)
+    monkeypatch.delenv("HETFL_INSTALLER", raising=False)
+    assert install_deps.main(["requirements.lock"]) == 0
+    pip_installs = [c for c in calls if c[1:4] == ["-m", "pip", "install"]]
+    assert pip_installs[-2][4:6] == ["-r", "requirements.lock"]
+    assert pip_installs[-1][4:7] == ["--no-deps", "-e", "."]
