@@ -60,10 +60,15 @@ def test_fedavg_round_holds_at_most_three_models_per_client(name, kwargs, shape,
     assert copies <= 3.05, f"{copies:.2f} copies of the model per client"
 
 
-def test_round_order_is_restored_in_place():
+@pytest.mark.parametrize("copy_bytes", [0, 1 << 30], ids=["cycles", "copy"])
+def test_round_order_is_restored_in_place(copy_bytes, monkeypatch):
     """local_sgd sorts clients by their steps and puts them back in place (engine.local._permute_rows):
-    row i of every stack becomes row source[i], for any permutation, cycles and fixed points alike."""
+    row i of every stack becomes row source[i], for any permutation, cycles and fixed points alike, both
+    by walking cycles (large stacks) and by a permuted copy (small ones)."""
+    from hetfl.engine import local
     from hetfl.engine.local import _permute_rows
+
+    monkeypatch.setattr(local, "PERMUTE_COPY_BYTES", copy_bytes)
 
     rng = np.random.default_rng(0)
     for K in (1, 2, 3, 7, 40):
