@@ -29,6 +29,7 @@ rule report_table:
         name="|".join(REPORT_TABLES) or "none",
     params:
         code=fingerprint("report"),
+    priority: REPORT_PRIORITY
     shell:
         "hetfl report tables {wildcards.name} --out reports/report/tables > {log} 2>&1"
 
@@ -45,6 +46,7 @@ rule fidelity_summary:
     params:
         code=fingerprint("report"),
         tables=" ".join(REPORT_TABLES),
+    priority: REPORT_PRIORITY
     shell:
         "hetfl report fidelity {params.tables} --out reports/report/fidelity > {log} 2>&1"
 

@@ -11,6 +11,7 @@ rule table:
         table="|".join(TABLE_BUILDERS),
     params:
         code=fingerprint("table"),
+    priority: REPORT_PRIORITY
     shell:
         "hetfl table {wildcards.table} --out reports/tables/{wildcards.table} {input.runs} > {log} 2>&1"
 
@@ -28,6 +29,7 @@ rule table_readings:
         table="|".join(TABLE_BUILDERS),
     params:
         code=fingerprint("table"),
+    priority: REPORT_PRIORITY
     shell:
         "hetfl table {wildcards.table} --readings --out reports/tables/{wildcards.table}_readings {input.runs}"
         " > {log} 2>&1"
@@ -51,6 +53,7 @@ rule figure:
         figure="|".join(FIGURES) or "none",
     params:
         code=fingerprint("figure"),
+    priority: REPORT_PRIORITY
     shell:
         "hetfl figure {wildcards.figure} --out reports/figures/{wildcards.figure} {input.runs} > {log} 2>&1"
 
@@ -74,5 +77,6 @@ rule split_figure:
         experiment="|".join(map(re.escape, SPLIT_CHARTS)) or "none",
     params:
         code=fingerprint("split_figure"),
+    priority: REPORT_PRIORITY
     shell:
         "hetfl split-figure --out reports/figures/splits/{wildcards.experiment} {input.manifests} > {log} 2>&1"

@@ -19,6 +19,7 @@ rule track:
         # --description=... : an empty description (a config without one) must stay an argument
         description=config.get("description", ""),
         code=fingerprint("track"),
+    priority: REPORT_PRIORITY
     shell:
         "hetfl track --results-root results --out {output} --description={params.description:q}"
         " {input.runs} --summary {input.reports} > {log} 2>&1"

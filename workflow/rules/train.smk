@@ -62,6 +62,8 @@ for _exp, _suffix, _templates, _cells in _GROUPS:
             cluster_group(partial(cell_specs, _exp, _suffix))
         resources:
             **cluster_resources(partial(cell_specs, _exp, _suffix)),
+        # experiments with larger MLflow mirrors train first (hetfl.scheduling)
+        priority: TRAIN_PRIORITY[_exp]
         shell:
             "hetfl train --cell {params.cell:q} --split {input.split} --traces-root data_splits"
             " --results-root results --log-dir {params.logs} --threads {threads} --device {params.device}"
