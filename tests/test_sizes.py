@@ -97,3 +97,20 @@ def test_counts_always_within_bounds(dist: str, size: int, lo: int, span: int, s
     n = sample_sizes(64, spec, rng(seed))
     assert n.shape == (64,) and n.dtype == np.int64
     assert n.min() >= lo and n.max() <= lo + span
+
+
+@pytest.mark.parametrize("seed", range(0, 200, 7))
+def test_size_draws_are_bitwise_scipy_stats(seed):
+    """sizes.pareto_rvs / lognorm_rvs stand in for scipy.stats.pareto / lognorm (whose import dominated a
+    split job): from the same generator they must give bitwise the same draws, or every split would move."""
+    from scipy import stats
+
+    from hetfl.data.sizes import lognorm_rvs, pareto_rvs
+
+    n = int(np.random.default_rng(seed).integers(1, 500))
+    for b in (0.5, 1.0, 1.7, 3.0):
+        expect = stats.pareto(b=b).rvs(size=n, random_state=np.random.default_rng(seed))
+        assert np.array_equal(pareto_rvs(b, n, np.random.default_rng(seed)), expect)
+    for s in (0.3, 1.0, 2.0):
+        expect = stats.lognorm(s=s).rvs(size=n, random_state=np.random.default_rng(seed))
+        assert np.array_equal(lognorm_rvs(s, n, np.random.default_rng(seed)), expect)
