@@ -122,3 +122,41 @@ def test_save_load_round_trip(tmp_path) -> None:
     assert row["fraction"] == tr.fractions[2, 4]
     assert row["trace"] == TRACE_NAMES[tr.assignment[4]]
     assert sorted(p.name for p in npz.parent.iterdir()) == ["traces.csv", "traces.npz"]  # no temp files left
+
+
+def test_the_shipped_fits_are_what_the_fit_computes(tmp_path) -> None:
+    """reports/references/ruan2021_table2_fits.csv caches _fit's (mu, sigma) so that a trace job needs no
+    scipy: rewritten from the code now, it must be the same bytes (a changed fit, low or Table 2 shows)."""
+    from importlib import resources
+
+    from hetfl.data.traces import _FITS_CSV, write_fit_table
+
+    write_fit_table(tmp_path / "fits.csv")
+    shipped = resources.files("hetfl").joinpath(_FITS_CSV).read_text(encoding="utf-8")
+    assert (tmp_path / "fits.csv").read_text(encoding="utf-8") == shipped
+
+
+def test_default_traces_use_the_shipped_fits_and_other_p_inactive_is_fitted(monkeypatch) -> None:
+    from hetfl.data import traces
+
+    traces._trace_distribution.cache_clear()
+    fitted = []
+    real_fit = traces._fit
+    monkeypatch.setattr(traces, "_fit", lambda *a: fitted.append(a) or real_fit(*a))
+    for name in TRACE_NAMES:
+        trace_distribution(name)
+    assert fitted == []  # every default distribution came from the table
+    dist = trace_distribution("T_hi", 0.02)
+    assert len(fitted) == 1 and dist.moments() == pytest.approx((0.825, 0.233), abs=1e-9)
+    traces._trace_distribution.cache_clear()
+
+
+def test_trace_csv_is_the_long_table_pandas_wrote(tmp_path) -> None:
+    """save_traces writes its CSV with the csv module: the bytes of the pandas to_csv it replaced."""
+    tr = generate_traces(8, 13, 9, seed=2)
+    save_traces(tr, tmp_path / "t.npz", tmp_path / "t.csv")
+    r, n = tr.fractions.shape
+    expect = pd.DataFrame({"round": np.repeat(np.arange(1, r + 1), n), "device": np.tile(np.arange(n), r),
+                           "trace": np.tile(np.asarray(tr.trace_names, dtype=object)[tr.assignment], r),
+                           "fraction": tr.fractions.reshape(-1)}).to_csv(index=False)
+    assert (tmp_path / "t.csv").read_text() == expect

@@ -18,6 +18,7 @@ every round.
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import math
@@ -28,7 +29,6 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from hetfl.data.tracesets import TRACE_NAMES, parse_traceset, traceset_label
 from hetfl.io import atomic_write
@@ -54,22 +54,35 @@ DEFAULT_P_INACTIVE = 0.05  # for the traces with inactive rounds (T_hi, T_mi, T_
 ASSIGNMENTS = ("random", "stratified")
 DEFAULT_LOW = 0.05  # lower clip of active fractions: low * E >= 1 epoch for E >= 20
 _REFERENCE_CSV = "reports/references/ruan2021_table2_traces.csv"
+# (mu, sigma) that _fit finds for each trace at the default p_inactive and low, as _fit computes them:
+# least_squares with scipy took 2.4 of a trace job's 4 s (its import and seven fits), and make reproduce
+# runs 60 trace jobs. tests/test_traces.py recomputes every row with _fit and requires the same floats;
+# write_fit_table() rewrites the file. Other p_inactive values are fitted when asked for.
+_FITS_CSV = "reports/references/ruan2021_table2_fits.csv"
+_FIT_COLUMNS = ("trace", "p_inactive", "low", "mean", "std", "mu", "sigma")
 _FIT_TOL = 1e-9
 
 
 @functools.lru_cache(maxsize=1)
-def _reference_table() -> pd.DataFrame:
+def _reference_rows() -> dict[str, tuple[float, float, bool]]:
+    """trace -> (mean %, std % of epochs, has inactive rounds), read with the csv module: pandas alone was a
+    third of a trace job."""
     path = resources.files("hetfl").joinpath(_REFERENCE_CSV)
     with path.open("r", encoding="utf-8") as fh:
-        df = pd.read_csv(fh)
-    if tuple(df["trace"]) != TRACE_NAMES:
-        raise ValueError(f"{_REFERENCE_CSV}: traces {tuple(df['trace'])} != {TRACE_NAMES}")
-    return df
+        rows = list(csv.DictReader(fh))
+    if tuple(r["trace"] for r in rows) != TRACE_NAMES:
+        raise ValueError(f"{_REFERENCE_CSV}: traces {tuple(r['trace'] for r in rows)} != {TRACE_NAMES}")
+    return {r["trace"]: (float(r["mean_pct_epochs"]), float(r["std_pct_epochs"]),
+                         r["has_inactive"].strip().lower() in ("1", "true")) for r in rows}
 
 
-def reference_moments() -> pd.DataFrame:
-    """Ruan et al. Table 2: columns trace, mean_pct_epochs, std_pct_epochs, has_inactive (a copy)."""
-    return _reference_table().copy()
+def reference_moments():
+    """Ruan et al. Table 2: columns trace, mean_pct_epochs, std_pct_epochs, has_inactive (a DataFrame)."""
+    import pandas as pd
+
+    path = resources.files("hetfl").joinpath(_REFERENCE_CSV)
+    with path.open("r", encoding="utf-8") as fh:
+        return pd.read_csv(fh)
 
 
 def _clipped_normal_moments(mu: float, sigma: float, low: float) -> tuple[float, float]:
@@ -150,13 +163,47 @@ def _fit(mean: float, std: float, p_inactive: float, low: float) -> tuple[float,
     return float(sol.x[0]), math.exp(float(sol.x[1]))
 
 
+@functools.lru_cache(maxsize=1)
+def _fit_table() -> dict[tuple[str, float, float, float, float], tuple[float, float]]:
+    """(trace, p_inactive, low, mean, std) -> (mu, sigma) from _FITS_CSV (floats written with repr: exact)."""
+    path = resources.files("hetfl").joinpath(_FITS_CSV)
+    with path.open("r", encoding="utf-8") as fh:
+        return {(r["trace"], *(float(r[k]) for k in _FIT_COLUMNS[1:5])): (float(r["mu"]), float(r["sigma"]))
+                for r in csv.DictReader(fh)}
+
+
+def fit_rows(p_inactive: float = DEFAULT_P_INACTIVE, low: float = DEFAULT_LOW) -> list[dict[str, object]]:
+    """The rows of _FITS_CSV, computed with _fit: every trace with a spread (T_0 needs no fit), at
+    `p_inactive` for the traces with inactive rounds and 0 for the others."""
+    rows = []
+    for name, (mean_pct, std_pct, has_inactive) in _reference_rows().items():
+        if std_pct == 0:
+            continue
+        p = p_inactive if has_inactive else 0.0
+        mean, std = mean_pct / 100.0, std_pct / 100.0
+        mu, sigma = _fit(mean, std, p, low)
+        rows.append(dict(zip(_FIT_COLUMNS, (name, p, low, mean, std, mu, sigma), strict=True)))
+    return rows
+
+
+def write_fit_table(path: str | os.PathLike[str]) -> None:
+    """Write fit_rows() as _FITS_CSV (`python -c "from hetfl.data.traces import write_fit_table;
+    write_fit_table('src/hetfl/reports/references/ruan2021_table2_fits.csv')"` after changing _fit)."""
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(_FIT_COLUMNS)
+        for row in fit_rows():
+            w.writerow([row[k] if isinstance(row[k], str) else repr(row[k]) for k in _FIT_COLUMNS])
+
+
 @functools.lru_cache(maxsize=64)
 def _trace_distribution(name: str, p_inactive: float) -> TraceDistribution:
-    row = _reference_table().set_index("trace").loc[name]
-    mean, std = float(row["mean_pct_epochs"]) / 100.0, float(row["std_pct_epochs"]) / 100.0
+    mean_pct, std_pct, _ = _reference_rows()[name]
+    mean, std = mean_pct / 100.0, std_pct / 100.0
     if std == 0:
         return TraceDistribution(name, mean, std, p_inactive, mu=mean, sigma=0.0, low=DEFAULT_LOW)
-    mu, sigma = _fit(mean, std, p_inactive, DEFAULT_LOW)
+    fitted = _fit_table().get((name, p_inactive, DEFAULT_LOW, mean, std))
+    mu, sigma = fitted if fitted is not None else _fit(mean, std, p_inactive, DEFAULT_LOW)
     return TraceDistribution(name, mean, std, p_inactive, mu=mu, sigma=sigma, low=DEFAULT_LOW)
 
 
@@ -167,7 +214,7 @@ def trace_distribution(name: str, p_inactive: float | None = None) -> TraceDistr
     """
     if name not in TRACE_NAMES:
         raise ValueError(f"name={name!r} is not a trace; allowed: {TRACE_NAMES}")
-    has_inactive = bool(_reference_table().set_index("trace").loc[name, "has_inactive"])
+    has_inactive = _has_inactive(name)
     if p_inactive is None:
         p_inactive = DEFAULT_P_INACTIVE if has_inactive else 0.0
     if isinstance(p_inactive, bool) or not isinstance(p_inactive, int | float | np.floating):
@@ -249,7 +296,7 @@ def generate_traces(num_traces: int, num_devices: int, rounds: int, seed: int,
 
 
 def _has_inactive(name: str) -> bool:
-    return bool(_reference_table().set_index("trace").loc[name, "has_inactive"])
+    return _reference_rows()[name][2]
 
 
 def make_traces(out_npz: str | os.PathLike[str], *, traceset: str, num_devices: int, rounds: int, seed: int,
@@ -273,15 +320,16 @@ def save_traces(traces: Traces, npz_path: str | os.PathLike[str], csv_path: str 
     atomic_write(npz_path, lambda tmp: np.savez(tmp, fractions=fr, assignment=asg, trace_names=names,
                                                 params=params))
     r, n = fr.shape
-    long = pd.DataFrame(
-        {
-            "round": np.repeat(np.arange(1, r + 1), n),
-            "device": np.tile(np.arange(n), r),
-            "trace": np.tile(np.asarray(traces.trace_names, dtype=object)[asg], r),
-            "fraction": fr.reshape(-1),
-        }
-    )
-    atomic_write(csv_path, lambda tmp: long.to_csv(tmp, index=False))
+    trace_of = np.asarray(traces.trace_names, dtype=object)[asg]
+
+    def write_csv(tmp) -> None:  # the bytes pandas' to_csv wrote: floats as repr, "\n" line ends
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(("round", "device", "trace", "fraction"))
+            w.writerows((tau + 1, k, trace_of[k], repr(float(fr[tau, k])))
+                        for tau in range(r) for k in range(n))
+
+    atomic_write(csv_path, write_csv)
 
 
 def load_traces(npz_path: str | os.PathLike[str]) -> Traces:
