@@ -7,7 +7,9 @@ largest mirrors finished training last, and their mirrors ran one after another 
 `make reproduce` with the second core idle (Table 5's 125 s, Table 3's 64 s, Table 4's 48 s on a
 135 GFLOP/s host). So:
 
-- tables, figures and mirrors run as soon as their inputs exist (REPORT_PRIORITY, above any training);
+- splits and traces (under a second each) run first, and tables, figures and mirrors as soon as their inputs
+  exist (REPORT_PRIORITY, above any training): Snakemake does not pass a job's priority on to its inputs, so
+  with priority 0 the splits of later cells waited behind every training job;
 - experiments train in the order of their mirror's size, largest first (train_priorities), so the long
   mirrors run beside the other experiments' training.
 
@@ -21,7 +23,7 @@ from collections.abc import Iterable
 
 from hetfl.config import RunSpec
 
-#: tables, figures, report pages and mirrors: above every training priority
+#: splits, traces, tables, figures, report pages and mirrors: above every training priority
 REPORT_PRIORITY = 1000
 
 

@@ -7,6 +7,8 @@ rule split:
     params:
         spec=split_spec_json,
         code=fingerprint("split"),
+    # a priority is not passed on to a job's inputs: without their own, splits waited behind training
+    priority: REPORT_PRIORITY
     shell:
         "hetfl split --spec {params.spec:q} --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
 
@@ -21,6 +23,7 @@ rule trace:
         assignment=trace_assignment,
         p_inactive=trace_p_inactive,
         code=fingerprint("trace"),
+    priority: REPORT_PRIORITY
     shell:
         "hetfl trace --traceset {wildcards.traceset} --num-devices {wildcards.n} --rounds {wildcards.r}"
         " --seed {wildcards.seed} --assignment {params.assignment} --p-inactive {params.p_inactive}"
