@@ -63,13 +63,17 @@ _FIT_COLUMNS = ("trace", "p_inactive", "low", "mean", "std", "mu", "sigma")
 _FIT_TOL = 1e-9
 
 
+def _package_csv(name: str) -> list[dict[str, str]]:
+    """The rows of a CSV shipped in the package, read with the csv module (pandas alone was a third of a
+    trace job)."""
+    with resources.files("hetfl").joinpath(name).open("r", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
 @functools.lru_cache(maxsize=1)
 def _reference_rows() -> dict[str, tuple[float, float, bool]]:
-    """trace -> (mean %, std % of epochs, has inactive rounds), read with the csv module: pandas alone was a
-    third of a trace job."""
-    path = resources.files("hetfl").joinpath(_REFERENCE_CSV)
-    with path.open("r", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    """trace -> (mean %, std % of epochs, has inactive rounds): Ruan et al. Table 2."""
+    rows = _package_csv(_REFERENCE_CSV)
     if tuple(r["trace"] for r in rows) != TRACE_NAMES:
         raise ValueError(f"{_REFERENCE_CSV}: traces {tuple(r['trace'] for r in rows)} != {TRACE_NAMES}")
     return {r["trace"]: (float(r["mean_pct_epochs"]), float(r["std_pct_epochs"]),
@@ -80,9 +84,8 @@ def reference_moments():
     """Ruan et al. Table 2: columns trace, mean_pct_epochs, std_pct_epochs, has_inactive (a DataFrame)."""
     import pandas as pd
 
-    path = resources.files("hetfl").joinpath(_REFERENCE_CSV)
-    with path.open("r", encoding="utf-8") as fh:
-        return pd.read_csv(fh)
+    return pd.DataFrame([(t, *row) for t, row in _reference_rows().items()],
+                        columns=["trace", "mean_pct_epochs", "std_pct_epochs", "has_inactive"])
 
 
 def _clipped_normal_moments(mu: float, sigma: float, low: float) -> tuple[float, float]:
@@ -166,10 +169,8 @@ def _fit(mean: float, std: float, p_inactive: float, low: float) -> tuple[float,
 @functools.lru_cache(maxsize=1)
 def _fit_table() -> dict[tuple[str, float, float, float, float], tuple[float, float]]:
     """(trace, p_inactive, low, mean, std) -> (mu, sigma) from _FITS_CSV (floats written with repr: exact)."""
-    path = resources.files("hetfl").joinpath(_FITS_CSV)
-    with path.open("r", encoding="utf-8") as fh:
-        return {(r["trace"], *(float(r[k]) for k in _FIT_COLUMNS[1:5])): (float(r["mu"]), float(r["sigma"]))
-                for r in csv.DictReader(fh)}
+    return {(r["trace"], *(float(r[k]) for k in _FIT_COLUMNS[1:5])): (float(r["mu"]), float(r["sigma"]))
+            for r in _package_csv(_FITS_CSV)}
 
 
 def fit_rows(p_inactive: float = DEFAULT_P_INACTIVE, low: float = DEFAULT_LOW) -> list[dict[str, object]]:
