@@ -1,14 +1,19 @@
 """hetfl.scheduling: the order Snakemake is asked to run jobs in (never what they compute)."""
 
-from types import SimpleNamespace
+from dataclasses import replace
 
 import pytest
 
-from hetfl.scheduling import REPORT_PRIORITY, evaluated_rounds, train_priorities
+from hetfl.config import expand_runs, validate_config
+from hetfl.scheduling import REPORT_PRIORITY, train_priorities
+
+_BASE = next(iter(expand_runs(validate_config({"experiments": {"e": {
+    "table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+    "schemes": ["A"], "num_traces": [1], "seeds": [0], "num_devices": 4, "rounds": 10}}}))))
 
 
 def _spec(experiment, rounds, eval_every):
-    return SimpleNamespace(experiment=experiment, rounds=rounds, eval_every=eval_every)
+    return replace(_BASE, experiment=experiment, rounds=rounds, eval_every=eval_every)
 
 
 @pytest.mark.parametrize(("rounds", "eval_every", "expected"), [
@@ -18,7 +23,7 @@ def _spec(experiment, rounds, eval_every):
     (3, 10, 1),     # only the last round
 ])
 def test_evaluated_rounds_count_every_kth_round_and_the_last(rounds, eval_every, expected):
-    assert evaluated_rounds(_spec("e", rounds, eval_every)) == expected
+    assert _spec("e", rounds, eval_every).evaluated_rounds == expected
 
 
 def test_experiments_with_larger_mirrors_train_first_and_reports_come_before_any_training():

@@ -177,7 +177,7 @@ def estimate_run(spec: RunSpec) -> Estimate:
     n_train = n * (1 - spec.test_fraction)
     n_global = SOURCE_SIZES.get(spec.dataset, (0, 0))[1] if spec.global_test else 0
     sample_steps = round_sample_steps(spec, n_train) * spec.rounds
-    evals = math.ceil(spec.rounds / spec.eval_every)
+    evals = spec.evaluated_rounds
     per_step = max(3 * cost.flops / cost.rate, MIN_SAMPLE_SECONDS)
     per_eval = max(cost.flops / cost.rate, MIN_SAMPLE_SECONDS / 3)  # forward only: a third of a step
     seconds = sample_steps * per_step + evals * (n + n_global) * per_eval + spec.rounds * ROUND_SECONDS

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
@@ -424,6 +425,12 @@ class RunSpec:
         else:
             spec.update(partition=self.partition, data_dir=self.data_dir, global_test=self.global_test)
         return spec
+
+    @property
+    def evaluated_rounds(self) -> int:
+        """Rounds at which the global model is evaluated: every eval_every-th and the last
+        (engine.runner's RunLoop.finish, not counting a diverged round)."""
+        return math.ceil(self.rounds / self.eval_every)
 
     @property
     def split_setting(self) -> str:

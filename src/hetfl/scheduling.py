@@ -18,7 +18,6 @@ Priorities only order jobs that are ready at the same time: no result depends on
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from hetfl.config import RunSpec
@@ -27,19 +26,13 @@ from hetfl.config import RunSpec
 REPORT_PRIORITY = 1000
 
 
-def evaluated_rounds(spec: RunSpec) -> int:
-    """Rounds at which a run is evaluated (every eval_every-th and the last): how many steps its metrics
-    are mirrored at (hetfl.tracking.mirrored_rows, `evaluated`)."""
-    return math.ceil(spec.rounds / spec.eval_every)
-
-
 def train_priorities(specs: Iterable[RunSpec]) -> dict[str, int]:
     """experiment -> priority of its training jobs: 1 for the smallest mirror up to one per experiment for
     the largest (ties by name), all below REPORT_PRIORITY. The size of a mirror is its runs' evaluated
-    rounds summed."""
+    rounds (RunSpec.evaluated_rounds: the steps their metrics are mirrored at) summed."""
     size: dict[str, int] = {}
     for spec in specs:
-        size[spec.experiment] = size.get(spec.experiment, 0) + evaluated_rounds(spec)
+        size[spec.experiment] = size.get(spec.experiment, 0) + spec.evaluated_rounds
     order = sorted(size, key=lambda e: (size[e], e))
     if len(order) >= REPORT_PRIORITY:
         raise ValueError(f"{len(order)} experiments: train priorities must stay below REPORT_PRIORITY "

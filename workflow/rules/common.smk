@@ -24,8 +24,9 @@ RUNS = {(s.experiment, s.run): s for s in expand_runs(config)}
 _RUN_TABLES = {s.table for s in RUNS.values()} - {"none"}
 # plus the tables built from another table's runs (hetfl.reports.tables.SOURCES: fairness from bmta)
 TABLES = sorted(_RUN_TABLES | {t for t, src in TABLE_SOURCES.items() if src in _RUN_TABLES})
-# Snakemake's priority of each experiment's training jobs; tables, figures and mirrors get REPORT_PRIORITY
-# (hetfl.scheduling: the largest MLflow mirrors, which run one at a time, start while others still train)
+# Snakemake's priority of each experiment's training jobs; splits, traces, tables, figures and mirrors get
+# REPORT_PRIORITY (hetfl.scheduling: the largest MLflow mirrors, which run one at a time, start while others
+# still train)
 TRAIN_PRIORITY = train_priorities(RUNS.values())
 # tables whose experiments have a readings axis also get <table>_readings.{md,csv}
 READINGS_TABLES = sorted({s.table for s in RUNS.values() if s.reading} - {"none"})
