@@ -121,7 +121,20 @@ def test_a_yaml_error_names_its_line_before_snakemake_starts(tmp_path, capsys):
 
 
 def test_the_run_lets_one_mlflow_mirror_run_at_a_time_unless_told_otherwise():
+    rate = ["--max-jobs-per-timespan", reproduce.LOCAL_JOB_RATE]
     assert reproduce.run_args(["--cores", "2"]) == [
-        "--rerun-incomplete", "--keep-going", "--resources", "mlflow_store=1", "--cores", "2"]
+        "--rerun-incomplete", "--keep-going", "--resources", "mlflow_store=1", *rate, "--cores", "2"]
     for own in (["--resources", "mlflow_store=2"], ["--resources=gpu=1"]):
-        assert reproduce.run_args(own) == ["--rerun-incomplete", "--keep-going", *own]
+        assert reproduce.run_args(own) == ["--rerun-incomplete", "--keep-going", *rate, *own]
+
+
+def test_the_scheduler_wakes_on_jobs_ends_unless_told_otherwise():
+    """Snakemake's default 100/1s re-runs the scheduler every second per finished job (LOCAL_JOB_RATE);
+    a rate the caller gives is theirs, and the constant is one Snakemake's own parser takes."""
+    from snakemake.settings.types import MaxJobsPerTimespan
+
+    limit = MaxJobsPerTimespan.parse_choice(reproduce.LOCAL_JOB_RATE)
+    assert (limit.max_jobs, limit.timespan) == (10000, 10)
+    for own in (["--max-jobs-per-timespan", "50/1m"], ["--max-jobs-per-timespan=50/1m"]):
+        args = reproduce.run_args(own)
+        assert reproduce.LOCAL_JOB_RATE not in args and args[-len(own):] == own

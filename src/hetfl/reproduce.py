@@ -12,7 +12,8 @@ point, before starting snakemake:
 3. runs snakemake with --rerun-incomplete (jobs cut off by the kill run again; finished jobs are kept)
    and --keep-going (a failing job does not stop the tables that do not depend on it), and
    --resources mlflow_store=1 (one MLflow mirror at a time: rule track; unless the arguments set
-   --resources);
+   --resources), and --max-jobs-per-timespan 10000/10s (LOCAL_JOB_RATE: Snakemake's scheduler wakes on
+   jobs' ends, not every second; unless the arguments set it);
 4. ends by writing reports/report.html (`snakemake --report`, same config; docs/report.md): every table
    and figure with its caption, opening on the fidelity summary. After a failed run it is still written
    when the outputs it bundles exist, and its failure is reported without hiding the run's.
@@ -104,12 +105,28 @@ def main(argv: list[str] | None = None) -> int:
     return code or report
 
 
+#: `--max-jobs-per-timespan` of a local run. Snakemake's default, 100/1s, makes each pass of its scheduler
+#: that leaves jobs waiting start a 1-second timer that triggers another pass, which starts another timer:
+#: every job that finishes while others wait adds one such chain, and each pass re-evaluates the params and
+#: resources and stats the inputs of every waiting job (snakemake/scheduling/job_scheduler.py, 9.27). In a
+#: make reproduce on 2 cores the scheduler took 537 CPU-s, a fifth of all the run's CPU. Passes are also
+#: triggered by every job that ends, so a 10-second timespan loses nothing but the wait for the last timer
+#: at exit (at most 10 s), and 10,000 jobs per 10 s never limits a local run.
+LOCAL_JOB_RATE = "10000/10s"
+
+
+def _given(rest: list[str], option: str) -> bool:
+    return any(a == option or a.startswith(option + "=") for a in rest)
+
+
 def run_args(rest: list[str]) -> list[str]:
-    """The run's snakemake arguments: recover (--rerun-incomplete, --keep-going) and let one MLflow mirror
-    run at a time (rule track's `mlflow_store` resource: the store takes one writer, and a mirror waiting for
-    it would hold a core), unless the caller sets --resources itself."""
-    own = [] if any(a == "--resources" or a.startswith("--resources=") for a in rest) else \
-        ["--resources", "mlflow_store=1"]
+    """The run's snakemake arguments: recover (--rerun-incomplete, --keep-going); let one MLflow mirror run
+    at a time (rule track's `mlflow_store` resource: the store takes one writer, and a mirror waiting for it
+    would hold a core) unless the caller sets --resources; re-evaluate the schedule on jobs' ends rather
+    than every second (LOCAL_JOB_RATE) unless the caller sets --max-jobs-per-timespan."""
+    own = [] if _given(rest, "--resources") else ["--resources", "mlflow_store=1"]
+    if not _given(rest, "--max-jobs-per-timespan"):
+        own += ["--max-jobs-per-timespan", LOCAL_JOB_RATE]
     return ["--rerun-incomplete", "--keep-going", *own, *rest]
 
 
