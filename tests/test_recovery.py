@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from hetfl import reproduce
 
@@ -138,3 +139,5 @@ def test_the_scheduler_wakes_on_jobs_ends_unless_told_otherwise():
     for own in (["--max-jobs-per-timespan", "50/1m"], ["--max-jobs-per-timespan=50/1m"]):
         args = reproduce.run_args(own)
         assert reproduce.LOCAL_JOB_RATE not in args and args[-len(own):] == own
+    profile = yaml.safe_load((ROOT / "workflow/profiles/default/config.yaml").read_text())
+    assert profile["max-jobs-per-timespan"] == reproduce.LOCAL_JOB_RATE
