@@ -96,3 +96,27 @@ def test_a_small_grid_is_projected_from_two_measured_runs(tmp_path):
     for f, rounds in ((0.25, 2), (0.5, 4)):
         runs = sorted((tmp_path / f"f{f:g}" / "results/e").glob("*/run.json"))
         assert len(runs) == 2 and all(f'"rounds": {rounds}' in r.read_text() for r in runs)
+
+
+def test_the_workflow_is_run_at_make_reproduces_job_rate(tmp_path, monkeypatch):
+    """Snakemake's default 100/1s rate costs minutes of scheduler CPU on a grid (docs/engine.md); a
+    projection must time the grid as `make reproduce` runs it."""
+    import subprocess
+
+    from hetfl.reproduce import LOCAL_JOB_RATE
+
+    calls = []
+
+    def fake_run(argv, **kwargs):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr("hetfl.projection.subprocess.run", fake_run)
+    config = validate_config({"experiments": {"e": {
+        "table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+        "num_devices": 4, "schemes": ["C"], "num_traces": [1], "rounds": 20, "seeds": [0]}}})
+    project(config, [0.1, 0.2], workdir=tmp_path, snakefile=ROOT / "Snakefile")
+    assert len(calls) == 2
+    for argv in calls:
+        i = argv.index("--max-jobs-per-timespan")
+        assert argv[i + 1] == LOCAL_JOB_RATE == "10000/10s"

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from hetfl.config import ConfigError, expand_runs, validate_config
+from hetfl.reproduce import LOCAL_JOB_RATE
 
 #: datasets that need no data on disk (generated, or shipped with a Python package)
 OFFLINE = ("synthetic", "quadratic", "digits", "mnist5k")
@@ -169,7 +170,8 @@ def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), co
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(Path(snakefile).resolve()),
                                    "--directory", str(run_dir), "--configfile", str(run_dir / "config.yaml"),
-                                   "--cores", str(cores), "--resources", "mlflow_store=1", "--quiet"],
+                                   "--cores", str(cores), "--resources", "mlflow_store=1", "--quiet",
+                                   "--max-jobs-per-timespan", LOCAL_JOB_RATE],  # as make reproduce runs
                                   capture_output=True, text=True, env=env)
             seconds = time.perf_counter() - t0
             if proc.returncode:
