@@ -63,12 +63,13 @@ def test_an_unknown_installer_is_refused_before_anything_is_installed(install_de
     assert "HETFL_INSTALLER" in err and "'conda'" in err and "uv" in err and "pip" in err
 
 
-def test_pip_is_used_when_uv_fails(install_deps, monkeypatch):
+def _install(install_deps, monkeypatch, uv_fails: bool) -> list[list[str]]:
+    """main() with every command recorded instead of run (an empty pip config); the commands, in order."""
     calls = []
 
     def run(cmd, **kwargs):
         calls.append(cmd)
-        if "uv" in cmd[2:4]:  # `python -m uv pip install ...`: uv cannot resolve here
+        if uv_fails and "uv" in cmd[2:4]:  # `python -m uv pip install ...`: uv cannot resolve here
             raise subprocess.CalledProcessError(1, cmd)
         if cmd[-2:] == ["config", "list"]:
             return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
@@ -77,6 +78,11 @@ def test_pip_is_used_when_uv_fails(install_deps, monkeypatch):
     monkeypatch.setattr(install_deps.subprocess, "run", run)
     monkeypatch.delenv("HETFL_INSTALLER", raising=False)
     assert install_deps.main(["requirements.lock"]) == 0
+    return calls
+
+
+def test_pip_is_used_when_uv_fails(install_deps, monkeypatch):
+    calls = _install(install_deps, monkeypatch, uv_fails=True)
     pip_installs = [c for c in calls if c[1:4] == ["-m", "pip", "install"]]
     assert pip_installs[-2][4:6] == ["-r", "requirements.lock"]
     assert pip_installs[-1][4:7] == ["--no-deps", "-e", "."]
@@ -86,17 +92,7 @@ def test_pip_is_used_when_uv_fails(install_deps, monkeypatch):
 def test_uv_compiles_what_it_installs_and_hetfl_is_compiled_too(install_deps, monkeypatch):
     """Without bytecode, a machine with PYTHONDONTWRITEBYTECODE=1 compiles torch, mlflow, pandas and
     matplotlib from source in every process (import torch 5.3 s instead of 2.2)."""
-    calls = []
-
-    def run(cmd, **kwargs):
-        calls.append(cmd)
-        if cmd[-2:] == ["config", "list"]:
-            return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
-        return subprocess.CompletedProcess(cmd, 0)
-
-    monkeypatch.setattr(install_deps.subprocess, "run", run)
-    monkeypatch.delenv("HETFL_INSTALLER", raising=False)
-    assert install_deps.main(["requirements.lock"]) == 0
+    calls = _install(install_deps, monkeypatch, uv_fails=False)
     uv_installs = [c for c in calls if c[1:5] == ["-m", "uv", "pip", "install"]]
     assert len(uv_installs) == 2 and all("--compile-bytecode" in c for c in uv_installs)
     assert not [c for c in calls if c[1:4] == ["-m", "pip", "install"] and "-r" in c]  # no pip fallback
