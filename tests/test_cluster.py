@@ -100,6 +100,34 @@ def test_a_cell_adds_up_its_runs():
         cluster.estimate([])
 
 
+def _cells(specs):
+    cells = {}
+    for spec in specs:
+        cells.setdefault(spec.cell, []).append(spec)
+    return cells
+
+
+def test_short_cells_share_a_job_by_group_then_by_setting():
+    """Two settings × two seeds (4 cells): one job for all while the four are short together, one per setting
+    while each setting is, one per cell past that or when the settings' seeds differ."""
+    settings = {"N": {"alpha": 1.0, "beta": 1.0}, "M": {"alpha": 0.5, "beta": 0.5}}
+    cells = _cells(_synthetic(settings=settings, seeds=[0, 1], schemes=["A", "B"]))
+    assert len(cells) == 4
+    whole = cluster.estimate([s for runs in cells.values() for s in runs]).seconds
+    setting = cluster.estimate([s for runs in cells.values() for s in runs if s.setting == "N"]).seconds
+    assert setting < whole  # the arithmetic below: each limit sits between two of these
+    assert cluster.cells_per_job(cells, limit=whole + 1) == "group"
+    assert cluster.cells_per_job(cells, limit=whole) == "setting"
+    assert cluster.cells_per_job(cells, limit=setting) == "cell"
+    uneven = {k: v for k, v in cells.items() if not (v[0].setting == "M" and v[0].seed == 1)}
+    rest = cluster.estimate([s for runs in uneven.values() for s in runs]).seconds
+    assert setting < rest and cluster.cells_per_job(uneven, limit=rest + 1) == "group"
+    assert cluster.cells_per_job(uneven, limit=rest) == "cell"  # M has one seed, N two: no common outputs
+    assert cluster.cells_per_job(cells) == "group"  # the default limit: these are seconds of work
+    with pytest.raises(ValueError, match="no cells"):
+        cluster.cells_per_job({})
+
+
 def test_long_jobs_are_not_grouped_and_capped_by_the_environment():
     (spec,) = _synthetic(rounds=20_000, sizes={"distribution": "equal", "size": 1000}, local_work="epochs")
     assert cluster.estimate([spec]).seconds > cluster.SHORT_SECONDS

@@ -91,35 +91,39 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     assert f"experiments.{EXP}.local_epochs' has value 0" in proc.stderr + proc.stdout
 
 
-@pytest.mark.parametrize(("config", "train", "split", "trace"), [
-    ("ruan2021_table3_synthetic", 2 * 8 * 3 * 5, 2 * 5, 8 * 5),
-    ("ruan2021_table3_mnist", 2 * 8 * 3 * 3, 2 * 3, 8 * 3),
-    ("ruan2021_table3_emnist", 2 * 8 * 3 * 3, 2 * 3, 8 * 3),
-    ("ruan2021_table4", 3 * 4 * 2 * 5, 3 * 5, 2 * 5),  # datasets × τ0 × {fast, vanilla} × seeds
-    ("ruan2021_table5", 3 * 9 * 2 * 5, 3 * 5, 5),  # (α, β) × τ0 × {include, exclude} × seeds
-    ("ruan2021_figure5", 2 * 3, 3, 3),
-    ("ma2022_efl_text", 4 * 2 * 3, 4 * 3, 2 * 2 * 3),  # {Shakespeare, Sent140} × {FedAvg, EFL} × |T| × seeds
-    ("ma2022_efl_table2_mnist", 8 * 3, 3, 3),  # Table 2's six + FedProx, SCAFFOLD × seeds
-    ("ma2022_efl_table2_cifar100", 8 * 2 * 3, 2 * 3, 3),  # × {IID, NIID}
-    ("ma2022_efl_table2_shakespeare", 6 * 3, 3, 3),
-    ("ma2022_efl_table2_sent140", 6 * 3, 3, 3),
-    ("objective_inconsistency", 2 * 10 * 3, 2 * 10, 2),  # η × (τ, p) settings × algorithms; a trace per R
-    ("tian2022_fedfor_table2", 5 * 4 * 3, 5 * 3, 3 * 3),  # E × methods × seeds; a trace per (rounds, seed)
-    ("tian2022_fedfor_table3", 5 * 5 * 3, 5 * 3, 3 * 3),
-    ("tian2022_fedfor_table4", 5 * 5 * 3, 5 * 3, 3 * 3),
-    ("tian2022_fedfor_table5", 5 * 4 * 3, 5 * 3, 3),
-    ("fedelasticnet_comm", 2 * 9 * 3, 2 * 3, 3),  # Dirichlet 0.3/0.6 × algorithms × seeds
+@pytest.mark.parametrize(("config", "train", "split", "trace", "jobs"), [
+    ("ruan2021_table3_synthetic", 2 * 8 * 3 * 5, 2 * 5, 8 * 5, 2),
+    ("ruan2021_table3_mnist", 2 * 8 * 3 * 3, 2 * 3, 8 * 3, 2 * 3),
+    ("ruan2021_table3_emnist", 2 * 8 * 3 * 3, 2 * 3, 8 * 3, 2 * 3),
+    ("ruan2021_table4", 3 * 4 * 2 * 5, 3 * 5, 2 * 5, 2 * 5 + 1),  # datasets × τ0 × {fast, vanilla} × seeds
+    ("ruan2021_table5", 3 * 9 * 2 * 5, 3 * 5, 5, 3),  # (α, β) × τ0 × {include, exclude} × seeds
+    ("ruan2021_figure5", 2 * 3, 3, 3, 3),
+    # {Shakespeare, Sent140} × {FedAvg, EFL} × |T| × seeds
+    ("ma2022_efl_text", 4 * 2 * 3, 4 * 3, 2 * 2 * 3, 4 * 3),
+    ("ma2022_efl_table2_mnist", 8 * 3, 3, 3, 3),  # Table 2's six + FedProx, SCAFFOLD × seeds
+    ("ma2022_efl_table2_cifar100", 8 * 2 * 3, 2 * 3, 3, 2 * 3),  # × {IID, NIID}
+    ("ma2022_efl_table2_shakespeare", 6 * 3, 3, 3, 3),
+    ("ma2022_efl_table2_sent140", 6 * 3, 3, 3, 3),
+    ("objective_inconsistency", 2 * 10 * 3, 2 * 10, 2, 2),  # η × (τ, p) settings × algorithms; a trace per R
+    # E × methods × seeds; a trace per (rounds, seed)
+    ("tian2022_fedfor_table2", 5 * 4 * 3, 5 * 3, 3 * 3, 5 * 3),
+    ("tian2022_fedfor_table3", 5 * 5 * 3, 5 * 3, 3 * 3, 5),
+    ("tian2022_fedfor_table4", 5 * 5 * 3, 5 * 3, 3 * 3, 1),
+    ("tian2022_fedfor_table5", 5 * 4 * 3, 5 * 3, 3, 5 * 3),
+    ("fedelasticnet_comm", 2 * 9 * 3, 2 * 3, 3, 2 * 3),  # Dirichlet 0.3/0.6 × algorithms × seeds
 ])
-def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace, tmp_path):
+def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace, jobs, tmp_path):
     """--configfile replaces the embedded default (no merge): only the paper grid is listed; its runs train
-    in one job per cell (the runs that share a split)."""
+    in one job per cell (the runs that share a split), or per setting or experiment where those cells are
+    short (hetfl.cluster.cells_per_job: SYNTHETIC Table 3, 4 and 5, objective inconsistency, FedFOR's
+    Tables 3-4)."""
     path = ROOT / f"workflow/config/paper/{config}.yaml"
     assert len(list(expand_runs(load_config(path)))) == train
     proc = _dry_run(path, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     stats = (proc.stdout + proc.stderr).split("Job stats:")[1]
     counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
-    assert sum(int(n) for rule, n in counts.items() if rule.startswith("train_")) == split
+    assert sum(int(n) for rule, n in counts.items() if rule.startswith("train_")) == jobs
     assert counts["split"] == str(split) and counts["trace"] == str(trace)
 
 
@@ -134,3 +138,34 @@ def test_schema_enums_match_the_registries():
     assert set(exp["model"]["enum"]) == set(MODELS) | {"quadratic"}
     assert set(exp["dataset"]["enum"]) == {"synthetic", "quadratic"} | set(SOURCES)
     assert set(exp["table"]["enum"]) == set(BUILDERS) | {"none"}
+
+
+def test_a_jobs_runs_fit_one_argument_and_come_back_equal():
+    """specs_to_json: Table 3's 150 runs of one setting (5 seeds) in full outgrow Linux's 128 KiB limit on
+    one command-line argument; the common-fields form keeps them well under it and decodes to equal specs."""
+    import json
+
+    from hetfl.config import specs_from_json, specs_to_json
+
+    specs = [s for s in expand_runs(load_config("workflow/config/quick.yaml"))
+             if s.experiment == "ruan2021_table3_synthetic" and s.split_setting == "NIID"]
+    assert len(specs) == 150 and len(json.dumps([s.to_dict() for s in specs])) > 128 * 1024
+    text = specs_to_json(specs)
+    assert len(text) < 32 * 1024
+    assert specs_from_json(text) == specs
+    assert specs_from_json(json.dumps([s.to_dict() for s in specs[:3]])) == specs[:3]  # a list of full specs
+    assert specs_from_json(specs_to_json(specs[:1])) == specs[:1]
+    with pytest.raises(ConfigError, match="a cell is a JSON list of run specs .* got a JSON str"):
+        specs_from_json('"NIID"')
+
+
+def test_a_reading_that_changes_the_data_has_its_own_split_directory():
+    """paths.split_dir is the workflow's data_splits/<split key>: the iid: false reading's split must not be
+    the setting's (by hand, `hetfl train --config` remade the setting's own split with the reading's data)."""
+    from hetfl import paths
+
+    specs = expand_runs(load_config("workflow/config/quick.yaml"))
+    own = next(s for s in specs if s.experiment == "ruan2021_table3_synthetic" and s.reading == "")
+    iid = next(s for s in specs if s.experiment == "ruan2021_table3_synthetic" and s.reading == "iid=false")
+    assert paths.split_dir(own) == Path("data_splits/ruan2021_table3_synthetic/IID/seed0")
+    assert paths.split_dir(iid) == Path("data_splits/ruan2021_table3_synthetic/IID__iid-false/seed0")

@@ -135,3 +135,41 @@ def test_finished_runs_are_restored_and_stale_checkpoints_ignored(tmp_path):
     info = json.loads((out / "run.json").read_text())
     assert result.rounds_done == SPEC.rounds and info["code_fingerprint"] == "0" * 16
     assert info["resumed_from_round"] is None and info["wall_time_s"] != json.loads(first["r"])["wall_time_s"]
+
+
+def test_a_job_of_several_cells_writes_what_one_job_per_cell_writes(tmp_path):
+    """`hetfl train --cell` with the runs of two cells (two seeds) and --splits-root trains both, cell after
+    cell, and each run's metrics are those of a job for its cell alone (--split)."""
+    from hetfl import paths
+    from hetfl.config import specs_to_json
+
+    specs = [dataclasses.replace(SPEC, algorithm="fedavg", algorithm_params={}, rounds=4, seed=seed,
+                                 scheme=scheme, run=f"NIID_{scheme}_s{seed}")
+             for seed in (0, 1) for scheme in ("A", "C")]
+    root = tmp_path / "data_splits"
+    for spec in specs:
+        make_split(paths.split_dir(spec, root) / "split.npz", spec.split_spec(), spec.seed)
+        make_traces(paths.trace_file(spec, root), traceset=spec.traceset, num_devices=spec.num_devices,
+                    rounds=spec.rounds, seed=spec.seed)
+
+    def train(cell, results, *split):
+        cmd = [sys.executable, "-m", "hetfl.cli", "train", "--cell", specs_to_json(cell), "--traces-root",
+               str(root), "--results-root", str(results), *split]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    both = train(specs, tmp_path / "both", "--splits-root", str(root))
+    assert both.returncode == 0, both.stderr
+    assert "cell e/NIID/seed0: 2 ok" in both.stderr and "cell e/NIID/seed1: 2 ok" in both.stderr
+    for seed in (0, 1):
+        cell = [s for s in specs if s.seed == seed]
+        alone = train(cell, tmp_path / "alone", "--split", str(paths.split_dir(cell[0], root) / "split.npz"))
+        assert alone.returncode == 0, alone.stderr
+        for spec in cell:
+            both_m, alone_m = (pd.read_parquet(tmp_path / kind / "e" / spec.run / "metrics.parquet")
+                               for kind in ("both", "alone"))
+            pd.testing.assert_frame_equal(both_m, alone_m)
+    # one --split cannot serve two cells: refused before any training
+    refused = train(specs, tmp_path / "refused", "--split", str(root / "e/NIID/seed0/split.npz"))
+    assert refused.returncode != 0
+    assert "--split names one split, but --cell has runs of 2 cells" in refused.stderr
+    assert not (tmp_path / "refused").exists()

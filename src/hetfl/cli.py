@@ -188,20 +188,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from hetfl import paths
-    from hetfl.config import RunSpec
+    from hetfl.config import RunSpec, specs_from_json
     from hetfl.pipeline import run_cell, run_training, spec_from_arg
 
     torch.set_num_threads(args.threads)
-    if args.cell:  # the workflow: every run of a cell in this process
-        if not args.split:
-            raise ConfigError("hetfl train --cell needs --split")
-        text = args.cell if args.cell.lstrip().startswith("[") else Path(args.cell).read_text()
-        specs = [RunSpec.from_dict(d) for d in json.loads(text)]
-        traces = {s.run: paths.trace_file(s, args.traces_root) for s in specs}
-        statuses = run_cell(specs, Path(args.split), traces, args.results_root or "results", args.log_dir,
-                            device=args.device, checkpoint_every=args.checkpoint_every)
-        print(f"cell {specs[0].split_key}: " + ", ".join(f"{n} {s}" for s, n in _count(statuses.values())),
-              file=sys.stderr)
+    if args.cell:  # the workflow: every run of one or more cells in this process, cell after cell
+        if not (args.split or args.splits_root):
+            raise ConfigError("hetfl train --cell needs --split (one cell) or --splits-root")
+        text = args.cell if args.cell.lstrip()[:1] in "[{" else Path(args.cell).read_text()
+        cells: dict[str, list[RunSpec]] = {}
+        for spec in specs_from_json(text):
+            cells.setdefault(spec.split_key, []).append(spec)
+        if args.split and len(cells) > 1:
+            raise ConfigError(f"hetfl train --split names one split, but --cell has runs of {len(cells)} "
+                              f"cells ({', '.join(cells)}); use --splits-root")
+        for key, specs in cells.items():
+            split = Path(args.split or paths.split_dir(specs[0], args.splits_root) / "split.npz")
+            traces = {s.run: paths.trace_file(s, args.traces_root) for s in specs}
+            statuses = run_cell(specs, split, traces, args.results_root or "results", args.log_dir,
+                                device=args.device, checkpoint_every=args.checkpoint_every)
+            print(f"cell {key}: " + ", ".join(f"{n} {s}" for n, s in _count(statuses.values())),
+                  file=sys.stderr)
         return 0
     if args.spec:
         if not (args.split and args.traces and args.out):
@@ -450,8 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_trace)
 
     p = sub.add_parser("train", help="train one run (or a cell of runs); writes metrics.parquet and run.json")
-    p.add_argument("--cell", help="a JSON list of run specs sharing one split (or a file holding it): the "
-                                  "workflow trains a cell in one process; needs --split")
+    p.add_argument("--cell", help="run specs as JSON (a list, or hetfl.config.specs_to_json's form) or a "
+                                  "file holding them: the workflow trains one or more cells (runs sharing a "
+                                  "split) in one process; needs --split (one cell) or --splits-root")
+    p.add_argument("--splits-root", help="with --cell: where data_splits/<experiment>/<setting>/seed<s> are")
     p.add_argument("--traces-root", default="data_splits", help="with --cell: where data_splits/traces is")
     p.add_argument("--log-dir", help="with --cell: write each run's progress to <log-dir>/<run>.log")
     p.add_argument("--checkpoint-every", type=int, default=20,

@@ -1,12 +1,13 @@
 """What a training job asks a cluster scheduler for, estimated from the scale of the runs it trains.
 
-A training job trains a list of runs (today one run; one (experiment, setting, seed) cell once the
-workflow trains cells). ``estimate`` adds up their work from RunSpec fields alone — model, dataset,
-devices, sizes, epochs, rounds, evaluation cadence — without importing torch or reading data, so that
-Snakemake can call it for every job while it builds the DAG. ``train_resources`` and ``train_group``
-turn the estimate into the SLURM executor's resources (``mem_mb``, ``runtime`` in minutes, ``gpu``,
-partition and account) and a job group for the short runs. docs/cluster.md gives every constant's
-source; the estimates are requests, meant to err on the large side, not predictions.
+A training job trains a list of runs: one cell (the runs that share a split), or all the cells of a
+setting or of an experiment when they are short (``cells_per_job``). ``estimate`` adds up their work from
+RunSpec fields alone — model, dataset, devices, sizes, epochs, rounds, evaluation cadence — without
+importing torch or reading data, so that Snakemake can call it for every job while it builds the DAG.
+``train_resources`` and ``train_group`` turn the estimate into the SLURM executor's resources (``mem_mb``,
+``runtime`` in minutes, ``gpu``, partition and account) and a job group for the short runs.
+docs/cluster.md gives every constant's source; the estimates are requests, meant to err on the large side,
+not predictions.
 
 Where a job runs (partition, account, GPUs) is the user's, never the code's: it comes from the
 environment through ``ClusterOptions.from_environ`` (or from the profile's resources, which these
@@ -80,6 +81,11 @@ BASE_MB = 1_000  # interpreter with torch, numpy, pandas loaded (peak RSS 320-45
 STATE_COPIES = 4
 SAFETY = 2.0  # requests = 2 × the estimate (shared nodes, slower cores, evaluation not modelled exactly)
 SHORT_SECONDS = 300.0  # a job under five minutes spends about as long queueing and starting: group it
+# cells estimated under this in all train in one process (cells_per_job): a process start is a few
+# seconds (`import torch` ≈ 2 s, hetfl, the code fingerprint) against a SYNTHETIC cell's 5-25 s of
+# training, while a job this short loses little of a cluster's parallelism (the estimates run ~6x over
+# SYNTHETIC's measured times)
+BUNDLE_SECONDS = 900.0
 GROUP_SHORT = "hetfl_short"  # the group id the slurm profile's group-components refers to
 
 
@@ -267,6 +273,32 @@ def train_resources(specs: Sequence[RunSpec], options: ClusterOptions, attempt: 
         "slurm_account": options.account,
     }
     return {name: values[name] for name in resource_names(options)}
+
+
+def cells_per_job(cells: Mapping[str, Sequence[RunSpec]], limit: float = BUNDLE_SECONDS) -> str:
+    """How many of these cells (split key -> its runs; cells whose runs have the same names up to setting
+    and seed, i.e. one rule of the workflow) one training job trains:
+
+    - "group": all of them, when their estimate together is under ``limit``;
+    - "setting": those of one setting (every seed), when each setting's estimate is under ``limit`` and
+      every setting has the same seeds (the rule's outputs are then its templates over those seeds);
+    - "cell": one cell (the runs sharing a split), as large grids do.
+
+    A job's runs, outputs, logs and checkpoints are the same whichever it is; only the processes differ."""
+    if not cells:
+        raise ValueError("cells_per_job: no cells given")
+    specs = [s for runs in cells.values() for s in runs]
+    if estimate(specs).seconds < limit:
+        return "group"
+    by_setting: dict[str, list[RunSpec]] = {}
+    seeds: dict[str, set[int]] = {}
+    for runs in cells.values():
+        by_setting.setdefault(runs[0].setting, []).extend(runs)
+        seeds.setdefault(runs[0].setting, set()).add(runs[0].seed)
+    same_seeds = len({frozenset(v) for v in seeds.values()}) == 1
+    if same_seeds and all(estimate(runs).seconds < limit for runs in by_setting.values()):
+        return "setting"
+    return "cell"
 
 
 def train_device(specs: Sequence[RunSpec], options: ClusterOptions) -> str:

@@ -462,8 +462,31 @@ class RunSpec:
 
     @property
     def cell(self) -> str:
-        """The training job this run belongs to: every run that shares its split trains in one process."""
+        """The runs that share this run's split: they train in one process, alone or with the other cells of
+        their setting or experiment when those are short (hetfl.cluster.cells_per_job)."""
         return self.split_key
+
+
+def specs_to_json(specs: list[RunSpec]) -> str:
+    """The runs a training job trains, as one command-line argument: {"common": the fields every run has
+    alike, "runs": each run's other fields}. Listing each spec in full outgrows Linux's limit on one
+    argument (MAX_ARG_STRLEN, 128 KiB) at about 125 SYNTHETIC runs; the runs of a job differ in a few
+    fields (scheme, |T|, seed, run name), so this form is about a tenth of that."""
+    dicts = [s.to_dict() for s in specs]
+    common = {k: v for k, v in dicts[0].items() if all(d[k] == v for d in dicts[1:])} if dicts else {}
+    runs = [{k: v for k, v in d.items() if k not in common} for d in dicts]
+    return json.dumps({"common": common, "runs": runs}, sort_keys=True)
+
+
+def specs_from_json(text: str) -> list[RunSpec]:
+    """The runs of specs_to_json's text, or of a JSON list of full specs."""
+    data = json.loads(text)
+    if isinstance(data, dict) and set(data) == {"common", "runs"}:
+        return [RunSpec.from_dict({**data["common"], **run}) for run in data["runs"]]
+    if isinstance(data, list):
+        return [RunSpec.from_dict(d) for d in data]
+    raise ConfigError("a cell is a JSON list of run specs or {\"common\": {...}, \"runs\": [...]}; got a "
+                      f"JSON {type(data).__name__}")
 
 
 def reading_suffix(reading: str) -> str:

@@ -8,7 +8,9 @@ from hetfl.config import RunSpec
 
 
 def split_dir(spec: RunSpec, root: str | Path = "data_splits") -> Path:
-    return Path(root) / spec.experiment / spec.setting / f"seed{spec.seed}"
+    """The run's split directory, data_splits/<split key> as the workflow writes it: a reading that changes
+    the data (iid: false) has a split of its own, <setting>__<reading>, beside the setting's."""
+    return Path(root) / spec.split_key
 
 
 def trace_file(spec: RunSpec, root: str | Path = "data_splits") -> Path:

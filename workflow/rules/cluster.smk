@@ -6,7 +6,8 @@
 import os
 import sys
 
-from hetfl.cluster import ClusterOptions, resource_names, train_device, train_group, train_resources
+from hetfl.cluster import (ClusterOptions, cells_per_job, resource_names, train_device, train_group,
+                           train_resources)
 
 try:
     CLUSTER = ClusterOptions.from_environ(os.environ)

@@ -4,7 +4,7 @@ import re
 import sys
 from collections import defaultdict
 
-from hetfl.config import ConfigError, expand_runs, validate_config
+from hetfl.config import ConfigError, expand_runs, specs_to_json, validate_config
 from hetfl.fingerprint import fingerprint
 from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
 from hetfl.reports.catalog import has_class_labels

@@ -1,14 +1,15 @@
-# One job per cell (the runs sharing a split), one rule per group of cells whose runs have the same names up
-# to (setting, seed) — usually one rule per experiment. `hetfl train --cell` trains the cell's runs in one
-# process, checkpoints every 20 rounds, and restores finished runs from their checkpoints when Snakemake
-# reruns a killed job. The code param reruns a cell when the code it runs changes (hetfl.fingerprint;
-# Snakemake's params rerun trigger).
+# One rule per group of cells (the runs sharing a split) whose runs have the same names up to (setting,
+# seed) — usually one rule per experiment. A job trains one cell, or every cell of its setting or of its
+# group when they are short (hetfl.cluster.cells_per_job: a process start costs about as much as a small
+# SYNTHETIC cell trains). `hetfl train --cell` trains them cell after cell in one process, checkpoints every
+# 20 rounds, and restores finished runs from their checkpoints when Snakemake reruns a killed job. The code
+# param reruns a job when the code it runs changes (hetfl.fingerprint; Snakemake's params rerun trigger).
 
 
 from functools import partial
 
 
-# The train jobs of a cell train the runs specs_of(wildcards), which share a split; from them come each job's
+# A train job trains the runs specs_of(wildcards); from them come each job's
 # resources (`resources: **cluster_resources(specs_of)`), group and `hetfl train --device`.
 def cluster_resources(specs_of):
     return {name: (lambda wc, attempt, name=name: train_resources(specs_of(wc), CLUSTER, attempt)[name])
@@ -23,48 +24,71 @@ def cluster_device(specs_of):
     return lambda wc: train_device(specs_of(wc), CLUSTER)
 
 
-def cell_specs(exp, suffix, wc):
-    return CELLS[f"{exp}/{wc.setting}{suffix}/seed{wc.seed}"]
+def job_cells(exp, suffix, cells, level, wc):
+    """The cells a job trains (hetfl.cluster.cells_per_job): its own (setting, seed), every seed of its
+    setting, or all the group's cells."""
+    if level == "cell":
+        return [f"{exp}/{wc.setting}{suffix}/seed{wc.seed}"]
+    if level == "setting":
+        return [k for k in cells if CELLS[k][0].setting == wc.setting]
+    return list(cells)
+
+
+def job_specs(exp, suffix, cells, level, wc):
+    return [s for key in job_cells(exp, suffix, cells, level, wc) for s in CELLS[key]]
 
 
 _GROUPS = train_groups()
 for _exp, _suffix, _templates, _cells in _GROUPS:
     _first = [CELLS[k][0] for k in _cells]
     _siblings = [g for g in _GROUPS if g[0] == _exp]
+    _index = _siblings.index((_exp, _suffix, _templates, _cells))
     _name = re.sub(r"[^A-Za-z0-9_]", "_", f"train_{_exp}")
+    _level = cells_per_job({k: CELLS[k] for k in _cells})
+    _specs_of = partial(job_specs, _exp, _suffix, _cells, _level)
+    # outputs: the templates with the wildcards this level keeps ({setting} and {seed}, {setting}, none)
+    if _level == "cell":
+        _runs = list(_templates)
+        _log = f"logs/train/{_exp}/cell_{{setting}}{_suffix}_seed{{seed}}.log"
+    elif _level == "setting":
+        _runs = [t.replace("{seed}", str(seed)) for seed in sorted({s.seed for s in _first}) for t in _templates]
+        _log = f"logs/train/{_exp}/cells_{{setting}}{_suffix}.log"
+    else:
+        _runs = [s.run for k in _cells for s in CELLS[k]]
+        _log = f"logs/train/{_exp}/cells{_suffix}" + ("" if len(_siblings) == 1 else f"_{_index}") + ".log"
 
     rule:
         name:
-            _name if len(_siblings) == 1 else f"{_name}_{_siblings.index((_exp, _suffix, _templates, _cells))}"
+            _name if len(_siblings) == 1 else f"{_name}_{_index}"
         input:
-            split=f"data_splits/{_exp}/{{setting}}{_suffix}/seed{{seed}}/split.npz",
-            traces=lambda wc, exp=_exp, suffix=_suffix: sorted(
-                {f"data_splits/traces/{s.trace_key}.npz" for s in cell_specs(exp, suffix, wc)}),
+            splits=lambda wc, exp=_exp, suffix=_suffix, cells=_cells, level=_level: [
+                f"data_splits/{key}/split.npz" for key in job_cells(exp, suffix, cells, level, wc)],
+            traces=lambda wc, specs_of=_specs_of: sorted(
+                {f"data_splits/traces/{s.trace_key}.npz" for s in specs_of(wc)}),
         output:
-            metrics=[f"results/{_exp}/{t}/metrics.parquet" for t in _templates],
-            info=[f"results/{_exp}/{t}/run.json" for t in _templates],
+            metrics=[f"results/{_exp}/{r}/metrics.parquet" for r in _runs],
+            info=[f"results/{_exp}/{r}/run.json" for r in _runs],
         log:
-            f"logs/train/{_exp}/cell_{{setting}}{_suffix}_seed{{seed}}.log",
+            _log,
         wildcard_constraints:
             setting="|".join(sorted({re.escape(s.setting) for s in _first})),
             seed="|".join(sorted({str(s.seed) for s in _first})),
         threads: 1
         params:
-            cell=lambda wc, exp=_exp, suffix=_suffix: json.dumps(
-                [s.to_dict() for s in cell_specs(exp, suffix, wc)], sort_keys=True),
-            code=lambda wc, exp=_exp, suffix=_suffix: fingerprint(
-                "train", tuple(sorted({s.algorithm for s in cell_specs(exp, suffix, wc)}))),
+            cell=lambda wc, specs_of=_specs_of: specs_to_json(specs_of(wc)),
+            code=lambda wc, specs_of=_specs_of: fingerprint(
+                "train", tuple(sorted({s.algorithm for s in specs_of(wc)}))),
             logs=f"logs/train/{_exp}",
-            device=cluster_device(partial(cell_specs, _exp, _suffix)),  # cuda when the job gets a GPU
+            device=cluster_device(_specs_of),  # cuda when the job gets a GPU
         # cluster placement (workflow/rules/cluster.smk, hetfl.cluster): memory, time limit, GPU, partition
-        # and account from the cell's scale and the environment; short CPU jobs share one cluster job
+        # and account from the job's scale and the environment; short CPU jobs share one cluster job
         group:
-            cluster_group(partial(cell_specs, _exp, _suffix))
+            cluster_group(_specs_of)
         resources:
-            **cluster_resources(partial(cell_specs, _exp, _suffix)),
+            **cluster_resources(_specs_of),
         # experiments with larger MLflow mirrors train first (hetfl.scheduling)
         priority: TRAIN_PRIORITY[_exp]
         shell:
-            "hetfl train --cell {params.cell:q} --split {input.split} --traces-root data_splits"
+            "hetfl train --cell {params.cell:q} --splits-root data_splits --traces-root data_splits"
             " --results-root results --log-dir {params.logs} --threads {threads} --device {params.device}"
             " > {log} 2>&1"
