@@ -2,6 +2,7 @@
 names, the training-runs view, in-place re-mirroring with no deleted runs, and untrusted run names."""
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -262,3 +263,25 @@ def test_metrics_are_mirrored_at_the_evaluated_rounds_unless_all_are_asked_for(s
     assert "1 replaced run(s) purged" in capsys.readouterr().err
     with pytest.raises(ValueError, match="rounds has value 'some'.*allowed: evaluated, all"):
         tracking.read_run(d, "some")
+
+
+def test_a_flat_stretch_is_mirrored_at_its_two_ends(store):
+    """Of the evaluated rounds over which a metric keeps one value, the mirror logs the first and the last:
+    MLflow's line through them is the same. A change, a return to an earlier value and NaN are kept."""
+    frame = pd.DataFrame(
+        [(r, "bytes_up", 8.0) for r in range(1, 7)]  # flat throughout: rounds 1 and 6
+        + [(r, "active", v) for r, v in zip(range(1, 7), [5, 5, 5, 4, 5, 5], strict=True)]
+        + [(r, "loss", v) for r, v in zip(range(1, 7), [1, 1, math.nan, math.nan, 1, 1], strict=True)],
+        columns=["round", "metric", "value"])
+    kept = tracking.flat_ends(frame)
+    rounds = {metric: sorted(kept.loc[kept["metric"] == metric, "round"])
+              for metric in frame["metric"].unique()}
+    assert rounds == {"bytes_up": [1, 6], "active": [1, 3, 4, 5, 6], "loss": [1, 2, 3, 4, 5, 6]}
+
+    d = _write_run(store, _spec("flat", run="IID_T8_C_s0"))
+    rows = [(r, m, v) for r in range(1, 6) for m, v in (("test_loss", 2.0 / r), ("bytes_up", 80.0))]
+    pd.DataFrame(rows, columns=["round", "metric", "value"]).to_parquet(d / "metrics.parquet", index=False)
+    run_id = tracking.mirror_run_dirs(store, [d]).runs["flat/IID_T8_C_s0"]
+    client = _client(store)
+    assert _steps(client, run_id, "bytes_up") == [1, 5]
+    assert _steps(client, run_id, "test_loss") == [1, 2, 3, 4, 5]

@@ -149,10 +149,12 @@ def mirrored_rows(m, rounds: str = "evaluated"):
 
     `evaluated`: every metric at the rounds the run was evaluated (eval_every, the last round, a diverged
     round), so the per-round diagnostics (lr, bytes, participation) sit beside the accuracy curve at the
-    same steps; a run without evaluated rounds keeps all. MLflow's SQL store inserts a row per value, ~0.2 ms
-    each, and a SYNTHETIC Table 3 run has 200 rounds of 9 diagnostics: logging them all was most of
-    `make reproduce`'s mirroring. `all`: every row. metrics.parquet, an artifact of the run, has every
-    round either way.
+    same steps; a run without evaluated rounds keeps all. Of a stretch of those rounds over which a metric
+    keeps one value, only its first and last are logged (flat_ends): MLflow draws the same line through
+    them. MLflow's SQL store inserts a row per value, ~0.2 ms each: a SYNTHETIC Table 3 run has 200 rounds
+    of 9 diagnostics, and logging them all was most of `make reproduce`'s mirroring; a third of the values
+    at the evaluated rounds are inside flat stretches (bytes, test samples, devices taking part).
+    `all`: every row. metrics.parquet, an artifact of the run, has every round either way.
     """
     if rounds not in MIRROR_ROUNDS:
         raise ValueError(f"rounds has value {rounds!r}, which is not allowed; allowed: "
@@ -160,7 +162,17 @@ def mirrored_rows(m, rounds: str = "evaluated"):
     evaluated = m.loc[m["metric"] == EVALUATION_MARKER, "round"]
     if rounds == "all" or evaluated.empty:
         return m
-    return m[m["round"].isin(set(evaluated) | {m["round"].max()})]
+    return flat_ends(m[m["round"].isin(set(evaluated) | {m["round"].max()})])
+
+
+def flat_ends(m):
+    """The rows of a (round, metric, value) frame less those inside a flat stretch: a row whose metric has
+    the same value at the metric's rows just before and just after it (by round) is dropped. Each metric
+    keeps its first and last row and every change; NaN equals nothing, so it is kept."""
+    m = m.sort_values(["metric", "round"], kind="stable")
+    by_metric = m.groupby("metric", sort=False)["value"]
+    inside = (m["value"] == by_metric.shift(1)) & (m["value"] == by_metric.shift(-1))
+    return m[~inside]
 
 
 def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
@@ -199,7 +211,8 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
                      params=spec, records=records, tags=tags, start_ms=start, end_ms=end,
                      status="FINISHED" if info.get("status") == "ok" else "FAILED",
                      artifacts=tuple((f, None) for f in files),
-                     content_sha256=content_sha256({**info, "mirrored_rounds": rounds},
+                     # "rows": mirrors logged before flat_ends had every evaluated round: replaced, not kept
+                     content_sha256=content_sha256({**info, "mirrored_rounds": rounds, "rows": "flat_ends"},
                                                    [d / "metrics.parquet"]))
 
 
