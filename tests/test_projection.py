@@ -118,5 +118,6 @@ def test_the_workflow_is_run_at_make_reproduces_job_rate(tmp_path, monkeypatch):
     project(config, [0.1, 0.2], workdir=tmp_path, snakefile=ROOT / "Snakefile")
     assert len(calls) == 2
     for argv in calls:
+        assert argv[1:3] == ["-m", "hetfl.snakemake_main"]  # without the wait for the last timer at exit
         i = argv.index("--max-jobs-per-timespan")
         assert argv[i + 1] == LOCAL_JOB_RATE == "10000/10s"

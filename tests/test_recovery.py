@@ -83,12 +83,13 @@ def test_reproduce_recovers_after_a_kill(tmp_path):
         np.load(workdir / marked)  # rewritten by the rerun, not the partial bytes
 
 
-def test_a_running_snakemake_is_named_not_unlocked(tmp_path):
+@pytest.mark.parametrize("name", ["snakemake", "hetfl.snakemake_main"])  # make reproduce runs the second
+def test_a_running_snakemake_is_named_not_unlocked(tmp_path, name):
     config, workdir = tmp_path / "c.yaml", tmp_path / "wd"
     config.write_text(CONFIG)
     (workdir / ".snakemake" / "locks").mkdir(parents=True)
     (workdir / ".snakemake" / "locks" / "0.input.lock").write_text("")
-    fake = tmp_path / "bin" / "snakemake"  # a process whose argv[0] is snakemake, working in workdir
+    fake = tmp_path / "bin" / name  # a process whose argv[0] is that name, working in workdir
     fake.parent.mkdir()
     fake.symlink_to("/bin/sleep")
     proc = subprocess.Popen([str(fake), "60"], cwd=workdir)

@@ -168,7 +168,8 @@ def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), co
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(yaml.safe_dump(scaled, sort_keys=False))
             t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(Path(snakefile).resolve()),
+            proc = subprocess.run([sys.executable, "-m", "hetfl.snakemake_main", "-s",
+                                   str(Path(snakefile).resolve()),
                                    "--directory", str(run_dir), "--configfile", str(run_dir / "config.yaml"),
                                    "--cores", str(cores), "--resources", "mlflow_store=1", "--quiet",
                                    "--max-jobs-per-timespan", LOCAL_JOB_RATE],  # as make reproduce runs

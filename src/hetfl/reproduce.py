@@ -31,6 +31,10 @@ from pathlib import Path
 
 from hetfl.config import ConfigError, load_config
 
+#: what names a snakemake process in its first three arguments: `snakemake ...`, `python -m snakemake ...`,
+#: and `python -m hetfl.snakemake_main ...`, as make reproduce runs it
+SNAKEMAKE_ARGV = (b"snakemake", b"hetfl.snakemake_main")
+
 
 def snakemake_pids(directory: Path) -> list[int]:
     """Processes running snakemake whose working directory is `directory` (Linux /proc; [] without it).
@@ -54,7 +58,7 @@ def snakemake_pids(directory: Path) -> list[int]:
         except OSError:  # gone, or not ours to read
             continue
         same_dir = (cwd.st_dev, cwd.st_ino) == (target.st_dev, target.st_ino)
-        if same_dir and any(os.path.basename(a) == b"snakemake" for a in argv):
+        if same_dir and any(os.path.basename(a) in SNAKEMAKE_ARGV for a in argv):
             found.append(int(entry.name))
     return sorted(found)
 
@@ -84,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         os.chdir(cwd)
-    snakemake = [sys.executable, "-m", "snakemake", "--directory", str(directory),
+    # hetfl.snakemake_main: Snakemake, minus the wait for its scheduler's last timer at exit
+    snakemake = [sys.executable, "-m", "hetfl.snakemake_main", "--directory", str(directory),
                  "--configfile", str(config)]
     lock = stale_lock(directory)
     if isinstance(lock, list):
