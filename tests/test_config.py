@@ -169,3 +169,13 @@ def test_a_reading_that_changes_the_data_has_its_own_split_directory():
     iid = next(s for s in specs if s.experiment == "ruan2021_table3_synthetic" and s.reading == "iid=false")
     assert paths.split_dir(own) == Path("data_splits/ruan2021_table3_synthetic/IID/seed0")
     assert paths.split_dir(iid) == Path("data_splits/ruan2021_table3_synthetic/IID__iid-false/seed0")
+
+
+def test_a_job_that_validates_no_config_does_not_import_jsonschema():
+    """Splits, traces, training and tables import hetfl.config for RunSpec; jsonschema (≈ 60 ms) is loaded
+    only where a config is validated, and validation still fills defaults and names the key."""
+    code = ("import sys, hetfl.cli; assert 'jsonschema' not in sys.modules, 'imported'; "
+            "from hetfl.config import validate_config; validate_config({'experiments': {}}) ")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "imported" not in proc.stderr
+    assert "invalid configuration" in proc.stderr  # validation ran, with jsonschema imported then

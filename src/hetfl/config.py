@@ -14,14 +14,16 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from hetfl.algorithms.hparams import CATALOG, check_scheme, parse_hyperparameters
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
+
+if TYPE_CHECKING:
+    import jsonschema
 
 SCHEMA_RESOURCE = "schemas/config.schema.yaml"
 
@@ -40,6 +42,8 @@ def load_schema() -> dict[str, Any]:
 
 def _with_defaults(validator_class: type) -> type:
     """Extend a jsonschema validator so that `default` values are filled in while validating."""
+    import jsonschema
+
     validate_properties = validator_class.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -103,6 +107,10 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     exps = config.get("experiments")
     given = {name: set(exp) for name, exp in exps.items() if isinstance(exp, dict)} \
         if isinstance(exps, dict) else {}
+    # imported here: every `hetfl` process imports this module, and only the ones that validate a config
+    # need jsonschema (≈ 60 ms of a split or trace job's ≈ 0.3 s of imports)
+    import jsonschema
+
     schema = load_schema()
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
