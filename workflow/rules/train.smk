@@ -34,8 +34,8 @@ def job_cells(exp, suffix, cells, level, wc):
     return list(cells)
 
 
-def job_specs(exp, suffix, cells, level, wc):
-    return [s for key in job_cells(exp, suffix, cells, level, wc) for s in CELLS[key]]
+def job_specs(cells_of, wc):
+    return [s for key in cells_of(wc) for s in CELLS[key]]
 
 
 _GROUPS = train_groups()
@@ -45,13 +45,15 @@ for _exp, _suffix, _templates, _cells in _GROUPS:
     _index = _siblings.index((_exp, _suffix, _templates, _cells))
     _name = re.sub(r"[^A-Za-z0-9_]", "_", f"train_{_exp}")
     _level = cells_per_job({k: CELLS[k] for k in _cells})
-    _specs_of = partial(job_specs, _exp, _suffix, _cells, _level)
+    _cells_of = partial(job_cells, _exp, _suffix, _cells, _level)
+    _specs_of = partial(job_specs, _cells_of)
     # outputs: the templates with the wildcards this level keeps ({setting} and {seed}, {setting}, none)
     if _level == "cell":
         _runs = list(_templates)
         _log = f"logs/train/{_exp}/cell_{{setting}}{_suffix}_seed{{seed}}.log"
     elif _level == "setting":
-        _runs = [t.replace("{seed}", str(seed)) for seed in sorted({s.seed for s in _first}) for t in _templates]
+        _seeds = sorted({s.seed for s in _first})
+        _runs = [t.replace("{seed}", str(seed)) for seed in _seeds for t in _templates]
         _log = f"logs/train/{_exp}/cells_{{setting}}{_suffix}.log"
     else:
         _runs = [s.run for k in _cells for s in CELLS[k]]
@@ -61,8 +63,7 @@ for _exp, _suffix, _templates, _cells in _GROUPS:
         name:
             _name if len(_siblings) == 1 else f"{_name}_{_index}"
         input:
-            splits=lambda wc, exp=_exp, suffix=_suffix, cells=_cells, level=_level: [
-                f"data_splits/{key}/split.npz" for key in job_cells(exp, suffix, cells, level, wc)],
+            splits=lambda wc, cells_of=_cells_of: [f"data_splits/{key}/split.npz" for key in cells_of(wc)],
             traces=lambda wc, specs_of=_specs_of: sorted(
                 {f"data_splits/traces/{s.trace_key}.npz" for s in specs_of(wc)}),
         output:
