@@ -6,7 +6,7 @@ import pytest
 
 from hetfl import cluster
 from hetfl.cluster import ClusterOptions
-from hetfl.config import expand_runs, validate_config
+from hetfl.config import by_cell, expand_runs, validate_config
 
 
 def _runs(**exp):
@@ -100,18 +100,11 @@ def test_a_cell_adds_up_its_runs():
         cluster.estimate([])
 
 
-def _cells(specs):
-    cells = {}
-    for spec in specs:
-        cells.setdefault(spec.cell, []).append(spec)
-    return cells
-
-
 def test_short_cells_share_a_job_by_group_then_by_setting():
     """Two settings × two seeds (4 cells): one job for all while the four are short together, one per setting
     while each setting is, one per cell past that or when the settings' seeds differ."""
     settings = {"N": {"alpha": 1.0, "beta": 1.0}, "M": {"alpha": 0.5, "beta": 0.5}}
-    cells = _cells(_synthetic(settings=settings, seeds=[0, 1], schemes=["A", "B"]))
+    cells = by_cell(_synthetic(settings=settings, seeds=[0, 1], schemes=["A", "B"]))
     assert len(cells) == 4
     whole = cluster.estimate([s for runs in cells.values() for s in runs]).seconds
     setting = cluster.estimate([s for runs in cells.values() for s in runs if s.setting == "N"]).seconds

@@ -188,7 +188,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from hetfl import paths
-    from hetfl.config import RunSpec, specs_from_json
+    from hetfl.config import by_cell, specs_from_json
     from hetfl.pipeline import run_cell, run_training, spec_from_arg
 
     torch.set_num_threads(args.threads)
@@ -196,9 +196,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not (args.split or args.splits_root):
             raise ConfigError("hetfl train --cell needs --split (one cell) or --splits-root")
         text = args.cell if args.cell.lstrip()[:1] in "[{" else Path(args.cell).read_text()
-        cells: dict[str, list[RunSpec]] = {}
-        for spec in specs_from_json(text):
-            cells.setdefault(spec.split_key, []).append(spec)
+        cells = by_cell(specs_from_json(text))
         if args.split and len(cells) > 1:
             raise ConfigError(f"hetfl train --split names one split, but --cell has runs of {len(cells)} "
                               f"cells ({', '.join(cells)}); use --splits-root")

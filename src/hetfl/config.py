@@ -10,7 +10,7 @@ import copy
 import itertools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -473,6 +473,14 @@ class RunSpec:
         """The runs that share this run's split: they train in one process, alone or with the other cells of
         their setting or experiment when those are short (hetfl.cluster.cells_per_job)."""
         return self.split_key
+
+
+def by_cell(specs: Iterable[RunSpec]) -> dict[str, list[RunSpec]]:
+    """cell (RunSpec.cell) -> its runs, both in the order given."""
+    cells: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        cells.setdefault(spec.cell, []).append(spec)
+    return cells
 
 
 def specs_to_json(specs: list[RunSpec]) -> str:

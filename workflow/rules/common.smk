@@ -4,7 +4,7 @@ import re
 import sys
 from collections import defaultdict
 
-from hetfl.config import ConfigError, expand_runs, specs_to_json, validate_config
+from hetfl.config import ConfigError, by_cell, expand_runs, specs_to_json, validate_config
 from hetfl.fingerprint import fingerprint
 from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
 from hetfl.reports.catalog import has_class_labels
@@ -64,9 +64,7 @@ def runs_of_table(table, reading=""):
 # A cell = the runs that share a split; each cell trains in one `hetfl train --cell` process (imports and
 # the split paid once). Cells of an experiment whose runs have the same names up to (setting, seed) share
 # one rule with those two wildcards (usually one rule per experiment; workflow/rules/train.smk).
-CELLS = defaultdict(list)
-for _s in RUNS.values():
-    CELLS[_s.cell].append(_s)
+CELLS = by_cell(RUNS.values())
 
 
 def name_template(spec):
