@@ -179,3 +179,17 @@ def test_a_job_that_validates_no_config_does_not_import_jsonschema():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "imported" not in proc.stderr
     assert "invalid configuration" in proc.stderr  # validation ran, with jsonschema imported then
+
+
+def test_a_split_job_of_a_real_source_does_not_import_pandas(tmp_path):
+    """`hetfl split` of an image source (mnist5k, make reproduce's EFL and FedFOR splits) loads no pandas:
+    only partition.describe, for --describe, needs it, and its import was 0.4 s of each such job."""
+    spec = next(r for r in expand_runs(validate_config(copy.deepcopy(QUICK)))
+                if r.experiment == "ma2022_efl_table2_mnist5k").split_spec()
+    code = ("import json, sys; from hetfl.cli import main; "
+            f"rc = main(['split', '--spec', json.dumps({spec!r}), '--seed', '0', '--out', sys.argv[1]]); "
+            "assert rc == 0; assert 'pandas' not in sys.modules, 'pandas imported'")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "split.npz")], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "split.npz").is_file()

@@ -41,12 +41,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from hetfl.data.sizes import SizeSpec, sample_sizes
 from hetfl.data.synthetic import holdout_split
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "LABEL_CHOICES",
@@ -557,6 +560,8 @@ def describe(parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> p
 
     The class columns are named ``"0"`` … ``"C-1"`` (strings, so the frame writes to Parquet/CSV as is).
     """
+    import pandas as pd  # here only: a split job (`hetfl split`) needs none of pandas' 0.4 s import
+
     hist = label_histogram(parts, labels, num_classes)
     frame = pd.DataFrame(hist, columns=[str(c) for c in range(hist.shape[1])])
     frame.insert(0, "classes", (hist > 0).sum(axis=1))
