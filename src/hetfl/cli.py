@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hetfl.config import ConfigError, expand_runs, load_config
+from hetfl.errors import ConfigError
 from hetfl.tracking import MIRROR_ROUNDS
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from hetfl.config import expand_runs, load_config
+
     config = load_config(args.config)
     runs = list(expand_runs(config))
     print(f"{args.config}: valid; {len(config['experiments'])} experiment(s), {len(runs)} run(s)")
@@ -23,6 +25,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
+    from hetfl.config import expand_runs, load_config
+
     for spec in expand_runs(load_config(args.config)):
         print(json.dumps(spec.to_dict()) if args.json else f"{spec.experiment}/{spec.run}")
     return 0
@@ -188,7 +192,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from hetfl import paths
-    from hetfl.config import by_cell, specs_from_json
+    from hetfl.config import by_cell, expand_runs, load_config, specs_from_json
     from hetfl.pipeline import run_cell, run_training, spec_from_arg
 
     torch.set_num_threads(args.threads)
@@ -316,6 +320,7 @@ def _cmd_track(args: argparse.Namespace) -> int:
 
 
 def _cmd_project(args: argparse.Namespace) -> int:
+    from hetfl.config import load_config
     from hetfl.projection import project
 
     config = load_config(args.config)

@@ -21,15 +21,12 @@ import yaml
 from hetfl.algorithms.hparams import CATALOG, check_scheme, parse_hyperparameters
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
+from hetfl.errors import ConfigError
 
 if TYPE_CHECKING:
     import jsonschema
 
 SCHEMA_RESOURCE = "schemas/config.schema.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration value is not allowed; the message names key, value and what is allowed."""
 
 
 def load_schema() -> dict[str, Any]:
