@@ -77,9 +77,10 @@ def test_entropy_of_binned_values():
     assert comm.entropy_bits([uniform]) == pytest.approx(8.0)
 
 
-def test_entropy_in_chunks_is_exact_and_leaves_the_input_alone():
+def test_entropy_in_chunks_is_exact_and_leaves_the_input_alone(monkeypatch):
     """Binning a few values at a time (bounded memory) gives exactly the counts of binning all at once,
     across tensors and chunks, in the dense and the sorted (wide-range) merge; the input is not modified."""
+    monkeypatch.setattr(comm, "SMALL_VALUES", 0)  # torch's chunked binning even for these few values
     g = torch.Generator().manual_seed(0)
     # bins 0, 0, 50, −50, 100 | 3, 3 → counts {−50: 1, 0: 2, 3: 2, 50: 1, 100: 1}
     small = [torch.tensor([[0.001, 0.002, 0.5, -0.5, 1.0]]), torch.tensor([[0.035, 0.031]])]
@@ -94,6 +95,27 @@ def test_entropy_in_chunks_is_exact_and_leaves_the_input_alone():
     for chunk in (1, 5, 64, 1000):
         assert comm.entropy_bits(big, chunk=chunk) == whole
     assert all(torch.equal(a, b) for a, b in zip(big, before, strict=True))
+
+
+@pytest.mark.parametrize("centred", [False, True])
+def test_entropy_of_few_values_in_numpy_is_bitwise_the_chunked_torch_one(monkeypatch, centred):
+    """entropy_bits bins a small model's values in numpy (_entropy_small): the same float32 division and
+    floor give the same bins, so H is bitwise that of torch's chunked path, at bin edges (k·0.01 in
+    float32, ±), for float64 input, one value, several tensors; a span of > 2**24 bins falls back."""
+    g = torch.Generator().manual_seed(1)
+    edges = (torch.arange(-300, 300, dtype=torch.float32) * 0.01).reshape(2, -1)
+    cases = [[torch.randn(30, 60, 10, generator=g) * 0.05, torch.randn(30, 10, generator=g) * 0.05],
+             [edges, edges.nextafter(torch.tensor(math.inf)), edges.nextafter(torch.tensor(-math.inf))],
+             [torch.randn(4, 9, generator=g, dtype=torch.float64) * 3],
+             [torch.tensor([[0.25]])],
+             [torch.randn(50, 600, generator=g) * 10, torch.zeros(50, 10)]]
+    fast = [comm.entropy_bits(ts, centred=centred) for ts in cases]
+    assert all(comm._entropy_small(ts, comm.ENTROPY_BIN, centred) is not None for ts in cases)
+    monkeypatch.setattr(comm, "SMALL_VALUES", 0)
+    assert fast == [comm.entropy_bits(ts, centred=centred) for ts in cases]
+    monkeypatch.undo()
+    assert comm._entropy_small([torch.tensor([[0.0, 1e9]])], comm.ENTROPY_BIN, centred) is None
+    assert comm._entropy_small([torch.zeros(2, comm.SMALL_VALUES)], comm.ENTROPY_BIN, centred) is None
 
 
 def test_round_metrics_count_float32_per_client():

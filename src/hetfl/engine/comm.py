@@ -21,6 +21,7 @@ from torch import Tensor
 
 FLOAT_BITS = 32
 ENTROPY_BIN = 0.01
+SMALL_VALUES = 1 << 16  # entropy_bits bins at most this many values in numpy (_entropy_small)
 
 
 def dense_bits(tensors: list[Tensor], stacked: bool = True) -> float:
@@ -41,6 +42,9 @@ def entropy_bits(tensors: list[Tensor], bin_width: float = ENTROPY_BIN, centred:
     not copies of everything the clients send (those are K models: a float and an int64 copy of them all
     was most of a round's peak memory). The counts, hence H, are exactly those of binning all at once.
     """
+    small = _entropy_small(tensors, bin_width, centred)
+    if small is not None:
+        return small
     parts = []  # per chunk: (lowest bin, dense counts from it) or (bins, counts)
     total = 0
     for t in tensors:
@@ -71,8 +75,36 @@ def entropy_bits(tensors: list[Tensor], bin_width: float = ENTROPY_BIN, centred:
         bins, inverse = torch.unique(torch.cat([b for b, _ in pairs]), return_inverse=True)
         counts = torch.zeros(len(bins), dtype=torch.int64, device=bins.device)
         counts.index_add_(0, inverse, torch.cat([c for _, c in pairs]))
+    return _entropy_of_counts(counts, total)
+
+
+def _entropy_of_counts(counts: Tensor, total: int) -> float:
     f = counts[counts > 0].double() / total
     return float(-(f * torch.log2(f)).sum()) + 0.0  # + 0.0: a single bin gives 0.0, not −0.0
+
+
+def _entropy_small(tensors: list[Tensor], bin_width: float, centred: bool) -> float | None:
+    """entropy_bits of at most one chunk of CPU values, binned in numpy: the same float32 division and
+    floor, hence the same bins and counts, in a few calls instead of ~25 torch ops, which were most of
+    its cost for a small model (a logistic regression's round: 290 → 155 µs at 30 clients; it is called
+    every round of every run). Above SMALL_VALUES torch's kernels are the faster (180,000 values: 3.9 ms
+    in numpy, 2.9 in torch). None where it does not apply (CUDA, more values, a huge span)."""
+    import numpy as np
+
+    if any(t.device.type != "cpu" for t in tensors) or sum(t.numel() for t in tensors) > SMALL_VALUES:
+        return None
+    flat = [t.detach().reshape(-1).float().numpy() for t in tensors]
+    v = np.concatenate(flat) if len(flat) > 1 else flat[0]
+    if not v.size:
+        return None
+    q = v / np.float32(bin_width)  # float32, as torch's div of a float32 tensor by the width
+    if centred:
+        q += np.float32(0.5)
+    q = np.floor(q, out=q).astype(np.int64)
+    qmin = q.min()
+    if q.max() - qmin >= 1 << 24:
+        return None
+    return _entropy_of_counts(torch.from_numpy(np.bincount(q - qmin)), v.size)
 
 
 def round_metrics(up: list[Tensor], down: list[Tensor], clients: int, up_bits: float | None = None,
