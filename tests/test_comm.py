@@ -114,7 +114,10 @@ def test_entropy_of_few_values_in_numpy_is_bitwise_the_chunked_torch_one(monkeyp
     monkeypatch.setattr(comm, "SMALL_VALUES", 0)
     assert fast == [comm.entropy_bits(ts, centred=centred) for ts in cases]
     monkeypatch.undo()
-    assert comm._entropy_small([torch.tensor([[0.0, 1e9]])], comm.ENTROPY_BIN, centred) is None
+    for odd in ([[0.0, 1e9]], [[0.5, math.nan]], [[math.inf, 0.1]], [[-math.inf, math.inf]]):  # diverged too
+        ts = [torch.tensor(odd)]
+        assert comm._entropy_small(ts, comm.ENTROPY_BIN, centred) is None
+        assert math.isfinite(comm.entropy_bits(ts, centred=centred))
     assert comm._entropy_small([torch.zeros(2, comm.SMALL_VALUES)], comm.ENTROPY_BIN, centred) is None
 
 
