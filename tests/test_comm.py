@@ -114,7 +114,8 @@ def test_entropy_of_few_values_in_numpy_is_bitwise_the_chunked_torch_one(monkeyp
     monkeypatch.setattr(comm, "SMALL_VALUES", 0)
     assert fast == [comm.entropy_bits(ts, centred=centred) for ts in cases]
     monkeypatch.undo()
-    for odd in ([[0.0, 1e9]], [[0.5, math.nan]], [[math.inf, 0.1]], [[-math.inf, math.inf]]):  # diverged too
+    for odd in ([[0.0, 1e9]], [[0.5, math.nan]], [[math.inf, 0.1]], [[-math.inf, math.inf]],  # diverged too
+                [[1e20, 1e20]]):  # one bin, but beyond int64
         ts = [torch.tensor(odd)]
         assert comm._entropy_small(ts, comm.ENTROPY_BIN, centred) is None
         assert math.isfinite(comm.entropy_bits(ts, centred=centred))

@@ -100,9 +100,10 @@ def _entropy_small(tensors: list[Tensor], bin_width: float, centred: bool) -> fl
     if centred:
         q += np.float32(0.5)
     np.floor(q, out=q)
-    # NaN or ±inf (a diverged model) or a span too wide for bincount: torch's path, whose integer cast
-    # of such values this one would not repeat
-    if not q.max() - q.min() < 1 << 24:
+    # NaN or ±inf (a diverged model), bins beyond int64, or a span too wide for bincount: torch's path,
+    # whose integer cast of such values this one would not repeat
+    lo, hi = q.min(), q.max()
+    if not (hi - lo < 1 << 24 and -2.0 ** 62 < lo and hi < 2.0 ** 62):
         return None
     q = q.astype(np.int64)
     return _entropy_of_counts(torch.from_numpy(np.bincount(q - q.min())), v.size)
