@@ -42,6 +42,7 @@ def entropy_bits(tensors: list[Tensor], bin_width: float = ENTROPY_BIN, centred:
     The values are binned `chunk` at a time and the counts merged, so the working memory is a few chunks,
     not copies of everything the clients send (those are K models: a float and an int64 copy of them all
     was most of a round's peak memory). The counts, hence H, are exactly those of binning all at once.
+    At most SMALL_VALUES finite values on the CPU are binned in one go in numpy instead (_entropy_small).
     """
     small = _entropy_small(tensors, bin_width, centred)
     if small is not None:
@@ -105,8 +106,7 @@ def _entropy_small(tensors: list[Tensor], bin_width: float, centred: bool) -> fl
     lo, hi = q.min(), q.max()
     if not (hi - lo < 1 << 24 and -2.0 ** 62 < lo and hi < 2.0 ** 62):
         return None
-    q = q.astype(np.int64)
-    return _entropy_of_counts(torch.from_numpy(np.bincount(q - q.min())), v.size)
+    return _entropy_of_counts(torch.from_numpy(np.bincount(q.astype(np.int64) - int(lo))), v.size)
 
 
 def round_metrics(up: list[Tensor], down: list[Tensor], clients: int, up_bits: float | None = None,
