@@ -139,6 +139,45 @@ def test_cache_blocks_change_nothing(family):
     _close(local_sgd(model, params, x, y, idx, STEPS, 0.1, correction=lambda p, g, c: g), whole)
 
 
+_CPU_PROBED = [f for f in FAMILIES if f[1] in ("mlp", "cnn", "cnn_cifar", "cnn_bn")]
+
+
+@pytest.mark.parametrize("family", _CPU_PROBED, ids=[f[0] for f in _CPU_PROBED])
+def test_client_bytes_on_the_cpu_equal_the_meta_devices(family):
+    """The CPU measures a client's working set with a forward pass on zeros: the same bytes as the meta
+    device's shapes-only pass, which CUDA runs use (and the CPU used before)."""
+    from hetfl.models.net import _nbytes
+
+    _, name, shape, kwargs, vocab = family
+    model, params, x, *_ = _problem(name, shape, kwargs, vocab)
+    stacked, xb = [p.unsqueeze(0) for p in params], x[:BATCH].unsqueeze(0)
+    meta = [torch.empty(p.shape, dtype=p.dtype, device="meta") for p in stacked]
+    xm = torch.empty(xb.shape, dtype=xb.dtype, device="meta")
+    expected = _nbytes(meta) + _nbytes(model._forward(model._split(meta), xm, True)[1])
+    assert model.client_bytes(stacked, xb) == expected > 0
+
+
+def test_cpu_training_imports_no_sympy():
+    """A CPU training step of a fused model measures its client block without the meta device, whose
+    baddbmm imports torch's symbolic shapes and sympy (0.6 s of each training process)."""
+    import subprocess
+    import sys
+
+    def imports_sympy(device: str) -> str:
+        code = ("import sys, torch\n"
+                "from hetfl.models import make_model\n"
+                "m = make_model('mlp', 784, 10)\n"
+                "p = [t.unsqueeze(0) for t in m.init_params(torch.Generator().manual_seed(0))]\n"
+                f"m.client_block(p, torch.zeros(1, 20, 784, device={device!r}))\n"
+                "print('sympy' in sys.modules)\n")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert imports_sympy("cpu") == "False"
+    assert imports_sympy("meta") == "True"  # the probe can see what it rules out
+
+
 def test_executor_rule():
     """The documented rule (engine.executor): small fused models in cache-sized blocks, intra-op threads;
     the zoo's convolutional and recurrent models one client per block, blocks on separate CPU workers;

@@ -89,17 +89,15 @@ class LayerNet:
         and activations; with K = 100 those are hundreds of MB, so every kernel reads DRAM. Run on blocks
         of clients instead (the same kernels, fewer clients each), the activations a layer writes are
         still in cache when the next reads them and a weight read by the forward pass is in cache for the
-        backward pass and the update. The working set per client is measured once per input shape by a
-        forward pass on the meta device (shapes only, no work). x: a minibatch [m, B, ...] (only its
-        shape past the client axis, dtype and device matter). The result is not capped at m.
+        backward pass and the update. The working set per client is measured once per input shape
+        (client_bytes). x: a minibatch [m, B, ...] (only its shape past the client axis, dtype and device
+        matter). The result is not capped at m.
         """
         if x.device.type == "cpu" and self.cpu_block is not None:
             return self.cpu_block
         key = (tuple(x.shape[1:]), x.dtype)
         if key not in self._per_client:
-            meta = [torch.empty((1, *p.shape[1:]), dtype=p.dtype, device="meta") for p in params]
-            xm = torch.empty((1, *x.shape[1:]), dtype=x.dtype, device="meta")
-            self._per_client[key] = _nbytes(meta) + _nbytes(self._forward(self._split(meta), xm, True)[1])
+            self._per_client[key] = self.client_bytes(params, x)
         per_client = self._per_client[key]
         if x.device.type == "cuda":
             # the block's parameters, gradients (the grads path) and activations
@@ -109,6 +107,24 @@ class LayerNet:
         # At least 2: one client per block leaves grouped kernels too little to split over threads
         # (the McMahan CNN ran 1.6× slower with 1 than with 2).
         return max(2, self.cache_bytes // max(per_client, 1))
+
+    @torch.no_grad()
+    def client_bytes(self, params: list[Tensor], x: Tensor) -> int:
+        """Bytes of one client's parameters and of the activations its forward pass saves for the backward
+        pass, on a minibatch shaped like x[0]: a forward pass of one client on zeros, on the CPU for a CPU
+        run and on the meta device (shapes only, no work) for any other.
+
+        Not on the meta device on the CPU: its baddbmm imports torch's symbolic shapes and with them
+        sympy, 0.6 s of every CPU training process (seconds more where their bytecode is not compiled:
+        `make setup` compiles what hetfl imports). One client's forward pass takes 2 ms for the 2NN and
+        about 45 ms for the CNNs, once per process; the larger models fix `cpu_block` and never get here
+        on the CPU. The two devices give the same bytes wherever the layers take the same path on both
+        (tests/test_models.py); the LSTM's oneDNN path saves less on the CPU than its generic path.
+        """
+        device = "cpu" if x.device.type == "cpu" else "meta"
+        one = [torch.zeros((1, *p.shape[1:]), dtype=p.dtype, device=device) for p in params]
+        x1 = torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=device)
+        return _nbytes(one) + _nbytes(self._forward(self._split(one), x1, True)[1])
 
     def _forward(self, per_layer: list[list[Tensor]], x: Tensor, training: bool) -> tuple[Tensor, list]:
         saved = []
