@@ -87,3 +87,16 @@ def test_figures_are_byte_identical_on_every_render(tmp_path):
         assert first == second, suffix
     svg = (tmp_path / "a" / "fig.svg").read_text()
     assert "<dc:date>" not in svg
+
+
+def test_the_figure_registry_imports_no_plotting_library():
+    """The Snakefile imports FIGURES at every Snakemake start (the run's and the report's): matplotlib and
+    seaborn, with the scipy.stats seaborn brings, were 1.5-2.5 s of each, so they load on first draw."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom hetfl.reports.figures import FIGURES\n"
+            "print(sorted(m for m in ('matplotlib', 'seaborn', 'scipy.stats') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -172,10 +172,9 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
 def draw_nonzeros(runs: pd.DataFrame, out: Path) -> None:
     """Non-zeros sent per round (the reviewers' "plot of non-zero elements vs communication round"), a line
     per algorithm averaged over seeds, a panel per setting, log scale."""
-    import matplotlib.pyplot as plt
+    from hetfl.reports.figures import _save, pyplot
 
-    from hetfl.reports.figures import _save
-
+    plt = pyplot()
     settings = sorted(runs["setting"].unique())
     fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.6), squeeze=False, sharey=True)
     for ax, setting in zip(axes[0], settings, strict=True):

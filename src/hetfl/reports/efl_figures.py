@@ -23,7 +23,7 @@ from hetfl.algorithms import method_label
 from hetfl.reports.bmta import is_iid
 from hetfl.reports.efl_lambda import GROUP, best_lambda, with_values
 from hetfl.reports.event_tables import curve
-from hetfl.reports.figures import _save, plt
+from hetfl.reports.figures import _save, pyplot
 
 FIGURE1_METHODS = ("fedavg", "fedprox", "scaffold", "apfl", "efl")
 
@@ -46,7 +46,7 @@ def figure1(runs: pd.DataFrame, out: Path) -> None:
     datasets = sorted(runs["dataset"].unique()) or ["—"]
     settings = sorted(runs["setting"].unique(), key=lambda s: (not is_iid(runs[runs["setting"] == s].iloc[0]), s))
     settings = settings or ["—"]
-    fig, axes = plt.subplots(len(datasets), len(settings), figsize=(3.6 * len(settings), 2.8 * len(datasets)),
+    fig, axes = pyplot().subplots(len(datasets), len(settings), figsize=(3.6 * len(settings), 2.8 * len(datasets)),
                              squeeze=False, sharey=True)
     for i, dataset in enumerate(datasets):
         for j, setting in enumerate(settings):
@@ -73,7 +73,7 @@ def figure1(runs: pd.DataFrame, out: Path) -> None:
 def figure2(runs: pd.DataFrame, out: Path) -> None:
     runs = with_values(runs)
     groups = list(runs.groupby(GROUP, sort=True)) or [(("—",) * len(GROUP), runs)]
-    fig, axes = plt.subplots(2, len(groups), figsize=(3.8 * len(groups), 5.2), squeeze=False)
+    fig, axes = pyplot().subplots(2, len(groups), figsize=(3.8 * len(groups), 5.2), squeeze=False)
     for j, (key, g) in enumerate(groups):
         best = best_lambda(g) if len(g) else None
         for lam, label in ((0.0, "EFL, λ = 0"), (best, f"EFL, best λ = {best:g}" if best is not None else "")):

@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from hetfl.io import atomic_write
+from hetfl.reports.catalog import figure_title
+from hetfl.reports.event_tables import curve
+from hetfl.reports.multiple_arrivals import event_rounds
+from hetfl.reports.verdicts import t_interval
 
-from hetfl.io import atomic_write  # noqa: E402
-from hetfl.reports.catalog import figure_title  # noqa: E402
-from hetfl.reports.event_tables import curve  # noqa: E402
-from hetfl.reports.multiple_arrivals import event_rounds  # noqa: E402
-from hetfl.reports.verdicts import t_interval  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: Ruan et al. Figure 3 shows |T| = 1, 3, 5, 8; a grid holding all four draws those, any other grid its own
 PAPER_TRACE_PANELS = (1, 3, 5, 8)
@@ -38,7 +36,20 @@ ONE_TRACE_NOTE = "A, B, C coincide: all devices complete (T_0)"
 _METADATA = {".png": {"Software": None}, ".svg": {"Date": None, "Creator": None}}
 
 
+def pyplot():
+    """matplotlib.pyplot, headless (Agg). Imported on first use, not with this module: the workflow's
+    Snakefile imports FIGURES to name the figures, and matplotlib with seaborn (which brings scipy.stats)
+    was 1.5-2.5 s of each Snakemake start, the run's and the report's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(fig: Figure, out: Path) -> None:
+    plt = pyplot()
     fig.tight_layout()
     with plt.rc_context({"svg.hashsalt": "hetfl"}):  # clip-path ids hashed from content, not random
         for suffix, metadata in _METADATA.items():  # the temporary file keeps the suffix (format)
@@ -68,6 +79,8 @@ def _curves(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def _mean_band(ax, curves: pd.DataFrame, label: str, color: str) -> None:
     """One line: the mean over seeds per round, and its 95 % t band."""
+    import seaborn as sns
+
     sns.lineplot(data=curves, x="round", y="value", estimator="mean", errorbar=t_band, ax=ax, label=label,
                  color=color, linewidth=1.4)
 
@@ -84,7 +97,7 @@ def _palette(values) -> dict:
 
 
 def _grid(rows: int, cols: int, **kwargs) -> tuple[Figure, list[list]]:
-    fig, axes = plt.subplots(max(rows, 1), max(cols, 1), figsize=(3.2 * max(cols, 1), 2.6 * max(rows, 1)),
+    fig, axes = pyplot().subplots(max(rows, 1), max(cols, 1), figsize=(3.2 * max(cols, 1), 2.6 * max(rows, 1)),
                              squeeze=False, **kwargs)
     return fig, axes
 

@@ -142,10 +142,9 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
 def draw(runs: pd.DataFrame, out: Path) -> None:
     """The fixed points per (τ1, τ2): closed form (open marker) and simulated (filled), x* dashed; one panel
     per data weights p (and step size η)."""
-    import matplotlib.pyplot as plt
+    from hetfl.reports.figures import _save, pyplot
 
-    from hetfl.reports.figures import _save
-
+    plt = pyplot()
     tidy = objective_inconsistency(runs)
     panels = sorted({(p, eta) for p, eta in zip(tidy["p"], tidy["eta"], strict=True)})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
