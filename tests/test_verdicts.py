@@ -88,3 +88,28 @@ def test_counts_and_text():
         verdict_counts(["maybe"])
     assert interval_text(t_interval([1.0, 2.0, 3.0, 4.0, 5.0])) == "3.0 [1.0, 5.0]"
     assert interval_text(bounded_interval([71, 71], [math.inf, math.inf])) == "2 of 2 censored [71.0, ∞]"
+
+
+def test_t_bounds_equal_scipys_interval_bit_for_bit():
+    """_t_bounds keeps the standard quantiles per (confidence, df) and scales them itself; every table and
+    figure band must still be scipy.stats.t.interval's, to the last bit."""
+    import numpy as np
+    from scipy import stats
+
+    from hetfl.reports.verdicts import _t_bounds
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for n in range(2, 30):
+        for confidence in (0.9, 0.95, 0.99):
+            for _ in range(40):
+                v = rng.normal(rng.uniform(-100, 100), 10.0 ** rng.uniform(-8, 6), n)
+                if rng.random() < 0.3:
+                    v = np.round(v, 2)  # accuracies in points
+                mean, sem = float(v.mean()), float(v.std(ddof=1)) / math.sqrt(n)
+                if sem == 0:
+                    continue
+                low, high = stats.t.interval(confidence, df=n - 1, loc=mean, scale=sem)
+                assert _t_bounds(v, confidence) == (float(low), float(high)), (n, confidence, v)
+                checked += 1
+    assert checked > 3000
