@@ -21,7 +21,7 @@ from hetfl.reports.accuracy_difference import (
     write_tables,
 )
 from hetfl.reports.references import available_references, load_reference
-from hetfl.reports.results import collect_runs
+from hetfl.reports.results import collect_runs, load_metrics
 
 TABLE3 = "ruan2021_table3_accuracy_difference"
 
@@ -193,6 +193,40 @@ def test_collect_runs_malformed_files(tmp_path: Path) -> None:
     (d / "metrics.parquet").unlink()
     with pytest.raises(FileNotFoundError, match=r"metrics\.parquet"):
         collect_runs([d])
+
+
+@pytest.mark.parametrize("frame, problem", [
+    ({"round": [1.5], "metric": ["m"], "value": [0.5]}, "'round' must be integers"),
+    ({"round": ["one"], "metric": ["m"], "value": [0.5]}, "'round' must be integers"),
+    ({"round": pd.array([1, None], dtype="Int64"), "metric": ["m", "m"], "value": [0.5, 0.6]},
+     "'round' must be integers"),
+    ({"round": [1], "metric": ["m"], "value": ["high"]}, "'value' must be numeric"),
+    ({"round": [1, 2], "metric": ["m", None], "value": [0.5, 0.6]}, "'metric' has missing names"),
+])
+def test_load_metrics_names_a_malformed_column(tmp_path: Path, frame, problem) -> None:
+    d = make_run(tmp_path, "A", 0, 0.8)
+    pd.DataFrame(frame).to_parquet(d / "metrics.parquet")
+    with pytest.raises(ValueError, match=re.escape(problem)) as info:
+        load_metrics(d)
+    assert str(d / "metrics.parquet") in str(info.value)
+
+
+def test_load_metrics_reads_what_hetfl_writes_and_coerces_the_rest(tmp_path: Path) -> None:
+    """int64 rounds and float64 values are taken as they are; other columns are coerced to the same frame
+    (int64 round, str metric, float value)."""
+    d = make_run(tmp_path, "A", 0, 0.8)
+    written = pd.DataFrame({"round": np.array([1, 2], dtype=np.int64), "metric": ["a", "b"],
+                            "value": np.array([0.5, np.nan])})
+    written.to_parquet(d / "metrics.parquet")
+    plain = load_metrics(d)
+    pd.DataFrame({"round": [1.0, 2.0], "metric": ["a", "b"], "value": ["0.5", None]}).to_parquet(
+        d / "metrics.parquet")
+    coerced = load_metrics(d)
+    assert plain.dtypes.equals(coerced.dtypes)
+    for frame in (plain, coerced):
+        assert str(frame["round"].dtype) == "int64" and str(frame["value"].dtype) == "float64"
+        assert frame["round"].tolist() == [1, 2] and frame["metric"].tolist() == ["a", "b"]
+        assert frame["value"].iloc[0] == 0.5 and math.isnan(frame["value"].iloc[1])
 
 
 # --- percent improvement --------------------------------------------------------------------------
