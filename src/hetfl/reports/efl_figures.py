@@ -46,8 +46,8 @@ def figure1(runs: pd.DataFrame, out: Path) -> None:
     datasets = sorted(runs["dataset"].unique()) or ["—"]
     settings = sorted(runs["setting"].unique(), key=lambda s: (not is_iid(runs[runs["setting"] == s].iloc[0]), s))
     settings = settings or ["—"]
-    fig, axes = pyplot().subplots(len(datasets), len(settings), figsize=(3.6 * len(settings), 2.8 * len(datasets)),
-                             squeeze=False, sharey=True)
+    fig, axes = pyplot().subplots(len(datasets), len(settings),
+                                  figsize=(3.6 * len(settings), 2.8 * len(datasets)), squeeze=False, sharey=True)
     for i, dataset in enumerate(datasets):
         for j, setting in enumerate(settings):
             ax = axes[i][j]

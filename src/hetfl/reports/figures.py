@@ -97,8 +97,8 @@ def _palette(values) -> dict:
 
 
 def _grid(rows: int, cols: int, **kwargs) -> tuple[Figure, list[list]]:
-    fig, axes = pyplot().subplots(max(rows, 1), max(cols, 1), figsize=(3.2 * max(cols, 1), 2.6 * max(rows, 1)),
-                             squeeze=False, **kwargs)
+    fig, axes = pyplot().subplots(max(rows, 1), max(cols, 1),
+                                  figsize=(3.2 * max(cols, 1), 2.6 * max(rows, 1)), squeeze=False, **kwargs)
     return fig, axes
 
 
