@@ -63,8 +63,9 @@ def test_an_unknown_installer_is_refused_before_anything_is_installed(install_de
     assert "HETFL_INSTALLER" in err and "'conda'" in err and "uv" in err and "pip" in err
 
 
-def _install(install_deps, monkeypatch, uv_fails: bool) -> list[list[str]]:
-    """main() with every command recorded instead of run (an empty pip config); the commands, in order."""
+def _install(install_deps, monkeypatch, uv_fails: bool, child_envs: list | None = None) -> list[list[str]]:
+    """main() with every command recorded instead of run (an empty pip config); the commands, in order.
+    child_envs: where compile_imports' children's environments are put."""
     calls = []
 
     def run(cmd, **kwargs):
@@ -78,7 +79,8 @@ def _install(install_deps, monkeypatch, uv_fails: bool) -> list[list[str]]:
     class Popen:  # compile_imports' children
         def __init__(self, cmd, **kwargs):
             calls.append(cmd)
-            self.env = kwargs.get("env")
+            if child_envs is not None:
+                child_envs.append(kwargs["env"])
 
         def wait(self):
             return 0
@@ -105,30 +107,17 @@ def test_uv_installs_then_what_the_jobs_import_is_compiled_and_hetfl_too(install
     Without bytecode, a machine with PYTHONDONTWRITEBYTECODE=1 compiles torch, mlflow, pandas and
     matplotlib from source in every process (import torch 5.3 s instead of 2.2)."""
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    calls = _install(install_deps, monkeypatch, uv_fails=False)
+    child_envs = []
+    calls = _install(install_deps, monkeypatch, uv_fails=False, child_envs=child_envs)
     uv_installs = [c for c in calls if c[1:5] == ["-m", "uv", "pip", "install"]]
     assert len(uv_installs) == 2 and not any("--compile-bytecode" in c for c in uv_installs)
     assert not [c for c in calls if c[1:4] == ["-m", "pip", "install"] and "-r" in c]  # no pip fallback
     imports = [c for c in calls if c[1] == "-c"]
     assert [c[3:] for c in imports] == [list(g) for g in install_deps.IMPORTS]
     assert calls.index(imports[0]) > calls.index(uv_installs[-1])  # after hetfl is installed
+    # the children may write bytecode
+    assert len(child_envs) == 2 and not any("PYTHONDONTWRITEBYTECODE" in env for env in child_envs)
     assert calls[-1][1:4] == ["-m", "compileall", "-q"] and calls[-1][4] == str(SCRIPT.parents[1] / "src")
-
-
-def test_compile_imports_lets_its_children_write_bytecode(install_deps, monkeypatch):
-    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    children = []
-
-    class Popen:
-        def __init__(self, cmd, **kwargs):
-            children.append(kwargs["env"])
-
-        def wait(self):
-            return 0
-
-    monkeypatch.setattr(install_deps.subprocess, "Popen", Popen)
-    install_deps.compile_imports()
-    assert len(children) == 2 and not any("PYTHONDONTWRITEBYTECODE" in env for env in children)
 
 
 def test_the_environment_carries_bytecode_of_the_heavy_imports(install_deps):
