@@ -137,14 +137,14 @@ def test_fisher_diagonal_is_the_mean_squared_per_sample_gradient():
     y = torch.from_numpy(rng.integers(0, 3, 9))
     offsets = np.array([0, 4, 9])
     model = make_model("logreg", 5, 3)
-    params = [torch.from_numpy(rng.normal(size=(2, 5, 3)).astype(np.float32)),
+    params = [torch.from_numpy(rng.normal(size=(2, 3, 5)).astype(np.float32)),
               torch.from_numpy(rng.normal(size=(2, 3)).astype(np.float32))]
     clients = np.array([1, 0])  # client order of the round need not be sorted
     got = fisher_diagonal(model, params, x, y, offsets, clients)
     for row, k in enumerate(clients):
         module = model.make_module()
         model.to_module([p[row] for p in params], module)
-        acc = [torch.zeros(5, 3), torch.zeros(3)]
+        acc = [torch.zeros(3, 5), torch.zeros(3)]
         for i in range(offsets[k], offsets[k + 1]):  # autograd, one sample at a time
             module.zero_grad()
             torch.nn.functional.cross_entropy(module(x[i:i + 1]), y[i:i + 1]).backward()

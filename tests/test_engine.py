@@ -100,7 +100,7 @@ def test_shared_streams_equal_minibatch_indices():
 def test_batched_round_equals_per_client_loop(tiny_fed):
     model = make_model("logreg", 60, 10)
     g = torch.Generator().manual_seed(1)
-    global_params = [torch.randn(60, 10, generator=g) * 0.1, torch.randn(10, generator=g) * 0.1]
+    global_params = [torch.randn(10, 60, generator=g) * 0.1, torch.randn(10, generator=g) * 0.1]
     steps = np.array([3, 0, 7, 5])  # heterogeneous, including an inactive client
     idx = minibatch_indices(tiny_fed.train_offsets, np.arange(4), steps, 20, 0, 1)
     x, y = _tensors(tiny_fed)

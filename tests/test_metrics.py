@@ -58,10 +58,10 @@ def test_runner_reports_mean_client_accuracy_fairness_and_global_test():
     per_client, losses = [], []
     for k in range(3):
         lo, hi = fed.test_offsets[k], fed.test_offsets[k + 1]
-        pred = (torch.from_numpy(fed.x_test[lo:hi]) @ W + b).argmax(1).numpy()
+        pred = (torch.from_numpy(fed.x_test[lo:hi]) @ W.T + b).argmax(1).numpy()
         per_client.append(float((pred == fed.y_test[lo:hi]).mean()))
         lo, hi = fed.train_offsets[k], fed.train_offsets[k + 1]
-        logits = torch.from_numpy(fed.x_train[lo:hi]) @ W + b
+        logits = torch.from_numpy(fed.x_train[lo:hi]) @ W.T + b
         losses.append(float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(fed.y_train[lo:hi]))))
     pooled = np.average(per_client, weights=fed.test_sizes)
     assert last["mean_client_accuracy"] == pytest.approx(np.mean(per_client))
@@ -100,7 +100,7 @@ def test_global_test_subsample_is_fixed_seeded_and_scored_exactly():
         full_rows = {k: v for r, k, v in full.records if r == tau}
         assert rows["test_accuracy"] == full_rows["test_accuracy"]  # local holdouts: never subsampled
     last = {k: v for r, k, v in sub.records if r == 2}
-    logits = torch.from_numpy(fed.x_global[keep]) @ W + b
+    logits = torch.from_numpy(fed.x_global[keep]) @ W.T + b
     y = torch.from_numpy(fed.y_global[keep])
     assert last["global_test_accuracy"] == pytest.approx(float((logits.argmax(1) == y).float().mean()))
     assert last["global_test_loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)))

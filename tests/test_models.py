@@ -139,6 +139,36 @@ def test_cache_blocks_change_nothing(family):
     _close(local_sgd(model, params, x, y, idx, STEPS, 0.1, correction=lambda p, g, c: g), whole)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_logreg_client_alone_equals_its_row_of_a_stack(threads):
+    """A client's step, gradient and squared-gradient sums are bitwise the same whether it is alone or one
+    of a stack, on 1 and 2 threads: with W stored [C, d], MKL threads a lone gᵀx GEMM across 2 threads
+    with other sums than a batch's (LogReg runs a lone client as a stack of two)."""
+    model = make_model("logreg", 60, 10)
+    gen = torch.Generator().manual_seed(3)
+    K = 5
+    params = [torch.randn(K, 10, 60, generator=gen) * 0.1, torch.randn(K, 10, generator=gen) * 0.1]
+    x, y = torch.randn(K, 20, 60, generator=gen), torch.randint(0, 10, (K, 20), generator=gen)
+    mask = (torch.rand(K, 20, generator=gen) > 0.3).float()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        grads, sums = model.grads(params, x, y), model.squared_grad_sums(params, x, y, mask)
+        stepped = [p.clone() for p in params]
+        model.sgd_step(stepped, x, y, 0.5)
+        for k in range(K):
+            one = [p[k:k + 1] for p in params]
+            assert all(torch.equal(a, b[k:k + 1]) for a, b in zip(model.grads(one, x[k:k + 1], y[k:k + 1]),
+                                                                 grads, strict=True))
+            alone = model.squared_grad_sums(one, x[k:k + 1], y[k:k + 1], mask[k:k + 1])
+            assert all(torch.equal(a, b[k:k + 1]) for a, b in zip(alone, sums, strict=True))
+            one = [p.clone() for p in one]
+            model.sgd_step(one, x[k:k + 1], y[k:k + 1], 0.5)
+            assert all(torch.equal(a, b[k:k + 1]) for a, b in zip(one, stepped, strict=True))
+    finally:
+        torch.set_num_threads(before)
+
+
 _CPU_PROBED = [f for f in FAMILIES if f[1] in ("mlp", "cnn", "cnn_cifar", "cnn_bn")]
 
 
