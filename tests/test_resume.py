@@ -173,3 +173,33 @@ def test_a_job_of_several_cells_writes_what_one_job_per_cell_writes(tmp_path):
     assert refused.returncode != 0
     assert "--split names one split, but --cell has runs of 2 cells" in refused.stderr
     assert not (tmp_path / "refused").exists()
+
+
+def test_the_last_round_writes_the_outputs_not_a_full_checkpoint(tmp_path, monkeypatch):
+    """At a run's last round the checkpoint call writes metrics.parquet, run.json and the light final
+    checkpoint (no tensors), not a full checkpoint they would replace; mid-run checkpoints stay full, and the
+    outputs are those of a run without checkpoints."""
+    from hetfl import pipeline
+
+    split, trace = _inputs(tmp_path)
+    specs = [SPEC, dataclasses.replace(SPEC, run="r2", scheme="B")]
+    saved = []
+    real = pipeline._save_checkpoint
+
+    def spy(path, payload):
+        saved.append((path.parent.name, payload.get("tau"), "params" in payload, "info" in payload))
+        real(path, payload)
+
+    monkeypatch.setattr(pipeline, "_save_checkpoint", spy)
+    run_cell(specs, split, {s.run: trace for s in specs}, tmp_path / "every", checkpoint_every=1)
+    full = [tau for _, tau, has_params, _ in saved if has_params]
+    assert len(full) == 2 * (SPEC.rounds - 1) and max(full) == SPEC.rounds - 1
+    assert sorted(run for run, _, _, final in saved if final) == ["r", "r2"]
+    run_cell(specs, split, {s.run: trace for s in specs}, tmp_path / "none", checkpoint_every=0)
+    for s in specs:
+        a, b = (tmp_path / root / "e" / s.run for root in ("every", "none"))
+        pd.testing.assert_frame_equal(pd.read_parquet(a / "metrics.parquet"),
+                                      pd.read_parquet(b / "metrics.parquet"))
+        info = json.loads((a / "run.json").read_text())
+        assert info["stacked_runs"] == 2 and info["rounds_done"] == SPEC.rounds
+        assert torch.load(a / CHECKPOINT, weights_only=True)["info"] == info  # the light final checkpoint
