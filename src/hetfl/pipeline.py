@@ -265,10 +265,8 @@ class RunJob:
             "state": _cpu(snap.state), "records": _pack(snap.records), "status": snap.status,
             "wall": self.wall_before + time.perf_counter() - self.start})
 
-    def finish(self, result: TrainResult, stacked_with: int | None = None) -> TrainResult:
+    def finish(self, result: TrainResult) -> TrainResult:
         """The run's outputs, unless its last round wrote them already (_save)."""
-        if stacked_with is not None:
-            self.stacked_with = stacked_with
         if self._written is None:
             return self._write(result)
         if (self._written.status, self._written.rounds_done) != (result.status, result.rounds_done):
