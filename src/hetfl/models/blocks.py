@@ -20,6 +20,12 @@ def _channels_last(x: Tensor) -> Tensor:
     return x.contiguous(memory_format=torch.channels_last)
 
 
+def _norm_layout(t: Tensor) -> Tensor:
+    """t in a memory layout native_group_norm takes: on the CPU either layout (the convolutions hand it
+    channels-last), on CUDA only the contiguous one, as aten.group_norm (torch.nn.GroupNorm) makes it."""
+    return t if t.device.type == "cpu" else t.contiguous()
+
+
 class GroupNorm(Layer):
     """Per-client GroupNorm of `channels` channels in `groups` groups, optionally followed by ReLU.
 
@@ -44,6 +50,7 @@ class GroupNorm(Layer):
         w, b = p
         K = w.shape[0]
         B, KC, H, W = x.shape
+        x = _norm_layout(x)
         y, mean, rstd = torch.native_group_norm(x, w.reshape(-1), b.reshape(-1), B, KC, H * W,
                                                 K * self.groups, self.eps)
         if self.relu:
@@ -58,8 +65,9 @@ class GroupNorm(Layer):
         B, KC, H, W = x.shape
         if y is not None:
             dy = torch.ops.aten.threshold_backward(dy, y, 0)
-        dx, dw, db = torch.ops.aten.native_group_norm_backward(
-            dy, x, mean, rstd, w.reshape(-1), B, KC, H * W, K * self.groups, [need_dx, True, True])
+        dx, dw, db = torch.ops.aten.native_group_norm_backward(_norm_layout(dy), x, mean, rstd, w.reshape(-1),
+                                                               B, KC, H * W, K * self.groups,
+                                                               [need_dx, True, True])
         return dx, [dw.view_as(w), db.view_as(b)]
 
 
