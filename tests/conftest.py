@@ -6,8 +6,37 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from hetfl.data.federation import from_device_lists
+from hetfl.engine.reproducible import reproducible_cuda
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _reproducible_cuda():
+    """On a CUDA machine, as hetfl trains and measures there: no TF32, deterministic kernels
+    (engine.reproducible). Nothing on the CPU."""
+    if torch.cuda.is_available():
+        reproducible_cuda()
+
+
+@pytest.fixture
+def torch_cuda_defaults(monkeypatch):
+    """torch's own defaults for the settings engine.reproducible changes (TF32 allowed, as cuDNN allows
+    it, nondeterministic kernels, no cuBLAS workspace chosen) during the test; as they were afterwards.
+    The TF32 flags are module properties, which monkeypatch cannot set."""
+    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+              torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.utils.deterministic.fill_uninitialized_memory, torch.backends.cudnn.benchmark)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    torch.use_deterministic_algorithms(False)
+    yield
+    tf32_cudnn, tf32_matmul, deterministic, warn_only, fill, benchmark = before
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32_cudnn, tf32_matmul
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    torch.utils.deterministic.fill_uninitialized_memory, torch.backends.cudnn.benchmark = fill, benchmark
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -127,3 +128,29 @@ def test_machine_measurements_are_positive():
     assert bench.resolve_device("cpu") == cpu
     got, _ = bench.peak_allocated_bytes(lambda: torch.ones(1000).mul(2).sum())
     assert 4000 <= got < 1_000_000  # the 4,000-byte product, and not much else
+
+
+def test_cuda_runs_are_reproducible_float32(torch_cuda_defaults, monkeypatch):
+    """engine.reproducible: TF32 off for cuDNN and cuBLAS, torch's deterministic mode and cuBLAS's fixed
+    workspace (read by torch on CUDA only); hetfl bench sets them before it measures on CUDA, not on the
+    CPU."""
+    from hetfl.engine.reproducible import reproducible_cuda
+
+    def settings():
+        return (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+                torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+
+    seen = []
+
+    def stop(*args):  # the first call after the device is resolved
+        seen.append(settings())
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(bench, "device_name", stop)
+    assert bench.main(["--workloads", "logreg-synthetic", "--device", "cpu"]) == 2
+    monkeypatch.setattr(bench, "resolve_device", lambda device: torch.device("cuda"))
+    assert bench.main(["--workloads", "logreg-synthetic", "--device", "cuda"]) == 2
+    assert seen == [(True, True, False, None), (False, False, True, ":4096:8")]
+    assert reproducible_cuda() == {"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False,
+                                   "deterministic_algorithms": True, "cudnn.benchmark": False,
+                                   "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -203,3 +204,24 @@ def test_the_last_round_writes_the_outputs_not_a_full_checkpoint(tmp_path, monke
         info = json.loads((a / "run.json").read_text())
         assert info["stacked_runs"] == 2 and info["rounds_done"] == SPEC.rounds
         assert torch.load(a / CHECKPOINT, weights_only=True)["info"] == info  # the light final checkpoint
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device (scripts/gpu-check runs this on a GPU machine)")
+def test_a_run_on_cuda_is_reproducible_and_equals_the_cpu_run(tmp_path, torch_cuda_defaults):
+    """A training run on CUDA sets IEEE float32 and deterministic kernels itself (engine.reproducible),
+    also when its caller left torch's defaults; run twice it gives bitwise the same metrics, and it ends
+    where the same run on the CPU ends, to float32 rounding."""
+    spec = dataclasses.replace(SPEC, model="mlp", algorithm="fedavg", algorithm_params={}, eta0=0.1, rounds=4)
+    split, trace = _inputs(tmp_path, spec)
+    runs = {}
+    for device in ("cpu", "cuda", "cuda-again"):
+        assert run_training(spec, split, trace, tmp_path / device, device=device.split("-")[0],
+                            progress=False, checkpoint_every=0).status == "ok"
+        runs[device] = pd.read_parquet(tmp_path / device / "metrics.parquet")
+    assert not torch.backends.cudnn.allow_tf32 and torch.are_deterministic_algorithms_enabled()
+    cpu, cuda = runs["cpu"], runs["cuda"]
+    pd.testing.assert_frame_equal(runs["cuda-again"], cuda)
+    assert cpu[["round", "metric"]].equals(cuda[["round", "metric"]])
+    # float32 sums in another order: losses agree to ~1e-6; an accuracy may move by one test sample (1/463)
+    np.testing.assert_allclose(cuda["value"], cpu["value"], rtol=1e-3, atol=5e-3)

@@ -35,6 +35,7 @@ from hetfl.engine.allocator import retain_freed_memory
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
+from hetfl.engine.reproducible import reproducible_cuda
 from hetfl.models import BatchedModel, LogReg, make_model
 
 
@@ -348,6 +349,8 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
     if unknown:
         raise ValueError(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
     dev = resolve_device(device)
+    if dev.type == "cuda":
+        reproducible_cuda()  # as `hetfl train` runs on CUDA: both engines IEEE float32, deterministic
     if threads:
         torch.set_num_threads(threads)
     machine = {"device": dev.type, "device_name": device_name(dev), "threads": torch.get_num_threads(),

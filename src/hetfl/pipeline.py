@@ -34,6 +34,7 @@ from hetfl.data import concept_shift, traces
 from hetfl.data.build import check_split
 from hetfl.data.events import Event, Schedule, build_schedule
 from hetfl.data.federation import Federation, load_federation
+from hetfl.engine.reproducible import reproducible_cuda
 from hetfl.engine.runner import (
     Data,
     ProgressLog,
@@ -200,6 +201,8 @@ class RunJob:
         self.spec, self.out_dir = spec, Path(out_dir)
         self.split_npz, self.traces_npz = split_npz, traces_npz
         self.device = resolve_device(device)
+        if self.device.type == "cuda":
+            reproducible_cuda()  # no TF32, deterministic kernels: reruns agree, and with the CPU to rounding
         check_split(split_npz, spec.split_spec(), spec.seed)
         tr = traces.load_traces(traces_npz)
         check_traces(tr, spec, traces_npz)

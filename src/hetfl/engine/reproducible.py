@@ -1,0 +1,54 @@
+"""Training on CUDA as reproducible as on the CPU: IEEE float32 (no TF32) and deterministic kernels.
+
+TF32. PyTorch lets cuDNN compute float32 convolutions and RNNs in TF32 on Ampere and later GPUs by
+default (torch 2.13: `torch.backends.cudnn.conv.fp32_precision == "tf32"`), which keeps 10 of float32's
+23 mantissa bits in the products. A run's numbers would then depend on the GPU generation, and the
+batched engine (grouped convolutions; recurrences through cuBLAS, which keeps float32) and the per-client
+loop (torch.nn.LSTM's cuDNN kernel) would round differently: on an H200 the float32 equivalence tests
+(tests/test_models.py) missed their tolerance in 10 cases (absolute errors up to 3.6e-3, relative up
+to 0.79 at small entries), and all pass in IEEE float32.
+
+Determinism. By default cuDNN picks convolution algorithms that accumulate with atomics, and an
+embedding's gradient is an index_add_ with atomics: on an H200 two identical batched rounds of the
+CNNs, VGG-11, ResNet-20 and the Sent140 LSTM differed in their last bits, so a rerun of a run would not
+give the same numbers. torch's deterministic mode makes them repeatable; cuBLAS then needs a fixed
+workspace (CUBLAS_WORKSPACE_CONFIG, set before its first use). Ops with no deterministic CUDA kernel
+(bincount, in the entropy measure, whose integer counts are exact anyway) warn instead of failing.
+
+`reproducible_cuda()` is called where hetfl trains or measures on CUDA (pipeline.RunJob, hetfl bench)
+and by the tests on a CUDA machine. Nothing changes on the CPU, whose kernels are deterministic already.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def ieee_float32() -> dict[str, bool]:
+    """Turn TF32 off for cuDNN (convolutions, RNNs) and cuBLAS matmuls; the flags now in force. Through
+    the allow_tf32 flags, which torch 2.11 to 2.13 all honour: the newer per-operator `fp32_precision`
+    settings make torch's own reads of allow_tf32 raise once set."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return {"cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+
+
+def deterministic_cuda() -> dict[str, object]:
+    """torch's deterministic mode (warning where an op has no deterministic kernel), without filling new
+    tensors with NaN (a cost on every allocation; hetfl reads no uninitialised memory), cuDNN's autotuner
+    off, and cuBLAS's fixed workspace unless the caller chose one; the settings now in force."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    torch.backends.cudnn.benchmark = False
+    return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cudnn.benchmark": torch.backends.cudnn.benchmark,
+            "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
+
+
+def reproducible_cuda() -> dict[str, object]:
+    """Both of the above, once per process before training or measuring on CUDA."""
+    return {**ieee_float32(), **deterministic_cuda()}
