@@ -210,3 +210,13 @@ def test_fednova_counts_its_a_i_in_nonzeros_and_entropy_too():
     assert m["nonzeros_up"] == 4
     assert m["entropy_up"] == pytest.approx(2.0)
     assert m["bytes_up"] == 2 * (1 + 1) * 4
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 40, 1 << 20])
+def test_nonzeros_in_chunks_of_rows_count_exactly(chunk):
+    """comm.nonzeros counts a stack a few rows at a time (bounded memory on CUDA): the same count for any
+    chunk, for stacks, scalars and empty tensors alike."""
+    gen = torch.Generator().manual_seed(0)
+    tensors = [torch.randn(9, 4, 5, generator=gen).relu(), torch.zeros(0, 3), torch.tensor(1.5),
+               torch.tensor(0.0), torch.randn(6, generator=gen).relu()]
+    assert comm.nonzeros(tensors, chunk=chunk) == sum(int((t != 0).sum()) for t in tensors)

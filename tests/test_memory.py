@@ -44,6 +44,7 @@ def _round_peak(name: str, kwargs: dict, shape: tuple[int, ...], K: int, device:
         finals = local_sgd(model, params, x, y, idx, steps, 0.1)
         return algorithm.aggregate(state, params, finals, info)
 
+    one_round()  # once before measuring: one-time allocations (CUDA: cuBLAS's 32 MiB workspace) cancel
     peak, _ = peak_allocated_bytes(one_round, device)
     return peak, sum(p.numel() * p.element_size() for p in params)
 
