@@ -33,8 +33,8 @@ def dense_bits(tensors: list[Tensor], stacked: bool = True) -> float:
 def nonzeros(tensors: list[Tensor], chunk: int = 1 << 20) -> int:
     """Nonzero values of all tensors, counted about `chunk` values at a time (whole rows of a stack [K, ...],
     so the pieces are views). On CUDA count_nonzero materialises a bool and an int64 copy of its input,
-    9 bytes a value: counting a stack of K models at once was 2.5 model copies per client of a round's
-    peak (an H200, the 2NN's FedAvg round, tests/test_memory.py). Exact counts, as in one go."""
+    9 bytes a value: counting the 2NN's first-layer stack at once was 1.8 model copies per client of a
+    FedAvg round's peak (an H200, tests/test_memory.py). Exact counts, as in one go."""
     counts = []
     for t in tensors:
         if t.dim() == 0 or t.numel() <= chunk:
