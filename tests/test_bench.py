@@ -154,3 +154,14 @@ def test_cuda_runs_are_reproducible_float32(torch_cuda_defaults, monkeypatch):
     assert reproducible_cuda() == {"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False,
                                    "deterministic_algorithms": True, "cudnn.benchmark": False,
                                    "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+
+def test_a_round_on_cuda_has_at_least_64_clients():
+    """On CUDA the batched rate grows with the round's clients (docs/engine.md, "On a GPU"), so a workload
+    trains at least CUDA_CLIENTS there unless --clients says otherwise; on the CPU its own count."""
+    vgg, mlp = bench.WORKLOADS["vgg11-cifar"], bench.WORKLOADS["mlp-mnist"]
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert bench.workload_clients(vgg, cpu) == 4 and bench.workload_clients(mlp, cpu) == 100
+    assert bench.workload_clients(vgg, cuda) == bench.CUDA_CLIENTS == 64
+    assert bench.workload_clients(mlp, cuda) == 100
+    assert bench.workload_clients(vgg, cuda, clients=8) == 8 and bench.workload_clients(mlp, cpu, 3) == 3

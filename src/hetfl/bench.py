@@ -44,8 +44,9 @@ class Workload:
     """A fixed training workload: model, data shape, clients, minibatch size and local steps.
 
     input_shape: one sample's shape (a sequence length for text, whose samples are token ids < vocab).
-    clients and steps are small where a client step is slow, to keep the whole bench a few minutes; a
-    client's rate does not depend on how many clients share its round once a round has a few blocks.
+    clients and steps are small where a client step is slow, to keep the whole bench a few minutes; on
+    the CPU a client's rate does not depend on how many clients share its round once a round has a few
+    blocks. On CUDA it does, so there a round has at least CUDA_CLIENTS clients.
     """
 
     name: str
@@ -79,6 +80,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
 DEFAULT_WORKLOADS = ("logreg-synthetic", "mlp-mnist", "cnn-mnist", "cnn-bn-mnist", "vgg11-cifar",
                      "resnet20-cifar", "char-lstm-shakespeare", "sent-lstm-sent140")
 ENGINES = ("batched", "reference")
+#: clients per round on CUDA unless --clients says otherwise: on a GPU the batched rate grows with the
+#: round's clients until the card fills (an H200: VGG-11 3.6x the loop at the 4-client default, the
+#: char-LSTM 0.55x; at 64, 3.2x and 5.8x, docs/engine.md), where on the CPU it is flat past a few blocks
+CUDA_CLIENTS = 64
 
 
 # -- the machine ------------------------------------------------------------------------------------
@@ -212,10 +217,18 @@ class Problem:
     steps: np.ndarray
 
 
+def workload_clients(w: Workload, device: torch.device, clients: int | None = None) -> int:
+    """Clients of the workload's round: `clients` if given, else its own count, at least CUDA_CLIENTS on
+    CUDA."""
+    if clients:
+        return clients
+    return max(w.clients, CUDA_CLIENTS) if device.type == "cuda" else w.clients
+
+
 def make_problem(w: Workload, steps: int, device: torch.device, clients: int | None = None,
                  seed: int = 0) -> Problem:
     """Random data of the workload's shapes (no downloads): each client holds up to 20 minibatches."""
-    K = clients or w.clients
+    K = workload_clients(w, device, clients)
     gen = torch.Generator().manual_seed(seed)
     model = make_model(w.model, w.input_shape if len(w.input_shape) > 1 else w.input_shape[0],
                        w.num_classes, **w.kwargs)
@@ -376,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="write records as JSON to PATH, or to stdout without one (or with '-'); the "
                              "table then goes to stderr")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine; the median is reported")
-    parser.add_argument("--clients", type=int, default=None, help="override the workloads' client counts")
+    parser.add_argument("--clients", type=int, default=None,
+                        help=f"override the workloads' client counts (default: their own; on CUDA at least "
+                             f"{CUDA_CLIENTS})")
     parser.add_argument("--batch", type=int, default=None, help="override the workloads' minibatch sizes")
     parser.add_argument("--ref-clients", type=int, default=0,
                         help="time the reference on only the first N clients, a quick look (default 0: all)")
