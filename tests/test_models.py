@@ -211,7 +211,7 @@ def test_cpu_training_imports_no_sympy():
 def test_executor_rule():
     """The documented rule (engine.executor): small fused models in cache-sized blocks, intra-op threads;
     the zoo's convolutional and recurrent models one client per block, blocks on separate CPU workers;
-    CUDA: one block (or what half the free memory holds)."""
+    the CNNs cache-sized blocks on separate workers; CUDA: one block (or what half the free memory holds)."""
     x = torch.zeros(1, 10, 784)
     mlp = make_model("mlp", 784, 10)
     p = [t.unsqueeze(0) for t in mlp.init_params(torch.Generator())]
@@ -223,6 +223,18 @@ def test_executor_rule():
         xs = torch.zeros(1, 10, *(shape if isinstance(shape, tuple) else (shape,)))
         plan = executor.make_plan(m, [t.unsqueeze(0) for t in m.init_params(torch.Generator())], xs, 8)
         assert plan == executor.Plan(1, min(torch.get_num_threads(), 8)), name
+    # the CNNs: cache-sized blocks (at least 2 clients), on separate cores once there are 2 threads
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        for name in ("cnn", "cnn_bn", "cnn_cifar"):
+            m = make_model(name, (1, 28, 28) if name != "cnn_cifar" else (3, 32, 32), 10)
+            xs = torch.zeros(1, 10, *m.input_shape)
+            plan = executor.make_plan(m, [t.unsqueeze(0) for t in m.init_params(torch.Generator())], xs, 20)
+            assert plan.block >= 2 and plan.workers == 2, name
+        assert executor.make_plan(mlp, p, x, 100).workers == 1
+    finally:
+        torch.set_num_threads(threads)
     assert executor.make_plan(make_model("logreg", 60, 10), [], torch.zeros(1, 20, 60), 50) == \
         executor.Plan(50, 1)
     # longest first, to the least loaded worker

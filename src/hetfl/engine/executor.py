@@ -13,8 +13,10 @@ timing taken during a run, so a run is reproduced by the same executor), docs/en
   client fits in one block, or as many as half the free device memory holds.
 * `workers`: on the CPU, models whose per-client kernels scale poorly over cores (`client_parallel`)
   train different blocks on different cores at once, each worker with one intra-op thread, instead of
-  splitting every small kernel over the cores. Blocks go to workers longest first, to the least loaded
-  worker (a fixed order: the assignment depends only on the step counts).
+  splitting every small kernel over the cores: the zoo's models and the CNNs of models.cnn (their
+  convolutions at FL minibatch sizes), not the MLP or the logistic regression (their small GEMMs gain
+  from intra-op threads). Blocks go to workers longest first, to the least loaded worker (a fixed order:
+  the assignment depends only on the step counts).
 """
 
 from __future__ import annotations

@@ -52,7 +52,15 @@ class ConvNet(LayerNet):
     channels_last: keep the grouped activations in NHWC memory order. On the CPU oneDNN's convolutions
     and above all max-pooling are faster on it (pooling 4–9× on MNIST-sized maps; 1.3–1.4× for the whole
     McMahan CNN step, see docs/engine.md); the layout only changes strides, never results.
+
+    The CPU executor (engine.executor): blocks of clients that fit the cache (models.net.LayerNet), trained
+    on separate cores, one intra-op thread each. Splitting every B = 10 convolution over both cores left
+    10–25 % of the time on the table: a round of 20 and 100 McMahan CNN clients ran 1.12× and 1.26× faster
+    on two workers (CNN + BN 1.16× at 100, the CIFAR CNN 1.12× at 20; docs/engine.md). The 2NN's small
+    GEMMs are the other way round (0.89×), so MLPs keep intra-op threads.
     """
+
+    client_parallel = True
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int,
                  convs: Sequence[tuple[int, int, int]], hidden: Sequence[int], batch_norm: bool,
