@@ -242,6 +242,25 @@ def test_executor_rule():
     assert executor.assign([3.0], 4) == [[0], [], [], []]
 
 
+@pytest.mark.parametrize("clients,block,workers", [(10, 2, 2), (6, 2, 2), (20, 2, 2), (15, 2, 2), (7, 3, 2),
+                                                    (100, 14, 1), (3, 1, 2), (1, 2, 1), (0, 2, 2)])
+def test_blocks_cover_the_clients_and_balance_the_workers(clients, block, workers):
+    """engine.executor.blocks: contiguous ranges of at most `block` clients covering all of them; on one
+    worker full blocks then the rest (the order the MLP's runs were trained in), on several a multiple of
+    the workers with sizes at most one apart (10 clients, blocks of 2, 2 workers: 2, 2, 2, 2, 1, 1)."""
+    out = executor.blocks(clients, executor.Plan(block, workers))
+    sizes = [hi - lo for lo, hi in out]
+    assert [lo for lo, _ in out] == np.cumsum([0, *sizes])[:-1].tolist() and sum(sizes) == clients
+    assert all(1 <= s <= block for s in sizes)
+    if workers == 1:
+        assert sizes == [block] * (clients // block) + ([clients % block] if clients % block else [])
+    elif clients:
+        assert len(out) % workers == 0 or len(out) == clients
+        assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    if (clients, block, workers) == (10, 2, 2):
+        assert sizes == [2, 2, 2, 2, 1, 1]
+
+
 def test_cuda_blocks_are_bounded_by_free_memory(monkeypatch):
     """On CUDA a block holds as many clients as half the free device memory (torch.cuda.mem_get_info)."""
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1000, 4000))

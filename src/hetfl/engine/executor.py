@@ -56,6 +56,27 @@ def make_plan(model, params: list[Tensor], x: Tensor, clients: int) -> Plan:
     return Plan(block, workers)
 
 
+def blocks(clients: int, plan: Plan) -> list[tuple[int, int]]:
+    """Client ranges [lo, hi) of at most plan.block clients each, in order: full blocks and the rest.
+    With several workers the number of blocks is rounded up to a multiple of plan.workers and the sizes
+    made as even as possible (larger first), so that equal clients leave no worker idle: 10 clients in
+    blocks of 2 on 2 workers are 2, 2, 2, 2, 1, 1 (5 clients a worker), not 2, 2, 2, 2, 2 (6 and 4).
+    Measured on 2 cores, McMahan CNN rounds of 6 and 10 clients: 1.13x and 1.10x (docs/engine.md)."""
+    if plan.workers <= 1:
+        return [(lo, min(clients, lo + plan.block)) for lo in range(0, clients, plan.block)]
+    if clients == 0:
+        return []
+    n = -(-clients // plan.block)  # blocks of at most plan.block
+    n = min(clients, -(-n // plan.workers) * plan.workers)
+    size, extra = divmod(clients, n)
+    out, lo = [], 0
+    for i in range(n):
+        hi = lo + size + (i < extra)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
 def cuda_block(per_client_bytes: int, device: torch.device) -> int:
     """Clients per block on a CUDA device: as many as CUDA_MEMORY_SHARE of its free memory holds."""
     free, _ = torch.cuda.mem_get_info(device)

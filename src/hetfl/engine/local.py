@@ -57,7 +57,7 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     # steps before the next, so its weights stay in cache between steps. Clients are independent, so the
     # result does not depend on the blocks.
     plan = executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K)
-    blocks = [(lo, min(K, lo + plan.block)) for lo in range(0, K, plan.block)]
+    blocks = executor.blocks(K, plan)
 
     def train_block(lo: int, hi: int) -> None:
         for j, a in enumerate(active.tolist()):
