@@ -268,6 +268,51 @@ def test_cuda_blocks_are_bounded_by_free_memory(monkeypatch):
     assert executor.cuda_block(10_000, torch.device("cuda")) == 1  # never less than one client
 
 
+def test_small_lstm_rounds_on_cuda_train_client_by_client(monkeypatch):
+    """On CUDA a round of fewer than `cuda_batched_from` LSTM clients trains client by client (cuDNN's
+    fused LSTM); from that many on, one block as before. Models without the attribute are not affected."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 40, 1 << 41))
+    on_cuda = SimpleNamespace(device=torch.device("cuda"), shape=(1, 10, 80), dtype=torch.int64)
+    for name in ("char_lstm", "sent_lstm"):
+        m = make_model(name, 80, 10)
+        assert m.cuda_batched_from == 8
+        assert executor.make_plan(m, [], on_cuda, 7) == executor.Plan(1, 1), name
+    m = make_model("char_lstm", 80, 10, hidden=8)
+    p = [t.unsqueeze(0) for t in m.init_params(torch.Generator())]
+    monkeypatch.setattr(m, "client_bytes", lambda params, x: 1000)
+    assert executor.make_plan(m, p, on_cuda, 8) == executor.Plan(8, 1)
+    assert not hasattr(make_model("vgg11", (3, 32, 32), 10), "cuda_batched_from")
+
+
+@pytest.mark.parametrize("path", ["fused", "grads"])
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f[1] in ("char_lstm", "sent_lstm")],
+                         ids=[f[0] for f in FAMILIES if f[1] in ("char_lstm", "sent_lstm")])
+def test_lstm_per_client_autograd_path_equals_per_client_loop(family, path, monkeypatch):
+    """The per-client path CUDA takes (models.recurrent._cudnn: torch's fused LSTM under autograd), forced
+    on the CPU in float64: one round per client equals the torch.nn loop, and the global model's logits
+    equal the module's. On a GPU the same code runs cuDNN's kernels (scripts/gpu-check)."""
+    from hetfl.models import recurrent
+
+    calls = []
+    monkeypatch.setattr(recurrent, "_onednn", lambda x: False)
+    monkeypatch.setattr(recurrent, "_cudnn", lambda x: calls.append(x.shape[0]) or x.shape[0] == 1)
+    _, name, shape, kwargs, vocab = family
+    model, params, x, y, idx = _problem(name, shape, kwargs, vocab)
+    params = [p.double() for p in params]
+    ref = local_sgd_reference(model, params, x, y, idx, STEPS, 0.1)
+    _with_executor(model, (1, 1), monkeypatch)
+    out = local_sgd(model, params, x, y, idx, STEPS, 0.1,
+                    correction=(lambda p, g, c: g) if path == "grads" else None)
+    assert calls and set(calls) == {1}  # every LSTM layer call took the per-client path
+    _close(out, ref, rtol=1e-9, atol=1e-12)
+    module = model.make_module().double()
+    model.to_module(params, module)
+    with torch.no_grad():
+        torch.testing.assert_close(model.logits(params, x[:9]), module(x[:9]), rtol=1e-9, atol=1e-12)
+
+
 def test_worker_errors_surface_and_threads_are_restored():
     threads = torch.get_num_threads()
 

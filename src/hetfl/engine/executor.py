@@ -10,7 +10,9 @@ timing taken during a run, so a run is reproduced by the same executor), docs/en
   the same hand-written layers (no autograd). The model decides (`client_block`): on the CPU the small
   fused models take as many clients as fit in cache, the zoo's convolutional and recurrent models one
   (their per-client oneDNN kernels beat a grouped convolution or a batched recurrence); on CUDA every
-  client fits in one block, or as many as half the free device memory holds.
+  client fits in one block, or as many as half the free device memory holds, except that a round of
+  fewer than `cuda_batched_from` clients (the LSTMs: 8) trains client by client on the model's fused
+  per-client kernels (cuDNN's LSTM), which a small batched recurrence does not beat.
 * `workers`: on the CPU, models whose per-client kernels scale poorly over cores (`client_parallel`)
   train different blocks on different cores at once, each worker with one intra-op thread, instead of
   splitting every small kernel over the cores: the zoo's models and the CNNs of models.cnn (their
@@ -45,7 +47,7 @@ class Plan:
 def make_plan(model, params: list[Tensor], x: Tensor, clients: int) -> Plan:
     """The executor for `clients` clients of `model` on x's device; params: the stacked parameters, x a
     minibatch [m, B, ...] (shapes past the client axis, dtype and device matter)."""
-    if clients == 0:
+    if clients == 0 or (x.device.type == "cuda" and clients < getattr(model, "cuda_batched_from", 0)):
         return Plan(1, 1)
     block = clients
     if hasattr(model, "client_block"):

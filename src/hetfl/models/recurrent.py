@@ -13,11 +13,17 @@ Backward, from t = T−1 down (dh_t: from the layer above and from step t+1; dc 
 Only dh_{t−1} is sequential; the weight gradients Σ_t dzᵀ h_{t−1} and Σ_t dzᵀ x_t, and the input gradient
 dz W_ih, are each ONE large batched matmul over all steps after the loop (autograd does a small one per
 step). Weights are stored as torch stores them ([4H, in], [4H, H]), so state dicts are interchangeable.
+
+One client at a time takes the fused kernel torch.nn.LSTM trains with: oneDNN's on the CPU (called
+directly), cuDNN's on CUDA (through autograd, for small rounds: engine.executor).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -44,6 +50,31 @@ def _onednn(x: Tensor) -> bool:
     recurrence, whose 10-row matmuls and gate kernels it fuses; blocks of clients use the recurrence."""
     return x.device.type == "cpu" and x.shape[0] == 1 and x.dtype == torch.float32 and \
         torch.backends.mkldnn.is_available()
+
+
+def _cudnn(x: Tensor) -> bool:
+    """One client on CUDA: cuDNN's fused LSTM, through autograd (how torch.nn.LSTM trains there). On the
+    H200 the batched recurrence's step-by-step kernels made a round of 4 char-LSTM clients 0.55x the
+    per-client loop; engine.executor trains small rounds client by client on this path."""
+    return x.device.type == "cuda" and x.shape[0] == 1 and torch.backends.cudnn.is_available()
+
+
+@contextmanager
+def _unflattened_weights_ok() -> Iterator[None]:
+    """cuDNN warns that weights outside one flat buffer are copied into one at every call: here that is
+    one client's layer (1 MB for the char-LSTM's), per call, by design (the weights are rows of a stack).
+    CUDA runs have no worker threads, so the process-wide warning filter is safe to change here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
+        yield
+
+
+class AutogradSaved(NamedTuple):
+    """The fused kernel's graph: its input and weights (leaves) and the output that reaches the loss."""
+
+    x: Tensor
+    weights: list[Tensor]
+    out: Tensor
 
 
 class Embedding(Layer):
@@ -104,6 +135,8 @@ class LSTMLayer(Layer):
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
         if _onednn(x):
             return self._onednn_forward(p, x, training)
+        if _cudnn(x):
+            return self._autograd_forward(p, x, training)
         w_ih, w_hh, b_ih, b_hh = p
         K, T, B, _ = x.shape
         H = self.hidden
@@ -164,8 +197,8 @@ class LSTMLayer(Layer):
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:
-        if isinstance(saved, OneDNNSaved):
-            dx, *grads = self._onednn_backward(p, saved, dy)
+        if isinstance(saved, (OneDNNSaved, AutogradSaved)):
+            dx, *grads = self._fused_backward(p, saved, dy)
             return (dx if need_dx else None), [g.unsqueeze(0) for g in grads]
         w_ih = p[0]
         dz = self._dz(p, saved, dy)
@@ -176,8 +209,8 @@ class LSTMLayer(Layer):
     def sgd_backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool, lr: float
                      ) -> Tensor | None:
         w_ih, w_hh, b_ih, b_hh = p
-        if isinstance(saved, OneDNNSaved):
-            dx, *grads = self._onednn_backward(p, saved, dy)
+        if isinstance(saved, (OneDNNSaved, AutogradSaved)):
+            dx, *grads = self._fused_backward(p, saved, dy)
             for w, g in zip(p, grads, strict=True):
                 w[0].sub_(g, alpha=lr)
             return dx
@@ -214,6 +247,34 @@ class LSTMLayer(Layer):
             saved.x, w_ih, w_hh, b_ih, b_hh, saved.h0, saved.h0, saved.out, saved.hy, saved.cy, grad_out,
             None, None, False, _LSTM_MODE, self.hidden, 1, True, True, False, [], True, saved.work)
         return [dx.unsqueeze(0), dw_ih, dw_hh, db_ih, db_hh]
+
+    def _fused_backward(self, p: list[Tensor], saved: OneDNNSaved | AutogradSaved, dy: Tensor
+                        ) -> list[Tensor]:
+        if isinstance(saved, OneDNNSaved):
+            return self._onednn_backward(p, saved, dy)
+        return self._autograd_backward(saved, dy)
+
+    # -- one client on CUDA: torch's fused LSTM (cuDNN) under autograd, as torch.nn.LSTM -----------------
+    def _autograd_forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        xt = x[0]  # [T, B, in]: time-major, as the kernel takes it
+        h0 = xt.new_zeros(1, xt.shape[1], self.hidden)
+        if not training:
+            with torch.no_grad(), _unflattened_weights_ok():
+                weights = [t[0] for t in p]
+                out, hy, _ = torch._VF.lstm(xt, (h0, h0), weights, True, 1, 0.0, False, False, False)
+            return (hy if self.last else out.unsqueeze(0)), None
+        with torch.enable_grad(), _unflattened_weights_ok():
+            weights = [t[0].detach().requires_grad_() for t in p]
+            xt = xt.detach().requires_grad_()
+            out, hy, _ = torch._VF.lstm(xt, (h0, h0), weights, True, 1, 0.0, True, False, False)
+        reach = hy[0] if self.last else out  # what the layer above sees: h_T [B, H], or every h [T, B, H]
+        return reach.detach().unsqueeze(0), AutogradSaved(xt, weights, reach)
+
+    @staticmethod
+    def _autograd_backward(saved: AutogradSaved, dy: Tensor) -> list[Tensor]:
+        """[dx [1, T, B, in], dW_ih, dW_hh, db_ih, db_hh] (the weight gradients unstacked)."""
+        dx, *grads = torch.autograd.grad(saved.out, [saved.x, *saved.weights], dy[0])
+        return [dx.unsqueeze(0), *grads]
 
     def train_flops(self, batch: int, need_dx: bool) -> int:
         """Per sample and time step (`steps` of them): forward z (4H·(in + H)), dh (4H·H), the weight

@@ -304,6 +304,12 @@ class CharLSTM(TwinNet):
 
     name = "char_lstm"
     default_vocab, default_embed, default_hidden = 80, 8, 256
+    # On CUDA, rounds of fewer clients train client by client on cuDNN's fused LSTM (engine.executor):
+    # on an H200 the batched recurrence, one small kernel per time step for all clients, made a round of
+    # 4 char-LSTM clients 0.55x the per-client loop and a round of 64 5.8x; the sent-LSTM was 1.4x at 16.
+    # Rates grow about linearly with the clients in that range, so the two cross near 7-11 clients: an
+    # estimate from those points, not a measured crossover (docs/engine.md, "On a GPU").
+    cuda_batched_from = 8
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, vocab: int | None = None,
                  embed: int | None = None, hidden: int | None = None, layers: int = 2) -> None:
