@@ -63,6 +63,31 @@ def test_json_to_stdout(capsys, flag):
     assert len(records) == 2 and "logreg-synthetic" in captured.err  # the table goes to stderr then
 
 
+def test_model_params_reach_every_workloads_model(monkeypatch):
+    """--model-params: keyword arguments for each workload's model on top of its own, in the records; the
+    convolutional models' channels_last=False builds NCHW models (the layout a GPU should compare)."""
+    built = []
+    real = bench.make_model
+    monkeypatch.setattr(bench, "make_model", lambda *a, **k: built.append(k) or real(*a, **k))
+    records, _ = bench.run_bench(["cnn-mnist", "resnet20-cifar"], steps=1, device="cpu", threads=1, repeat=1,
+                                 clients=2, batch=2, model_params={"channels_last": False})
+    assert built and all(k.get("channels_last") is False for k in built)
+    assert {r["workload"] for r in records} == {"cnn-mnist", "resnet20-cifar"}
+    assert all(r["model_params"] == {"channels_last": False} for r in records)
+
+
+@pytest.mark.parametrize("value,message", [
+    ('{"channels_last": false}', "model 'mlp' (workload mlp-mnist) does not take them"),
+    ("[1]", "is a JSON list; allowed: a JSON object"),
+    ("{x", "is not JSON"),
+])
+def test_bad_model_params_fail_before_any_work(value, message, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "run_workload", lambda *a, **k: pytest.fail("measured despite bad input"))
+    assert bench.main(["--workloads", "cnn-mnist,mlp-mnist", "--device", "cpu", "--model-params", value]) == 2
+    err = capsys.readouterr().err
+    assert "--model-params" in err and message in err
+
+
 def test_unknown_workload():
     with pytest.raises(ValueError, match="unknown workload"):
         bench.run_bench(["nope"], steps=1)

@@ -125,6 +125,28 @@ def test_float32_round_equals_per_client_loop(family, device):
         _close(local_sgd(model, params, x, y, idx, STEPS, 0.1, correction=correction), ref, 1e-3, 5e-4)
 
 
+_CONV = [f for f in FAMILIES if f[0] in ("cnn", "cnn_cifar", "cnn_bn", "vgg11", "resnet20")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", _CONV, ids=[f[0] for f in _CONV])
+def test_contiguous_layout_equals_per_client_loop(family, device):
+    """channels_last=False (the convolutional models' NCHW option): contiguous grouped activations, and
+    one round still equals the torch.nn loop in float64 (fused and grads paths)."""
+    from hetfl.models.layers import ToGrouped
+
+    _, name, shape, kwargs, vocab = family
+    model, params, x, y, idx = _problem(name, shape, {**kwargs, "channels_last": False}, vocab, device=device)
+    grouped = next(layer for layer in model.layers if isinstance(layer, ToGrouped))
+    xs = torch.randn(2, 3, *model.layers[0].shape, device=device)
+    assert grouped.forward([], xs, True)[0].is_contiguous()
+    params = [p.double() for p in params]
+    ref = local_sgd_reference(model, params, x.double(), y, idx, STEPS, 0.1)
+    for correction in (None, lambda p, g, c: g):
+        _close(local_sgd(model, params, x.double(), y, idx, STEPS, 0.1, correction=correction), ref,
+               rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f[1] in ("mlp", "cnn", "cnn_bn")],
                          ids=[f[0] for f in FAMILIES if f[1] in ("mlp", "cnn", "cnn_bn")])
 def test_cache_blocks_change_nothing(family):

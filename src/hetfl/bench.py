@@ -269,8 +269,8 @@ def engine_fn(engine: str, prob: Problem, clients: int | None = None) -> Callabl
 
 
 def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: int = 3,
-                 clients: int | None = None, ref_clients: int | None = None, batch: int | None = None
-                 ) -> list[dict[str, Any]]:
+                 clients: int | None = None, ref_clients: int | None = None, batch: int | None = None,
+                 model_params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Time both engines on one workload; one record per engine (median rate, CPU time, peak RSS).
 
     The engines' runs alternate (batched, reference, batched, …) and each keeps the median of its runs,
@@ -278,7 +278,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     rate does not depend on how many it trains: `ref_clients` times only the first few (None: all).
     """
     steps = steps or w.steps
-    w = dataclasses.replace(w, batch=batch or w.batch)
+    w = dataclasses.replace(w, batch=batch or w.batch, kwargs={**w.kwargs, **(model_params or {})})
     prob = make_problem(w, steps, device, clients)
     K = len(prob.steps)
     counts = {"batched": K, "reference": min(K, ref_clients or K)}
@@ -306,7 +306,8 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     for engine in ENGINES:
         work = float(prob.steps[:counts[engine]].sum())
         rec: dict[str, Any] = {
-            "workload": w.name, "model": w.model, "engine": engine, "clients": counts[engine],
+            "workload": w.name, "model": w.model, "model_params": dict(model_params or {}), "engine": engine,
+            "clients": counts[engine],
             "batch": w.batch, "steps": steps, "repeat": repeat,
             "client_steps_per_s": work / float(np.median(walls[engine])),
             "cpu_s_per_client_step": float(np.median(cpus[engine])) / work,
@@ -353,14 +354,31 @@ def _rate(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
+def check_model_params(workloads: Sequence[str], model_params: dict[str, Any]) -> None:
+    """Every workload's model takes every key of model_params (ValueError naming the key, the value and
+    the model otherwise): checked by building each model once, before any measurement."""
+    for name in workloads:
+        w = WORKLOADS[name]
+        shape = w.input_shape if len(w.input_shape) > 1 else w.input_shape[0]
+        try:
+            make_model(w.model, shape, w.num_classes, **{**w.kwargs, **model_params})
+        except TypeError as err:
+            raise ValueError(f"--model-params {json.dumps(model_params)}: model '{w.model}' (workload "
+                             f"{name}) does not take them ({err}); choose --workloads whose models "
+                             f"do") from None
+
+
 def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = "auto",
               threads: int | None = None, repeat: int = 3, clients: int | None = None,
-              ref_clients: int | None = None, batch: int | None = None
-              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """All measurements: (records, machine facts)."""
+              ref_clients: int | None = None, batch: int | None = None,
+              model_params: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
+    model on top of its own (e.g. {"channels_last": False} for the convolutional models)."""
     unknown = [n for n in workloads if n not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
+    if model_params:
+        check_model_params(workloads, model_params)
     dev = resolve_device(device)
     if dev.type == "cuda":
         reproducible_cuda()  # as `hetfl train` runs on CUDA: both engines IEEE float32, deterministic
@@ -370,11 +388,27 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
                "cpus": os.cpu_count(), "torch": torch.__version__,
                "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
     records = [r for name in workloads
-               for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch)]
+               for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch,
+                                     model_params)]
     add_bounds(records, machine["matmul_gflops"], machine["copy_gbps"])
     for r in records:
         r["device_name"], r["threads"] = machine["device_name"], machine["threads"]
     return records, machine
+
+
+def parse_model_params(text: str | None) -> dict[str, Any]:
+    """--model-params: a JSON object (ValueError naming the value and what is allowed otherwise)."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--model-params {text!r} is not JSON ({err.msg}); allowed: a JSON object such as "
+                         f"'{{\"channels_last\": false}}'") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--model-params {text!r} is a JSON {type(value).__name__}; allowed: a JSON object "
+                         f"of model keyword arguments")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,12 +429,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=None, help="override the workloads' minibatch sizes")
     parser.add_argument("--ref-clients", type=int, default=0,
                         help="time the reference on only the first N clients, a quick look (default 0: all)")
+    parser.add_argument("--model-params", metavar="JSON", default=None,
+                        help='keyword arguments for every workload\'s model, a JSON object, e.g. '
+                             '\'{"channels_last": false}\' (the convolutional models\' NCHW layout)')
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
     retain_freed_memory()  # as `hetfl train` runs (engine.allocator); both engines allocate through it
     try:
+        model_params = parse_model_params(args.model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
-                               args.ref_clients or None, args.batch)
+                               args.ref_clients or None, args.batch, model_params)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2

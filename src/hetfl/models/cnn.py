@@ -51,7 +51,9 @@ class ConvNet(LayerNet):
 
     channels_last: keep the grouped activations in NHWC memory order. On the CPU oneDNN's convolutions
     and above all max-pooling are faster on it (pooling 4–9× on MNIST-sized maps; 1.3–1.4× for the whole
-    McMahan CNN step, see docs/engine.md); the layout only changes strides, never results.
+    McMahan CNN step, see docs/engine.md); the layout only changes strides, not the arithmetic. A model
+    parameter (`model_params: {channels_last: false}`, also on vgg11 and the ResNets) because it was
+    measured on the CPU only: `hetfl bench --model-params` compares the two on a GPU.
 
     The CPU executor (engine.executor): blocks of clients that fit the cache (models.net.LayerNet), trained
     on separate cores, one intra-op thread each. Splitting every B = 10 convolution over both cores left
@@ -88,9 +90,11 @@ class McMahanCNN(ConvNet):
     name = "cnn"
 
     def __init__(self, input_dim: int | Sequence[int] = (1, 28, 28), num_classes: int = 10,
-                 channels: tuple[int, int] = (32, 64), hidden: Sequence[int] = (512,)) -> None:
+                 channels: tuple[int, int] = (32, 64), hidden: Sequence[int] = (512,),
+                 channels_last: bool = True) -> None:
         super().__init__(image_shape(input_dim, (1, 28, 28)), num_classes,
-                         [(channels[0], 5, 2), (channels[1], 5, 2)], hidden, batch_norm=False)
+                         [(channels[0], 5, 2), (channels[1], 5, 2)], hidden, batch_norm=False,
+                         channels_last=channels_last)
 
 
 class CifarCNN(ConvNet):
@@ -99,9 +103,11 @@ class CifarCNN(ConvNet):
     name = "cnn_cifar"
 
     def __init__(self, input_dim: int | Sequence[int] = (3, 32, 32), num_classes: int = 10,
-                 channels: tuple[int, int] = (64, 64), hidden: Sequence[int] = (384, 192)) -> None:
+                 channels: tuple[int, int] = (64, 64), hidden: Sequence[int] = (384, 192),
+                 channels_last: bool = True) -> None:
         super().__init__(image_shape(input_dim, (3, 32, 32)), num_classes,
-                         [(channels[0], 5, 0), (channels[1], 5, 0)], hidden, batch_norm=False)
+                         [(channels[0], 5, 0), (channels[1], 5, 0)], hidden, batch_norm=False,
+                         channels_last=channels_last)
 
 
 class CNNBN(ConvNet):
@@ -110,6 +116,8 @@ class CNNBN(ConvNet):
     name = "cnn_bn"
 
     def __init__(self, input_dim: int | Sequence[int] = (1, 28, 28), num_classes: int = 10,
-                 channels: tuple[int, int] = (32, 64), hidden: Sequence[int] = (512,)) -> None:
+                 channels: tuple[int, int] = (32, 64), hidden: Sequence[int] = (512,),
+                 channels_last: bool = True) -> None:
         super().__init__(image_shape(input_dim, (1, 28, 28)), num_classes,
-                         [(channels[0], 5, 2), (channels[1], 5, 2)], hidden, batch_norm=True)
+                         [(channels[0], 5, 2), (channels[1], 5, 2)], hidden, batch_norm=True,
+                         channels_last=channels_last)

@@ -187,7 +187,9 @@ class ToGrouped(Layer):
         K, B = x.shape[:2]
         C, H, W = self.shape
         x = x.reshape(K, B, C, H, W).transpose(0, 1).reshape(B, K * C, H, W)
-        return (x.contiguous(memory_format=torch.channels_last) if self.channels_last else x), None
+        # with C = 1 the reshape is a strided view: either layout may need the copy
+        layout = torch.channels_last if self.channels_last else torch.contiguous_format
+        return x.contiguous(memory_format=layout), None
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:

@@ -237,14 +237,16 @@ class TwinNet(LayerNet):
 
 
 class VGG11(TwinNet):
-    """kwargs: width (channel multiplier), hidden (classifier width, 512), norm (None or "group"), groups."""
+    """kwargs: width (channel multiplier), hidden (classifier width, 512), norm (None or "group"), groups,
+    channels_last (the grouped activations' memory order, models.cnn.ConvNet; True)."""
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, cfg: Sequence[int | str] = VGG11_CFG,
-                 width: float = 1.0, hidden: int = 512, norm: str | None = None, groups: int = 32) -> None:
+                 width: float = 1.0, hidden: int = 512, norm: str | None = None, groups: int = 32,
+                 channels_last: bool = True) -> None:
         shape = image_shape(input_dim, (3, 32, 32))
         factory = partial(VGG, shape, num_classes, cfg, width, hidden, norm, groups)
         c, h, w = shape
-        layers: list[Layer] = [ToGrouped(shape, True)]
+        layers: list[Layer] = [ToGrouped(shape, channels_last)]
         for i, v in enumerate(cfg):
             if v == "M":
                 continue
@@ -261,12 +263,13 @@ class VGG11(TwinNet):
             if pool:
                 h, w = h // 2, w // 2
         hid = max(1, round(hidden * width))
-        layers += [Flatten((c, h, w), True), *dense_stack([c * h * w, hid, hid, num_classes])]
+        layers += [Flatten((c, h, w), channels_last), *dense_stack([c * h * w, hid, hid, num_classes])]
         super().__init__("vgg11", layers, factory)
 
 
 class ResNet20(TwinNet):
-    """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2)."""
+    """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2), channels_last (the grouped
+    activations' memory order, models.cnn.ConvNet; True)."""
 
     name = "resnet20"
     default_shape = (3, 32, 32)
@@ -274,20 +277,21 @@ class ResNet20(TwinNet):
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, **kwargs) -> None:
         kwargs = {**self.defaults, **kwargs}
+        channels_last = bool(kwargs.pop("channels_last", True))
         shape = image_shape(input_dim, self.default_shape)
         factory = partial(CifarResNet, shape, num_classes, **kwargs)
         widths, blocks, groups = kwargs.get("widths", (16, 32, 64)), kwargs.get("blocks", 3), \
             kwargs.get("groups", 2)
         hw = shape[1:]
         stem = Conv2d(shape[0], widths[0], 3, 1, hw, bias=False)
-        layers: list[Layer] = [ToGrouped(shape, True), stem, GroupNorm(widths[0], groups, relu=True)]
+        layers: list[Layer] = [ToGrouped(shape, channels_last), stem, GroupNorm(widths[0], groups, relu=True)]
         cin = widths[0]
         for i, cout in enumerate(widths):
             for b in range(blocks):
                 block = Residual(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, hw)
                 layers.append(block)
                 cin, hw = cout, block.hw_out
-        layers += [GlobalAvgPool(cin), Linear(cin, num_classes, relu=False)]
+        layers += [GlobalAvgPool(cin, channels_last), Linear(cin, num_classes, relu=False)]
         super().__init__(self.name, layers, factory)
 
 
