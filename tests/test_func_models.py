@@ -21,8 +21,9 @@ from hetfl.models.zoo import LSTM, VGG, CifarResNet, TextLSTM
 # name, input shape of one sample (a sequence length for text), classes, the module's factory (tiny
 # sizes; text through the matmul LSTM, which vmap can batch), vocabulary (text).
 FAMILIES = [
-    ("vgg11", (3, 32, 32), 10, partial(VGG, (3, 32, 32), 10, width=1 / 16, hidden=16), 0),
-    ("vgg11", (3, 32, 32), 10, partial(VGG, (3, 32, 32), 10, width=1 / 16, hidden=16, norm="group",
+    # hidden is scaled by width: 256 / 16 = 16 units (hidden 16 gave one unit, a dead ReLU, no gradient below)
+    ("vgg11", (3, 32, 32), 10, partial(VGG, (3, 32, 32), 10, width=1 / 16, hidden=256), 0),
+    ("vgg11", (3, 32, 32), 10, partial(VGG, (3, 32, 32), 10, width=1 / 16, hidden=256, norm="group",
                                        groups=2), 0),
     ("resnet20", (3, 8, 8), 10, partial(CifarResNet, (3, 8, 8), 10, widths=(4, 8, 8), blocks=1), 0),
     ("resnet_emnist", (1, 12, 12), 7, partial(CifarResNet, (1, 12, 12), 7, widths=(4, 8), blocks=2), 0),
@@ -76,7 +77,8 @@ def test_one_round_equals_per_client_loop(family):
     _close(out, ref)
     for p0, p in zip(params, out, strict=True):  # the client with no steps keeps the global model
         torch.testing.assert_close(p[1], p0, rtol=0, atol=0)
-    assert any(not torch.equal(p[0], p0) for p0, p in zip(params, out, strict=True))
+    # every parameter of a client with 4 steps moved: no layer is cut off from the gradient
+    assert all(not torch.equal(p[3], p0) for p0, p in zip(params, out, strict=True))
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=IDS)
