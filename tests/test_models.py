@@ -25,8 +25,10 @@ FAMILIES = [
     ("cnn-flat-input", "cnn", (784,), {"channels": (3, 4), "hidden": (8,)}, 0),
     ("cnn_cifar", "cnn_cifar", (3, 32, 32), {"channels": (4, 5), "hidden": (12, 8)}, 0),
     ("cnn_bn", "cnn_bn", (1, 28, 28), {"channels": (4, 6), "hidden": (16,)}, 0),
-    ("vgg11", "vgg11", (3, 32, 32), {"width": 1 / 16, "hidden": 16}, 0),
-    ("vgg11-gn", "vgg11", (3, 32, 32), {"width": 1 / 16, "hidden": 16, "norm": "group", "groups": 2}, 0),
+    # hidden is scaled by width too: 256 / 16 = 16 units (with hidden 16 the classifier had one unit, whose
+    # dead ReLU left every layer below it without a gradient, so these families tested nothing there)
+    ("vgg11", "vgg11", (3, 32, 32), {"width": 1 / 16, "hidden": 256}, 0),
+    ("vgg11-gn", "vgg11", (3, 32, 32), {"width": 1 / 16, "hidden": 256, "norm": "group", "groups": 2}, 0),
     ("resnet20", "resnet20", (3, 8, 8), {"widths": (4, 8, 8), "blocks": 1}, 0),
     ("resnet_emnist", "resnet_emnist", (1, 12, 12), {"widths": (4, 8)}, 0),
     ("resnet-flat-input", "resnet_emnist", (144,), {"widths": (2, 4), "blocks": 1}, 0),
@@ -109,7 +111,8 @@ def test_one_round_equals_per_client_loop(family, path, executor_name, device, m
     _close(out, ref, rtol=1e-9, atol=1e-12)
     for p0, p in zip(params, out, strict=True):  # the client with no steps keeps the global model
         torch.testing.assert_close(p[1], p0, rtol=0, atol=0)
-    assert any(not torch.equal(p[0], p0) for p0, p in zip(params, out, strict=True))
+    # every trainable parameter of a client with 5 steps moved: no layer is cut off from the gradient
+    assert all(not torch.equal(p[3], p0) for p0, p, t in zip(params, out, model.trainable, strict=True) if t)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -128,23 +131,43 @@ def test_float32_round_equals_per_client_loop(family, device):
 _CONV = [f for f in FAMILIES if f[0] in ("cnn", "cnn_cifar", "cnn_bn", "vgg11", "resnet20")]
 
 
+CONV_VARIANTS = {"nchw": {"channels_last": False}, "unfold": {"conv": "unfold"},
+                 "unfold-nchw": {"conv": "unfold", "channels_last": False}}
+
+
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("executor_name", ["default", "one-block"])
+@pytest.mark.parametrize("variant", list(CONV_VARIANTS))
 @pytest.mark.parametrize("family", _CONV, ids=[f[0] for f in _CONV])
-def test_contiguous_layout_equals_per_client_loop(family, device):
-    """channels_last=False (the convolutional models' NCHW option): contiguous grouped activations, and
-    one round still equals the torch.nn loop in float64 (fused and grads paths)."""
+def test_conv_variants_equal_per_client_loop(family, variant, executor_name, device, monkeypatch):
+    """The convolutional models' options (model_params): channels_last=False (contiguous NCHW grouped
+    activations) and conv="unfold" (im2col + batched GEMM, models.layers.Conv2d). One round equals the
+    torch.nn loop in float64, fused and grads paths, per client (the zoo's CPU default) and with every
+    client in one block."""
     from hetfl.models.layers import ToGrouped
 
     _, name, shape, kwargs, vocab = family
-    model, params, x, y, idx = _problem(name, shape, {**kwargs, "channels_last": False}, vocab, device=device)
+    options = CONV_VARIANTS[variant]
+    model, params, x, y, idx = _problem(name, shape, {**kwargs, **options}, vocab, device=device)
     grouped = next(layer for layer in model.layers if isinstance(layer, ToGrouped))
-    xs = torch.randn(2, 3, *model.layers[0].shape, device=device)
-    assert grouped.forward([], xs, True)[0].is_contiguous()
+    xs = torch.randn(2, 3, *grouped.shape, device=device)
+    assert grouped.forward([], xs, True)[0].is_contiguous() == (options.get("channels_last", True) is False)
     params = [p.double() for p in params]
     ref = local_sgd_reference(model, params, x.double(), y, idx, STEPS, 0.1)
+    _with_executor(model, EXECUTORS[executor_name], monkeypatch)
     for correction in (None, lambda p, g, c: g):
         _close(local_sgd(model, params, x.double(), y, idx, STEPS, 0.1, correction=correction), ref,
                rtol=1e-9, atol=1e-12)
+    module = model.make_module().double().to(device).eval()  # BN: running statistics, as logits uses
+    model.to_module(params, module)
+    with torch.no_grad():
+        torch.testing.assert_close(model.logits(params, x[:9].double()), module(x[:9].double()),
+                                   rtol=1e-9, atol=1e-12)
+
+
+def test_unknown_conv_is_refused():
+    with pytest.raises(ValueError, match="conv 'fft' is unknown; allowed: grouped, unfold"):
+        make_model("resnet20", (3, 32, 32), 10, conv="fft")
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f[1] in ("mlp", "cnn", "cnn_bn")],

@@ -128,11 +128,12 @@ class Residual(Layer):
     (backward), never materialised.
     """
 
-    def __init__(self, c_in: int, c_out: int, stride: int, groups: int, hw_in: tuple[int, int]) -> None:
+    def __init__(self, c_in: int, c_out: int, stride: int, groups: int, hw_in: tuple[int, int],
+                 conv: str = "grouped") -> None:
         self.c_in, self.c_out, self.stride = c_in, c_out, stride
-        self.conv1 = Conv2d(c_in, c_out, 3, 1, hw_in, stride=stride, bias=False)
+        self.conv1 = Conv2d(c_in, c_out, 3, 1, hw_in, stride=stride, bias=False, impl=conv)
         self.gn1 = GroupNorm(c_out, groups, relu=True)
-        self.conv2 = Conv2d(c_out, c_out, 3, 1, self.conv1.hw_out, bias=False)
+        self.conv2 = Conv2d(c_out, c_out, 3, 1, self.conv1.hw_out, bias=False, impl=conv)
         self.gn2 = GroupNorm(c_out, groups, relu=False)
         self.parts = (self.conv1, self.gn1, self.conv2, self.gn2)
         self.hw_out = self.conv2.hw_out

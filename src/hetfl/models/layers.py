@@ -199,6 +199,9 @@ class ToGrouped(Layer):
         return [Reshape(self.shape)]
 
 
+CONV_IMPLS = ("grouped", "unfold")
+
+
 class Conv2d(Layer):
     """Per-client 2-D convolution as ONE grouped convolution with groups = K.
 
@@ -206,12 +209,21 @@ class Conv2d(Layer):
     [K, C_out, C_in, k, k] is, reshaped, exactly the weight of conv2d(groups=K) on the grouped layout.
     The backward pass is aten.convolution_backward, the kernel autograd itself calls, so gradients match
     torch.nn.Conv2d. With K = 1 (a block of one client) it is a plain convolution.
+
+    impl="unfold" computes the same convolution as im2col and one batched GEMM over (sample, client):
+    y[b, k] = W_k · unfold(x)[b, k] (forward), dW_k = Σ_b dy[b, k] · unfold(x)[b, k]ᵀ, dx = fold(W_kᵀ ·
+    dy[b, k]). Its kernel count does not grow with K, where a grouped convolution's may (cuDNN can run the
+    groups one by one); it moves k² times the input's bytes. An option for GPUs, to be measured there
+    (`model_params: {conv: unfold}`); the default is the grouped convolution.
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
-                 stride: int = 1, bias: bool = True) -> None:
+                 stride: int = 1, bias: bool = True, impl: str = "grouped") -> None:
+        if impl not in CONV_IMPLS:
+            raise ValueError(f"conv {impl!r} is unknown; allowed: {', '.join(CONV_IMPLS)}")
         self.c_in, self.c_out, self.kernel, self.padding = c_in, c_out, kernel, padding
-        self.stride, self.bias = stride, bias
+        self.stride, self.bias, self.impl = stride, bias, impl
+        self.hw_in = tuple(hw_in)
         self.hw_out = ((hw_in[0] + 2 * padding - kernel) // stride + 1,
                        (hw_in[1] + 2 * padding - kernel) // stride + 1)
         self.shapes = ((c_out, c_in, kernel, kernel),) + (((c_out,),) if bias else ())
@@ -227,11 +239,48 @@ class Conv2d(Layer):
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
         W = p[0]
+        if self.impl == "unfold":
+            return self._unfold_forward(p, x), x
         b = p[1].reshape(-1) if self.bias else None
         return F.conv2d(x, self._grouped(W), b, self.stride, self.padding, 1, W.shape[0]), x
 
+    def _cols(self, x: Tensor, K: int) -> Tensor:
+        """im2col of the grouped input: [B, K, C_in·k², L] (L output positions), client k's rows together."""
+        cols = F.unfold(x, self.kernel, 1, self.padding, self.stride)
+        return cols.view(x.shape[0], K, self.c_in * self.kernel ** 2, -1)
+
+    def _unfold_forward(self, p: list[Tensor], x: Tensor) -> Tensor:
+        W = p[0]
+        K, B = W.shape[0], x.shape[0]
+        y = torch.matmul(W.view(1, K, self.c_out, -1), self._cols(x, K))  # [B, K, C_out, L]
+        if self.bias:
+            y.add_(p[1].view(1, K, self.c_out, 1))
+        y = y.view(B, K * self.c_out, *self.hw_out)
+        return y.contiguous(memory_format=torch.channels_last) if x.is_contiguous(
+            memory_format=torch.channels_last) and not x.is_contiguous() else y
+
+    def _unfold_backward(self, p: list[Tensor], x: Tensor, dy: Tensor, need_dx: bool
+                         ) -> tuple[Tensor | None, list[Tensor]]:
+        W = p[0]
+        K, B = W.shape[0], x.shape[0]
+        d = dy.reshape(B, K, self.c_out, -1)  # [B, K, C_out, L]
+        cols = self._cols(x, K)
+        # Σ over samples and positions, one GEMM per client: [K, C_out, B·L] · [K, B·L, C_in·k²]
+        dW = torch.bmm(d.permute(1, 2, 0, 3).reshape(K, self.c_out, -1),
+                       cols.permute(1, 0, 3, 2).reshape(K, -1, cols.shape[2]))
+        grads = [dW.view_as(W)] + ([d.sum(dim=(0, 3)).view_as(p[1])] if self.bias else [])
+        if not need_dx:
+            return None, grads
+        dcols = torch.matmul(W.view(1, K, self.c_out, -1).transpose(2, 3), d)  # [B, K, C_in·k², L]
+        dx = F.fold(dcols.view(B, K * self.c_in * self.kernel ** 2, -1), self.hw_in, self.kernel, 1,
+                    self.padding, self.stride)
+        return (dx.contiguous(memory_format=torch.channels_last) if x.is_contiguous(
+            memory_format=torch.channels_last) and not x.is_contiguous() else dx), grads
+
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:
+        if self.impl == "unfold":
+            return self._unfold_backward(p, saved, dy, need_dx)
         W = p[0]
         K = W.shape[0]
         dx, dW, db = torch.ops.aten.convolution_backward(

@@ -238,11 +238,12 @@ class TwinNet(LayerNet):
 
 class VGG11(TwinNet):
     """kwargs: width (channel multiplier), hidden (classifier width, 512), norm (None or "group"), groups,
-    channels_last (the grouped activations' memory order, models.cnn.ConvNet; True)."""
+    channels_last (the grouped activations' memory order, models.cnn.ConvNet; True), conv ("grouped" or
+    "unfold", models.layers.Conv2d)."""
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, cfg: Sequence[int | str] = VGG11_CFG,
                  width: float = 1.0, hidden: int = 512, norm: str | None = None, groups: int = 32,
-                 channels_last: bool = True) -> None:
+                 channels_last: bool = True, conv: str = "grouped") -> None:
         shape = image_shape(input_dim, (3, 32, 32))
         factory = partial(VGG, shape, num_classes, cfg, width, hidden, norm, groups)
         c, h, w = shape
@@ -251,7 +252,7 @@ class VGG11(TwinNet):
             if v == "M":
                 continue
             out = max(1, round(int(v) * width))
-            layers.append(Conv2d(c, out, 3, 1, (h, w)))
+            layers.append(Conv2d(c, out, 3, 1, (h, w), impl=conv))
             pool = i + 1 < len(cfg) and cfg[i + 1] == "M"
             if norm == "group":
                 layers.append(GroupNorm(out, math.gcd(groups, out), relu=True))
@@ -269,7 +270,8 @@ class VGG11(TwinNet):
 
 class ResNet20(TwinNet):
     """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2), channels_last (the grouped
-    activations' memory order, models.cnn.ConvNet; True)."""
+    activations' memory order, models.cnn.ConvNet; True), conv ("grouped" or "unfold",
+    models.layers.Conv2d)."""
 
     name = "resnet20"
     default_shape = (3, 32, 32)
@@ -278,17 +280,18 @@ class ResNet20(TwinNet):
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, **kwargs) -> None:
         kwargs = {**self.defaults, **kwargs}
         channels_last = bool(kwargs.pop("channels_last", True))
+        conv = kwargs.pop("conv", "grouped")
         shape = image_shape(input_dim, self.default_shape)
         factory = partial(CifarResNet, shape, num_classes, **kwargs)
         widths, blocks, groups = kwargs.get("widths", (16, 32, 64)), kwargs.get("blocks", 3), \
             kwargs.get("groups", 2)
         hw = shape[1:]
-        stem = Conv2d(shape[0], widths[0], 3, 1, hw, bias=False)
+        stem = Conv2d(shape[0], widths[0], 3, 1, hw, bias=False, impl=conv)
         layers: list[Layer] = [ToGrouped(shape, channels_last), stem, GroupNorm(widths[0], groups, relu=True)]
         cin = widths[0]
         for i, cout in enumerate(widths):
             for b in range(blocks):
-                block = Residual(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, hw)
+                block = Residual(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, hw, conv)
                 layers.append(block)
                 cin, hw = cout, block.hw_out
         layers += [GlobalAvgPool(cin, channels_last), Linear(cin, num_classes, relu=False)]
