@@ -52,6 +52,61 @@ def test_unknown_key_is_named():
         validate_config(cfg)
 
 
+MLP_EXP = "ma2022_efl_table2_mnist5k"  # quick.yaml's MLP (model mlp, model_params {hidden: [64]})
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"hidden": [64], "widths": [8]}, "'experiments.{e}.model_params.widths' has value [8], which is not a "
+                                      "parameter of model \"mlp\"; allowed: hidden"),
+    ({"conv": "unfold"}, "'experiments.{e}.model_params.conv' has value \"unfold\", which is not a parameter "
+                         "of model \"mlp\""),
+])
+def test_model_params_the_model_does_not_take_are_named(params, message):
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"][MLP_EXP]
+    assert exp["model"] == "mlp"
+    exp["model_params"] = params
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert message.format(e=MLP_EXP) in str(err.value)
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"conv": "fft"}, "'experiments.{e}.model_params.conv' has value \"fft\", which is not allowed; allowed: "
+                      "\"grouped\", \"unfold\""),
+    ({"channels_last": "no"}, "'experiments.{e}.model_params.channels_last' has value \"no\", which is not "
+                              "allowed; allowed: true, false"),
+])
+def test_conv_options_are_checked(params, message):
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"][MLP_EXP]
+    exp["model"], exp["model_params"] = "cnn", params
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert message.format(e=MLP_EXP) in str(err.value)
+    exp["model_params"] = {"conv": "unfold", "channels_last": False, "hidden": [16]}
+    validate_config(cfg)
+
+
+def test_model_params_lists_match_the_models():
+    """config.MODEL_PARAMS (config validation imports no torch) = the models' constructor arguments."""
+    import inspect
+
+    from hetfl.config import CONV_IMPLS, MODEL_PARAMS
+    from hetfl.models import MODELS
+    from hetfl.models.layers import CONV_IMPLS as LAYER_CONV_IMPLS
+    from hetfl.models.zoo import CifarResNet
+
+    assert set(MODEL_PARAMS) == set(MODELS) | {"quadratic"} and CONV_IMPLS == LAYER_CONV_IMPLS
+    for name, cls in MODELS.items():
+        taken = [p for p in inspect.signature(cls.__init__).parameters
+                 if p not in ("self", "input_dim", "num_classes", "kwargs")]
+        if name in ("resnet20", "resnet_emnist"):  # **kwargs: the twin's, plus the batched model's own two
+            taken = [p for p in inspect.signature(CifarResNet.__init__).parameters
+                     if p not in ("self", "shape", "num_classes")] + ["channels_last", "conv"]
+        assert list(MODEL_PARAMS[name]) == taken, name
+
+
 def test_num_traces_longer_than_trace_order():
     cfg = _with(["trace_order"], ["T_0", "T_30"])
     with pytest.raises(ConfigError, match=r"num_traces' has value 3.*allowed: 1..2"):

@@ -225,6 +225,40 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
 
 # Models that read flat feature vectors: SYNTHETIC(α, β) is 60 features per sample, not an image.
 FLAT_MODELS = ("logreg", "mlp")
+_CONV_OPTIONS = ("channels_last", "conv")
+#: the keyword arguments each model takes (`model_params`), so that a wrong key fails before any job runs;
+#: kept equal to the models' constructors by tests/test_config.py (config validation must not import torch)
+MODEL_PARAMS: dict[str, tuple[str, ...]] = {
+    "logreg": (), "quadratic": (), "mlp": ("hidden",),
+    "cnn": ("channels", "hidden", *_CONV_OPTIONS), "cnn_cifar": ("channels", "hidden", *_CONV_OPTIONS),
+    "cnn_bn": ("channels", "hidden", *_CONV_OPTIONS),
+    "vgg11": ("cfg", "width", "hidden", "norm", "groups", *_CONV_OPTIONS),
+    "resnet20": ("widths", "blocks", "groups", *_CONV_OPTIONS),
+    "resnet_emnist": ("widths", "blocks", "groups", *_CONV_OPTIONS),
+    "char_lstm": ("vocab", "embed", "hidden", "layers"), "sent_lstm": ("vocab", "embed", "hidden", "layers"),
+}
+CONV_IMPLS = ("grouped", "unfold")  # models.layers.CONV_IMPLS
+
+
+def _check_model_params(name: str, exp: dict[str, Any]) -> None:
+    """model_params: only keys the model takes; conv and channels_last with their allowed values."""
+    model, params = exp["model"], exp.get("model_params") or {}
+    allowed = MODEL_PARAMS.get(model)
+    if allowed is None:
+        return  # an unknown model is the schema's error
+    key = f"experiments.{name}.model_params"
+    for k, v in params.items():
+        if k not in allowed:
+            raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(v)}, which is not a parameter "
+                              f"of model \"{model}\"; allowed: "
+                              + (", ".join(allowed) if allowed else "none (model_params: {})"))
+    if "conv" in params and params["conv"] not in CONV_IMPLS:
+        raise ConfigError(f"config key '{key}.conv' has value {json.dumps(params['conv'])}, which is not "
+                          f"allowed; allowed: " + ", ".join(f'"{c}"' for c in CONV_IMPLS))
+    layout = params.get("channels_last", True)
+    if not isinstance(layout, bool):
+        raise ConfigError(f"config key '{key}.channels_last' has value {json.dumps(layout)}, which is not "
+                          f"allowed; allowed: true, false")
 
 
 def _check_inputs(name: str, exp: dict[str, Any]) -> None:
@@ -307,6 +341,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_text(name, exp, (given or {}).get(name, set(exp)))
         _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
         _check_inputs(name, exp)
+        _check_model_params(name, exp)
         n_order = len(exp["trace_order"])
         for k in exp["num_traces"]:
             if k > n_order:
