@@ -202,6 +202,12 @@ class ToGrouped(Layer):
 CONV_IMPLS = ("grouped", "unfold")
 
 
+def _layout_of(x: Tensor, t: Tensor) -> Tensor:
+    """t in x's memory order: channels-last if x is (and not also contiguous, as with one channel)."""
+    cl = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    return t.contiguous(memory_format=torch.channels_last) if cl else t
+
+
 class Conv2d(Layer):
     """Per-client 2-D convolution as ONE grouped convolution with groups = K.
 
@@ -238,9 +244,9 @@ class Conv2d(Layer):
         return W.reshape(W.shape[0] * self.c_out, self.c_in, self.kernel, self.kernel)
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
-        W = p[0]
         if self.impl == "unfold":
             return self._unfold_forward(p, x), x
+        W = p[0]
         b = p[1].reshape(-1) if self.bias else None
         return F.conv2d(x, self._grouped(W), b, self.stride, self.padding, 1, W.shape[0]), x
 
@@ -255,9 +261,7 @@ class Conv2d(Layer):
         y = torch.matmul(W.view(1, K, self.c_out, -1), self._cols(x, K))  # [B, K, C_out, L]
         if self.bias:
             y.add_(p[1].view(1, K, self.c_out, 1))
-        y = y.view(B, K * self.c_out, *self.hw_out)
-        return y.contiguous(memory_format=torch.channels_last) if x.is_contiguous(
-            memory_format=torch.channels_last) and not x.is_contiguous() else y
+        return _layout_of(x, y.view(B, K * self.c_out, *self.hw_out))
 
     def _unfold_backward(self, p: list[Tensor], x: Tensor, dy: Tensor, need_dx: bool
                          ) -> tuple[Tensor | None, list[Tensor]]:
@@ -274,8 +278,7 @@ class Conv2d(Layer):
         dcols = torch.matmul(W.view(1, K, self.c_out, -1).transpose(2, 3), d)  # [B, K, C_in·k², L]
         dx = F.fold(dcols.view(B, K * self.c_in * self.kernel ** 2, -1), self.hw_in, self.kernel, 1,
                     self.padding, self.stride)
-        return (dx.contiguous(memory_format=torch.channels_last) if x.is_contiguous(
-            memory_format=torch.channels_last) and not x.is_contiguous() else dx), grads
+        return _layout_of(x, dx), grads
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:

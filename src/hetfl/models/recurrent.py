@@ -262,7 +262,7 @@ class LSTMLayer(Layer):
             with torch.no_grad(), _unflattened_weights_ok():
                 weights = [t[0] for t in p]
                 out, hy, _ = torch._VF.lstm(xt, (h0, h0), weights, True, 1, 0.0, False, False, False)
-            return (hy if self.last else out.unsqueeze(0)), None
+            return (hy if self.last else out.unsqueeze(0)), None  # hy [1, B, H]: its layer axis is K = 1
         with torch.enable_grad(), _unflattened_weights_ok():
             weights = [t[0].detach().requires_grad_() for t in p]
             xt = xt.detach().requires_grad_()
