@@ -70,6 +70,34 @@ def test_every_algorithm_averages_buffers_with_weights_summing_to_one(name):
     assert not all(torch.equal(params[i], new[i]) for i in BUFFERS)  # the statistics did move
 
 
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_every_algorithm_on_cpu_workers_equals_one_thread(name, monkeypatch):
+    """The CNNs train their blocks on separate CPU cores (engine.executor, client_parallel): with 2 threads
+    and blocks of 2 (a 1-byte cache budget: this tiny model's 4 clients would fit one block) the round's
+    clients go to 2 workers, whose algorithm corrections and per-client state (FedNova's momentum,
+    SCAFFOLD's control variates, BN's running statistics) are updated from worker threads. The round
+    equals the same round on one thread (no workers) to float rounding."""
+    from hetfl.engine import executor
+
+    monkeypatch.setattr(MODEL, "cache_bytes", 1)
+    weights = FED.p * np.array([4.0, 1.0, 1.0, 3.0])
+    before = torch.get_num_threads()
+    x = torch.zeros(1, 3, 1, 12, 12)
+    try:
+        torch.set_num_threads(2)
+        assert executor.make_plan(MODEL, [t.unsqueeze(0) for t in MODEL.init_params(torch.Generator())], x,
+                                  4).workers == 2
+        on_workers = _one_round(make_algorithm(name), weights)
+        torch.set_num_threads(1)
+        on_one = _one_round(make_algorithm(name), weights)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(on_workers, on_one, strict=True):
+        assert len(a) == len(b)
+        for u, v in zip(a, b, strict=True):
+            torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-5)
+
+
 def _fractions(rounds):
     # devices 0 and 3 incomplete every round (Scheme C scales them by up to 10), 1 and 2 complete
     return np.tile([[0.1, 1.0, 1.0, 0.2]], (rounds, 1))
