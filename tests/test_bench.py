@@ -78,8 +78,8 @@ def test_model_params_reach_every_workloads_model(monkeypatch):
 
 @pytest.mark.parametrize("value,message", [
     ('{"channels_last": false}', "model 'mlp' (workload mlp-mnist) does not take them"),
-    ("[1]", "is a JSON list; allowed: a JSON object"),
-    ("{x", "is not JSON"),
+    ("[1]", "has value '[1]', which is not allowed; allowed: a JSON object"),
+    ("{x", "is not valid JSON"),
 ])
 def test_bad_model_params_fail_before_any_work(value, message, capsys, monkeypatch):
     monkeypatch.setattr(bench, "run_workload", lambda *a, **k: pytest.fail("measured despite bad input"))

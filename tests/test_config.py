@@ -55,37 +55,32 @@ def test_unknown_key_is_named():
 MLP_EXP = "ma2022_efl_table2_mnist5k"  # quick.yaml's MLP (model mlp, model_params {hidden: [64]})
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"hidden": [64], "widths": [8]}, "'experiments.{e}.model_params.widths' has value [8], which is not a "
-                                      "parameter of model \"mlp\"; allowed: hidden"),
-    ({"conv": "unfold"}, "'experiments.{e}.model_params.conv' has value \"unfold\", which is not a parameter "
-                         "of model \"mlp\""),
+@pytest.mark.parametrize(("model", "params", "message"), [
+    ("mlp", {"hidden": [64], "widths": [8]},
+     "'experiments.{e}.model_params.widths' has value [8], which is not a parameter of model \"mlp\"; "
+     "allowed: hidden"),
+    ("mlp", {"conv": "unfold"}, "'experiments.{e}.model_params.conv' has value \"unfold\", which is not a "
+                                "parameter of model \"mlp\""),
+    ("cnn", {"conv": "fft"}, "'experiments.{e}.model_params.conv' has value \"fft\", which is not allowed; "
+                             "allowed: \"grouped\", \"unfold\""),
+    ("cnn", {"channels_last": "no"},
+     "'experiments.{e}.model_params.channels_last' has value \"no\", which is not allowed; allowed: true, "
+     "false"),
 ])
-def test_model_params_the_model_does_not_take_are_named(params, message):
+def test_bad_model_params_are_named_before_any_job(model, params, message):
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
-    assert exp["model"] == "mlp"
-    exp["model_params"] = params
+    exp["model"], exp["model_params"] = model, params
     with pytest.raises(ConfigError) as err:
         validate_config(cfg)
     assert message.format(e=MLP_EXP) in str(err.value)
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"conv": "fft"}, "'experiments.{e}.model_params.conv' has value \"fft\", which is not allowed; allowed: "
-                      "\"grouped\", \"unfold\""),
-    ({"channels_last": "no"}, "'experiments.{e}.model_params.channels_last' has value \"no\", which is not "
-                              "allowed; allowed: true, false"),
-])
-def test_conv_options_are_checked(params, message):
+def test_conv_options_pass_validation():
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
-    exp["model"], exp["model_params"] = "cnn", params
-    with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
-    assert message.format(e=MLP_EXP) in str(err.value)
-    exp["model_params"] = {"conv": "unfold", "channels_last": False, "hidden": [16]}
-    validate_config(cfg)
+    exp["model"], exp["model_params"] = "cnn", {"conv": "unfold", "channels_last": False, "hidden": [16]}
+    assert validate_config(cfg)["experiments"][MLP_EXP]["model_params"]["conv"] == "unfold"
 
 
 def test_model_params_lists_match_the_models():

@@ -397,18 +397,10 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
 
 
 def parse_model_params(text: str | None) -> dict[str, Any]:
-    """--model-params: a JSON object (ValueError naming the value and what is allowed otherwise)."""
-    if text is None:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--model-params {text!r} is not JSON ({err.msg}); allowed: a JSON object such as "
-                         f"'{{\"channels_last\": false}}'") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"--model-params {text!r} is a JSON {type(value).__name__}; allowed: a JSON object "
-                         f"of model keyword arguments")
-    return value
+    """--model-params: a JSON object (a ValueError naming the flag, the value and what is allowed)."""
+    from hetfl.cli import json_object
+
+    return {} if text is None else json_object("--model-params", text, '{"channels_last": false}')
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_object(flag: str, text: str, example: str) -> dict[str, Any]:
+def json_object(flag: str, text: str, example: str) -> dict[str, Any]:
     """A flag's JSON object, or a ConfigError naming the flag."""
     try:
         value = json.loads(text)
@@ -82,12 +82,12 @@ def _split_spec_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         return {"dataset": "quadratic", "quadratic": ab}
     partition = {"label_skew": "iid"}
     if args.partition is not None:
-        partition = _json_object("--partition", args.partition, '{"label_skew": "dirichlet", "alpha": 0.5}')
+        partition = json_object("--partition", args.partition, '{"label_skew": "dirichlet", "alpha": 0.5}')
         _checked("--partition", partition, PartitionSpec, exclude=("sizes",))
     fixed = partition.get("label_skew") in ("natural", "shards")
     sizes = {"distribution": "equal" if fixed or real else "pareto"}
     if args.sizes is not None:
-        sizes = _json_object("--sizes", args.sizes, '{"distribution": "pareto", "size": 20}')
+        sizes = json_object("--sizes", args.sizes, '{"distribution": "pareto", "size": 20}')
         _checked("--sizes", sizes, SizeSpec)
         if real and sizes.get("distribution") == "equal" and len(sizes) > 1:
             extra = next(k for k in sizes if k != "distribution")
@@ -107,7 +107,7 @@ def _cmd_split(args: argparse.Namespace) -> int:
 
     if args.spec:
         text = args.spec if args.spec.lstrip().startswith("{") else Path(args.spec).read_text()
-        split_spec = _json_object("--spec", text, '{"dataset": "synthetic", ...} or a file holding one')
+        split_spec = json_object("--spec", text, '{"dataset": "synthetic", ...} or a file holding one')
     else:
         split_spec = _split_spec_from_flags(args)
     manifest = make_split(args.out, split_spec, args.seed)
