@@ -121,6 +121,35 @@ def test_short_cells_share_a_job_by_group_then_by_setting():
         cluster.cells_per_job({})
 
 
+def test_an_experiments_cells_per_job_forces_the_level():
+    """The `cells_per_job` key overrides the estimate either way; a forced "setting" needs every setting to
+    have the same seeds (else one cell per job, as the estimate's choice would be)."""
+    settings = {"N": {"alpha": 1.0, "beta": 1.0}, "M": {"alpha": 0.5, "beta": 0.5}}
+    cells = by_cell(_synthetic(settings=settings, seeds=[0, 1], schemes=["A", "B"]))
+    assert cluster.cells_per_job(cells) == "group"  # seconds of work: the estimate bundles them all
+    assert [cluster.cells_per_job(cells, level=lv) for lv in ("cell", "setting", "group")] == \
+        ["cell", "setting", "group"]
+    whole = cluster.estimate([s for runs in cells.values() for s in runs]).seconds
+    assert cluster.cells_per_job(cells, limit=1.0, level="group") == "group"  # over the limit, forced
+    assert cluster.cells_per_job(cells, limit=whole, level="auto") == "setting"
+    uneven = {k: v for k, v in cells.items() if not (v[0].setting == "M" and v[0].seed == 1)}
+    assert cluster.cells_per_job(uneven, level="setting") == "cell"
+    with pytest.raises(ValueError, match="value 'each'.*allowed: auto, cell, setting, group"):
+        cluster.cells_per_job(cells, level="each")
+
+
+def test_train_groups_share_a_rule_by_name_template():
+    """Cells whose runs have the same names up to (setting, seed) share a rule; a reading that changes the
+    data (iid) has its own split directory, hence its own rule; templates carry the two wildcards."""
+    settings = {"I": {"alpha": 0.0, "beta": 0.0, "iid": True}, "J": {"alpha": 0.0, "beta": 0.0, "iid": True}}
+    specs = _synthetic(settings=settings, seeds=[0, 1], schemes=["A"], readings={"iid": [False]})
+    groups = cluster.train_groups(by_cell(specs))
+    assert [(e, suffix, len(keys)) for e, suffix, _, keys in groups] == \
+        [("e", "", 4), ("e", "__iid-false", 4)]
+    assert groups[0][2] == ("{setting}_T1_A_s{seed}",)
+    assert cluster.name_template(specs[0]) in groups[0][2]
+
+
 def test_long_jobs_are_not_grouped_and_capped_by_the_environment():
     (spec,) = _synthetic(rounds=20_000, sizes={"distribution": "equal", "size": 1000}, local_work="epochs")
     assert cluster.estimate([spec]).seconds > cluster.SHORT_SECONDS

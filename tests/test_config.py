@@ -34,6 +34,7 @@ def _with(path: list[str], value):
         (["num_traces"], [1, 9], f"experiments.{EXP}.num_traces.1", "<= 8"),
         (["trace_order"], ["T_0", "T_99"], f"experiments.{EXP}.trace_order.1", '"T_hi"'),
         (["schemes"], ["A", "D"], f"experiments.{EXP}.schemes.1", 'one of "A", "B", "C"'),
+        (["cells_per_job"], "each", f"experiments.{EXP}.cells_per_job", 'one of "auto", "cell", "setting"'),
     ],
 )
 def test_bad_value_names_key_value_and_allowed(path, value, key, allowed):
@@ -176,6 +177,22 @@ def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trac
     counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
     assert sum(int(n) for rule, n in counts.items() if rule.startswith("train_")) == jobs
     assert counts["split"] == str(split) and counts["trace"] == str(trace)
+
+
+@pytest.mark.parametrize(("level", "jobs"), [("auto", 2), ("cell", 10), ("setting", 2), ("group", 1)])
+def test_cells_per_job_sets_the_training_jobs(level, jobs, tmp_path):
+    """An experiment's `cells_per_job` overrides the estimate's bundling of the SYNTHETIC Table 3 grid (2
+    settings × 5 seeds: a job per setting by the estimate); the runs are the same 240."""
+    config = yaml.safe_load((ROOT / "workflow/config/paper/ruan2021_table3_synthetic.yaml").read_text())
+    config["experiments"]["ruan2021_table3_synthetic"]["cells_per_job"] = level
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = _dry_run(path, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stats = (proc.stdout + proc.stderr).split("Job stats:")[1]
+    counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
+    assert sum(int(n) for rule, n in counts.items() if rule.startswith("train_")) == jobs
+    assert counts["all"] == "1" and len(list(expand_runs(load_config(path)))) == 240
 
 
 def test_schema_enums_match_the_registries():

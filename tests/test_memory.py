@@ -82,7 +82,7 @@ def test_round_order_is_restored_in_place(copy_bytes, monkeypatch):
 
 
 _REUSE_PROBE = """
-import resource, sys, torch
+import resource, statistics, sys, torch
 torch.set_num_threads(1)
 from hetfl.engine.allocator import retain_freed_memory
 if sys.argv[1] == "retain" and not retain_freed_memory():
@@ -91,12 +91,12 @@ from hetfl.bench import WORKLOADS, engine_fn, make_problem
 # hetfl bench's 2NN round: 100 clients, an 80 MB stack of their models allocated and freed every round
 run = engine_fn("batched", make_problem(WORKLOADS["mlp-mnist"], 4, torch.device("cpu")))
 faults = []
-for _ in range(6):  # the first rounds grow the heap (each faults once), then it is reused
+for _ in range(10):  # the first rounds grow the heap (each faults once), then it is reused
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     finals = run()
     del finals
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(max(faults[3:]))
+print(statistics.median_high(faults[2:]))
 """
 
 
@@ -120,6 +120,9 @@ def test_freed_memory_is_kept_for_the_next_round():
     object lands there the freed 64 MiB cannot merge with the heap's top and is a few bytes too small
     for the next aligned request, so the heap grows instead. That happened in about a quarter of runs of
     the earlier single-tensor probe (0 or 16,384 faults at random); a round's many sizes fill such holes.
+    The heap still grows once more now and then after the first two rounds (2 of 8 probes of 12 rounds had
+    one round 3–4 with 3,500 or 15,000 faults, every other round after the second 0 to 53), so the test
+    reads the median of rounds 3–10: the largest of rounds 4–6, which it read before, failed 1 run in 5.
     """
     retained = _round_faults("retain")
     if retained is None:

@@ -6,9 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetfl.config import ConfigError, expand_runs, load_config, validate_config
+from hetfl.cluster import cells_per_job
+from hetfl.config import ConfigError, by_cell, expand_runs, load_config, validate_config
 from hetfl.data.sources import load_source
-from hetfl.projection import Projection, fake_source, fit, project, scaled_config
+from hetfl.projection import Projection, fake_source, fit, full_grid_jobs, project, scaled_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "workflow/config/paper"
@@ -46,6 +47,25 @@ def test_the_scaled_grid_keeps_one_seed_and_a_fraction_of_every_rounds(tmp_path)
     text = load_config(PAPER / "ma2022_efl_table2_shakespeare.yaml")
     with pytest.raises(ConfigError, match="dataset has value 'shakespeare'.*cannot stand in"):
         scaled_config(text, 0.1, None)
+
+
+def test_every_fraction_runs_the_jobs_of_the_full_grid():
+    """Left to the estimate, 10 rounds of one seed of the MNIST grid would train both settings in one job,
+    20 rounds in two, where the full grid trains a job per cell: each fraction gets the full grid's jobs."""
+    mnist = load_config(PAPER / "ruan2021_table3_mnist.yaml")
+    assert full_grid_jobs(mnist) == {"ruan2021_table3_mnist": "cell"}
+    for fraction in (0.05, 0.1):
+        scaled = scaled_config(mnist, fraction, None)
+        assert scaled["experiments"]["ruan2021_table3_mnist"]["cells_per_job"] == "cell"
+        auto = {**scaled["experiments"]["ruan2021_table3_mnist"], "cells_per_job": "auto"}
+        cells = by_cell(expand_runs(validate_config({"experiments": {"x": auto}})))
+        assert cells_per_job(cells, level="auto") == ("group" if fraction == 0.05 else "setting")
+    # a grid the full run trains in one job stays in one; a level the config forces is the full grid's
+    smoke = load_config(PAPER / "algorithms_smoke.yaml")
+    assert set(full_grid_jobs(smoke).values()) == {"group"}
+    assert {e["cells_per_job"] for e in scaled_config(smoke, 0.5, None)["experiments"].values()} == {"group"}
+    mnist["experiments"]["ruan2021_table3_mnist"]["cells_per_job"] = "group"
+    assert scaled_config(mnist, 0.1, None)["experiments"]["ruan2021_table3_mnist"]["cells_per_job"] == "group"
 
 
 def test_the_line_and_the_projection_by_hand():

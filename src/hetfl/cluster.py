@@ -17,6 +17,7 @@ leave alone when the environment says nothing).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -275,7 +276,13 @@ def train_resources(specs: Sequence[RunSpec], options: ClusterOptions, attempt: 
     return {name: values[name] for name in resource_names(options)}
 
 
-def cells_per_job(cells: Mapping[str, Sequence[RunSpec]], limit: float = BUNDLE_SECONDS) -> str:
+#: how many cells one training job trains (cells_per_job), finest first; an experiment's `cells_per_job`
+#: key forces one of them, or leaves the choice to the estimate ("auto")
+CELL_LEVELS = ("cell", "setting", "group")
+
+
+def cells_per_job(cells: Mapping[str, Sequence[RunSpec]], limit: float = BUNDLE_SECONDS,
+                  level: str = "auto") -> str:
     """How many of these cells (split key -> its runs; cells whose runs have the same names up to setting
     and seed, i.e. one rule of the workflow) one training job trains:
 
@@ -284,21 +291,49 @@ def cells_per_job(cells: Mapping[str, Sequence[RunSpec]], limit: float = BUNDLE_
       every setting has the same seeds (the rule's outputs are then its templates over those seeds);
     - "cell": one cell (the runs sharing a split), as large grids do.
 
+    ``level`` (the experiment's `cells_per_job` key) forces one of them instead of the estimate ("auto");
+    a forced "setting" is "cell" where the settings' seeds differ.
     A job's runs, outputs, logs and checkpoints are the same whichever it is; only the processes differ."""
+    if level not in ("auto", *CELL_LEVELS):
+        raise ValueError(f"cells_per_job has value {level!r}, which is not allowed; allowed: auto, "
+                         f"{', '.join(CELL_LEVELS)}")
     if not cells:
         raise ValueError("cells_per_job: no cells given")
     specs = [s for runs in cells.values() for s in runs]
-    if estimate(specs).seconds < limit:
+    if level == "group" or (level == "auto" and estimate(specs).seconds < limit):
         return "group"
+    if level == "cell":
+        return "cell"
     by_setting: dict[str, list[RunSpec]] = {}
     seeds: dict[str, set[int]] = {}
     for runs in cells.values():
         by_setting.setdefault(runs[0].setting, []).extend(runs)
         seeds.setdefault(runs[0].setting, set()).add(runs[0].seed)
-    same_seeds = len({frozenset(v) for v in seeds.values()}) == 1
-    if same_seeds and all(estimate(runs).seconds < limit for runs in by_setting.values()):
+    if len({frozenset(v) for v in seeds.values()}) > 1:
+        return "cell"
+    if level == "setting" or all(estimate(runs).seconds < limit for runs in by_setting.values()):
         return "setting"
     return "cell"
+
+
+def name_template(spec: RunSpec) -> str:
+    """The run's name with its setting and seed as Snakemake wildcards ({setting}, {seed})."""
+    name = spec.run.replace(f"{spec.setting}_T", "{setting}_T", 1)
+    return re.sub(rf"_s{spec.seed}(?=__|$)", "_s{seed}", name, count=1)
+
+
+def train_groups(cells: Mapping[str, Sequence[RunSpec]]
+                 ) -> list[tuple[str, str, tuple[str, ...], list[str]]]:
+    """[(experiment, split suffix, name templates, cell keys)], sorted: the cells of an experiment whose runs
+    have the same names up to (setting, seed) share one training rule of the workflow
+    (workflow/rules/train.smk), whose jobs train one cell, a setting or all of them (cells_per_job)."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+    for key, specs in cells.items():
+        first = specs[0]
+        suffix = first.split_setting[len(first.setting):]
+        templates = tuple(sorted(name_template(s) for s in specs))
+        groups.setdefault((first.experiment, suffix, templates), []).append(key)
+    return [(e, suffix, t, keys) for (e, suffix, t), keys in sorted(groups.items())]
 
 
 def train_device(specs: Sequence[RunSpec], options: ClusterOptions) -> str:

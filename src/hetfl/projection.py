@@ -7,7 +7,8 @@ shape and size stored the way hetfl reads a local copy (`DatasetDict.save_to_dis
 Training and evaluation cost depends on shapes, step counts and the evaluation cadence, never on pixel
 values, so the timings are those of the real data. The wall time T(f) = a + b·f is fitted through the
 measured points; the whole grid is projected as T(1) times the ratio of its run count to the measured run
-count (exact when an experiment's seeds cost alike). docs/engine.md, "Projecting a paper grid".
+count (exact when an experiment's seeds cost alike). Every fraction runs the jobs the full grid would run
+(`full_grid_jobs`): the same cells share a process. docs/engine.md, "Projecting a paper grid".
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from hetfl.config import ConfigError, expand_runs, validate_config
+from hetfl.cluster import cells_per_job, train_groups
+from hetfl.config import ConfigError, by_cell, expand_runs, validate_config
 from hetfl.reproduce import LOCAL_JOB_RATE
 
 #: datasets that need no data on disk (generated, or shipped with a Python package)
@@ -69,13 +71,37 @@ def _scaled(rounds: int, fraction: float) -> int:
     return max(2, math.ceil(rounds * fraction))
 
 
+def full_grid_jobs(config: dict[str, Any]) -> dict[str, str]:
+    """experiment -> the `cells_per_job` its one-seed projection runs with, from the full grid's jobs:
+    "group" where each of its training rules trains all its cells in one job (hetfl.cluster.cells_per_job),
+    else "cell" (with one seed a job per cell is a job per setting, as the full grid's jobs per cell or
+    per setting run side by side).
+
+    Left to the estimate, the bundling would follow the scaled grid: a fraction of the rounds is a fraction
+    of the estimate, so the fractions would bundle cells that the full grid trains apart, and differently
+    from each other. `hetfl project` of ruan2021_table3_mnist.yaml (one job per cell in full) trained its two
+    settings one after the other in one job at f = 0.05 and side by side at f = 0.1, and fitted
+    T(f) = 187 s + 138 s × f: a quarter of the slope measured with equal jobs. An experiment whose rules
+    bundle differently (a small readings rule beside large ones) is projected with a job per cell."""
+    cells = by_cell(expand_runs(config))
+    out: dict[str, str] = {}
+    for experiment, _, _, keys in train_groups(cells):
+        level = cells_per_job({k: cells[k] for k in keys},
+                              level=config["experiments"][experiment]["cells_per_job"])
+        out[experiment] = "group" if level == "group" and out.get(experiment) in (None, "group") else "cell"
+    return out
+
+
 def scaled_config(config: dict[str, Any], fraction: float, data_dir: Path | None) -> dict[str, Any]:
     """`config` (validated) on its first seed per experiment, with every run's rounds (and the event rounds)
-    scaled by `fraction`, rounded up, and every real source read from `data_dir`."""
+    scaled by `fraction`, rounded up, every real source read from `data_dir`, and the full grid's job of
+    each cell (full_grid_jobs)."""
     if not 0 < fraction <= 1:
         raise ConfigError(f"fraction has value {fraction}, which is not allowed; allowed: 0 < fraction <= 1")
     out = copy.deepcopy(config)
+    jobs = full_grid_jobs(config)
     for name, exp in out["experiments"].items():
+        exp["cells_per_job"] = jobs[name]
         if exp["dataset"] not in OFFLINE and exp["dataset"] not in FAKEABLE:
             raise ConfigError(f"experiments.{name}.dataset has value '{exp['dataset']}', which hetfl project "
                               f"cannot stand in for; allowed: {', '.join(FAKEABLE + OFFLINE)}")

@@ -7,7 +7,7 @@ import os
 import sys
 
 from hetfl.cluster import (ClusterOptions, cells_per_job, resource_names, train_device, train_group,
-                           train_resources)
+                           train_groups, train_resources)
 
 try:
     CLUSTER = ClusterOptions.from_environ(os.environ)

@@ -2,7 +2,6 @@
 import json
 import re
 import sys
-from collections import defaultdict
 
 from hetfl.config import ConfigError, by_cell, expand_runs, specs_to_json, validate_config
 from hetfl.fingerprint import fingerprint
@@ -65,23 +64,6 @@ def runs_of_table(table, reading=""):
 # the split paid once). Cells of an experiment whose runs have the same names up to (setting, seed) share
 # one rule with those two wildcards (usually one rule per experiment; workflow/rules/train.smk).
 CELLS = by_cell(RUNS.values())
-
-
-def name_template(spec):
-    """The run's name with its setting and seed as Snakemake wildcards."""
-    name = spec.run.replace(f"{spec.setting}_T", "{setting}_T", 1)
-    return re.sub(rf"_s{spec.seed}(?=__|$)", "_s{seed}", name, count=1)
-
-
-def train_groups():
-    """[(experiment, split_suffix, templates, cells)]: cells with equal templates share a rule."""
-    groups = defaultdict(list)
-    for key, specs in CELLS.items():
-        first = specs[0]
-        suffix = first.split_setting[len(first.setting):]
-        templates = tuple(sorted(name_template(s) for s in specs))
-        groups[(first.experiment, suffix, templates)].append(key)
-    return [(e, suf, t, cells) for (e, suf, t), cells in sorted(groups.items())]
 
 
 # figure -> the table whose runs draw it (the registry hetfl.reports.figures.FIGURES), for the tables run

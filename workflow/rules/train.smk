@@ -1,9 +1,10 @@
 # One rule per group of cells (the runs sharing a split) whose runs have the same names up to (setting,
-# seed) — usually one rule per experiment. A job trains one cell, or every cell of its setting or of its
-# group when they are short (hetfl.cluster.cells_per_job: a process start costs about as much as a small
-# SYNTHETIC cell trains). `hetfl train --cell` trains them cell after cell in one process, checkpoints every
-# 20 rounds, and restores finished runs from their checkpoints when Snakemake reruns a killed job. The code
-# param reruns a job when the code it runs changes (hetfl.fingerprint; Snakemake's params rerun trigger).
+# seed) — usually one rule per experiment (hetfl.cluster.train_groups). A job trains one cell, or every cell
+# of its setting or of its group when they are short (hetfl.cluster.cells_per_job: a process start costs
+# about as much as a small SYNTHETIC cell trains), or as the experiment's `cells_per_job` key says.
+# `hetfl train --cell` trains them cell after cell in one process, checkpoints every 20 rounds, and restores
+# finished runs from their checkpoints when Snakemake reruns a killed job. The code param reruns a job when
+# the code it runs changes (hetfl.fingerprint; Snakemake's params rerun trigger).
 
 
 from functools import partial
@@ -38,13 +39,14 @@ def job_specs(cells_of, wc):
     return [s for key in cells_of(wc) for s in CELLS[key]]
 
 
-_GROUPS = train_groups()
+_GROUPS = train_groups(CELLS)
 for _exp, _suffix, _templates, _cells in _GROUPS:
     _first = [CELLS[k][0] for k in _cells]
     _siblings = [g for g in _GROUPS if g[0] == _exp]
     _index = _siblings.index((_exp, _suffix, _templates, _cells))
     _name = re.sub(r"[^A-Za-z0-9_]", "_", f"train_{_exp}")
-    _level = cells_per_job({k: CELLS[k] for k in _cells})
+    _level = cells_per_job({k: CELLS[k] for k in _cells},
+                           level=config["experiments"][_exp]["cells_per_job"])
     _cells_of = partial(job_cells, _exp, _suffix, _cells, _level)
     _specs_of = partial(job_specs, _cells_of)
     # outputs: the templates with the wildcards this level keeps ({setting} and {seed}, {setting}, none)
