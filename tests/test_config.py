@@ -135,6 +135,13 @@ def _dry_run(configfile, workdir):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+def _job_counts(proc) -> dict[str, str]:
+    """rule -> jobs, from a dry run's "Job stats" table."""
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stats = (proc.stdout + proc.stderr).split("Job stats:")[1]
+    return dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
+
+
 def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(_with(["local_epochs"], 0)))
@@ -171,10 +178,7 @@ def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trac
     Tables 3-4)."""
     path = ROOT / f"workflow/config/paper/{config}.yaml"
     assert len(list(expand_runs(load_config(path)))) == train
-    proc = _dry_run(path, tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    stats = (proc.stdout + proc.stderr).split("Job stats:")[1]
-    counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
+    counts = _job_counts(_dry_run(path, tmp_path))
     assert sum(int(n) for rule, n in counts.items() if rule.startswith("train_")) == jobs
     assert counts["split"] == str(split) and counts["trace"] == str(trace)
 
@@ -187,10 +191,7 @@ def test_cells_per_job_sets_the_training_jobs(level, jobs, tmp_path):
     config["experiments"]["ruan2021_table3_synthetic"]["cells_per_job"] = level
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = _dry_run(path, tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    stats = (proc.stdout + proc.stderr).split("Job stats:")[1]
-    counts = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
+    counts = _job_counts(_dry_run(path, tmp_path))
     assert sum(int(n) for rule, n in counts.items() if rule.startswith("train_")) == jobs
     assert counts["all"] == "1" and len(list(expand_runs(load_config(path)))) == 240
 
