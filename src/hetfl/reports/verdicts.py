@@ -49,10 +49,14 @@ def t_quantiles(confidence: float, df: int) -> tuple[float, float]:
     """The standard Student-t quantiles at (1 − confidence)/2 and (1 + confidence)/2 (scipy.stats.t.ppf).
 
     Kept per (confidence, df): a figure's bands call _t_bounds once per round and line, thousands of
-    times with a handful of dfs, and scipy's distribution machinery was ~0.3 ms of each call."""
-    from scipy import stats  # lazily: tables and figures only
+    times with a handful of dfs, and scipy's distribution machinery was ~0.3 ms of each call.
+    scipy.special.stdtrit is the function scipy.stats.t.ppf evaluates (t_gen._ppf), with the same result
+    bit for bit (checked at 7 confidences × 2,003 dfs); importing scipy.special takes 0.2–0.4 s where
+    scipy.stats takes 1.2–1.6, in each table job."""
+    from scipy import special  # lazily: tables and figures only
 
-    return float(stats.t.ppf((1.0 - confidence) / 2, df)), float(stats.t.ppf((1.0 + confidence) / 2, df))
+    low, high = special.stdtrit(df, (1.0 - confidence) / 2), special.stdtrit(df, (1.0 + confidence) / 2)
+    return float(low), float(high)
 
 
 def _t_bounds(values: np.ndarray, confidence: float) -> tuple[float, float]:
