@@ -74,6 +74,10 @@ def test_the_line_and_the_projection_by_hand():
     p = Projection(((0.05, 12.0), (0.1, 20.0)), a, b, runs_measured=48, runs_full=144, cores=2)
     assert p.seconds == pytest.approx((4 + 160) * 3)  # T(1) × 144 / 48 runs
     assert "492 s (0.14 h) for all 144 runs on 2 core(s)" in p.report()
+    assert "trained as" not in p.report()
+    jobs = Projection(p.points, a, b, 48, 144, 2, (("m", "cell"), ("s", "group"), ("t", "cell"))).report()
+    assert "  trained as the full grid trains them, a job per cell: m, t\n" in jobs
+    assert "  trained as the full grid trains them, one job for all its cells: s\n" in jobs
     with pytest.raises(ValueError, match="two different fractions"):
         fit([(0.1, 3.0), (0.1, 4.0)])
 
@@ -111,6 +115,7 @@ def test_a_small_grid_is_projected_from_two_measured_runs(tmp_path):
     p = project(config, [0.25, 0.5], cores=2, workdir=tmp_path, snakefile=ROOT / "Snakefile")
     assert [f for f, _ in p.points] == [0.25, 0.5] and all(s > 0 for _, s in p.points)
     assert (p.runs_measured, p.runs_full) == (2, 4)
+    assert p.jobs == (("e", "group"),)  # 8 rounds of 4 devices: one job in full, so one at each fraction
     # 2 and 4 rounds of a 4-device grid: the slope may be below the timing noise, and is then counted as 0
     assert p.seconds == pytest.approx((p.a + max(p.b, 0.0)) * 2)
     for f, rounds in ((0.25, 2), (0.5, 4)):

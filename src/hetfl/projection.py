@@ -126,7 +126,8 @@ def fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Projection:
-    """Measured (fraction, wall seconds) points, the fitted line, and the grid projected from it."""
+    """Measured (fraction, wall seconds) points, the fitted line, and the grid projected from it; `jobs`:
+    (experiment, cells_per_job) as every fraction ran them (full_grid_jobs)."""
 
     points: tuple[tuple[float, float], ...]
     a: float
@@ -134,6 +135,7 @@ class Projection:
     runs_measured: int
     runs_full: int
     cores: int
+    jobs: tuple[tuple[str, str], ...] = ()
 
     @property
     def below_noise(self) -> bool:
@@ -150,6 +152,11 @@ class Projection:
     def report(self) -> str:
         rows = [f"  f = {f:g}: {s:.1f} s wall on {self.cores} core(s), {self.runs_measured} runs"
                 for f, s in self.points]
+        layouts = {"cell": "a job per cell", "group": "one job for all its cells"}
+        for level, name in layouts.items():
+            experiments = [e for e, lv in self.jobs if lv == level]
+            if experiments:
+                rows.append(f"  trained as the full grid trains them, {name}: {', '.join(experiments)}")
         rows.append(f"  fit: T(f) = {self.a:.1f} s + {self.b:.1f} s × f")
         if self.below_noise:
             lo, hi = min(f for f, _ in self.points), max(f for f, _ in self.points)
@@ -205,4 +212,5 @@ def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), co
                                    f"{run_dir}:\n{proc.stderr[-3000:]}")
             points.append((f, seconds))
     a, b = fit(points)
-    return Projection(tuple(points), a, b, runs_measured, runs_full, cores)
+    return Projection(tuple(points), a, b, runs_measured, runs_full, cores,
+                      tuple(sorted(full_grid_jobs(config).items())))
