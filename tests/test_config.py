@@ -64,6 +64,10 @@ MLP_EXP = "ma2022_efl_table2_mnist5k"  # quick.yaml's MLP (model mlp, model_para
                                 "parameter of model \"mlp\""),
     ("cnn", {"conv": "fft"}, "'experiments.{e}.model_params.conv' has value \"fft\", which is not allowed; "
                              "allowed: \"grouped\", \"unfold\""),
+    ("char_lstm", {"cell": "cudnn"}, "'experiments.{e}.model_params.cell' has value \"cudnn\", which is not "
+                                     "allowed; allowed: \"ops\", \"fused\""),
+    ("cnn", {"cell": "fused"}, "'experiments.{e}.model_params.cell' has value \"fused\", which is not a "
+                               "parameter of model \"cnn\""),
     ("cnn", {"channels_last": "no"},
      "'experiments.{e}.model_params.channels_last' has value \"no\", which is not allowed; allowed: true, "
      "false"),
@@ -72,6 +76,8 @@ def test_bad_model_params_are_named_before_any_job(model, params, message):
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
     exp["model"], exp["model_params"] = model, params
+    if model == "char_lstm":  # the model of its text source
+        exp["dataset"] = "shakespeare"
     with pytest.raises(ConfigError) as err:
         validate_config(cfg)
     assert message.format(e=MLP_EXP) in str(err.value)
@@ -88,12 +94,14 @@ def test_model_params_lists_match_the_models():
     """config.MODEL_PARAMS (config validation imports no torch) = the models' constructor arguments."""
     import inspect
 
-    from hetfl.config import CONV_IMPLS, MODEL_PARAMS
+    from hetfl.config import CONV_IMPLS, LSTM_CELLS, MODEL_PARAMS
     from hetfl.models import MODELS
     from hetfl.models.layers import CONV_IMPLS as LAYER_CONV_IMPLS
+    from hetfl.models.recurrent import LSTM_CELLS as LAYER_LSTM_CELLS
     from hetfl.models.zoo import CifarResNet
 
     assert set(MODEL_PARAMS) == set(MODELS) | {"quadratic"} and CONV_IMPLS == LAYER_CONV_IMPLS
+    assert LSTM_CELLS == LAYER_LSTM_CELLS
     for name, cls in MODELS.items():
         taken = [p for p in inspect.signature(cls.__init__).parameters
                  if p not in ("self", "input_dim", "num_classes", "kwargs")]

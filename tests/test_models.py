@@ -358,6 +358,85 @@ def test_lstm_per_client_autograd_path_equals_per_client_loop(family, path, monk
         torch.testing.assert_close(model.logits(params, x[:9]), module(x[:9]), rtol=1e-9, atol=1e-12)
 
 
+def _emulated_cell_forward(gates_x, gates_h, c, bias):
+    """aten._thnn_fused_lstm_cell's arithmetic (RNN.cu's lstm_cell_forward), for the CPU, which lacks it."""
+    H = c.shape[1]
+    z = gates_x + gates_h + bias + bias
+    i, f, g, o = z[:, :H].sigmoid(), z[:, H:2 * H].sigmoid(), z[:, 2 * H:3 * H].tanh(), z[:, 3 * H:].sigmoid()
+    c_next = f * c + i * g
+    return o * c_next.tanh(), c_next, torch.cat([i, f, g, o], dim=1)
+
+
+def _emulated_cell_backward(dh, dc, c_prev, c, acts):
+    """aten._thnn_fused_lstm_cell_backward_impl's arithmetic (RNN.cu's lstm_cell_backward)."""
+    i, f, g, o = acts.split(c.shape[1], dim=1)
+    tc = c.tanh()
+    d = dh * o * (1 - tc * tc) + (0 if dc is None else dc)
+    dz = torch.cat([d * g * i * (1 - i), d * c_prev * f * (1 - f), d * i * (1 - g * g),
+                    dh * tc * o * (1 - o)], dim=1)
+    return dz, d * f
+
+
+_TEXT = [f for f in FAMILIES if f[1] in ("char_lstm", "sent_lstm")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("executor_name", ["one-block", "blocks-of-2"])
+@pytest.mark.parametrize("family", _TEXT, ids=[f[0] for f in _TEXT])
+def test_lstm_fused_cells_equal_per_client_loop(family, executor_name, device, monkeypatch):
+    """cell="fused" (torch's fused LSTM-cell kernels, CUDA only): one round in float64 equals the torch.nn
+    loop, fused and grads paths, and the global model's logits equal the module's. On the CPU the two
+    kernels are replaced by their arithmetic written out (above), so the recurrence around them is tested
+    here; on a GPU the real kernels run (scripts/gpu-check)."""
+    from hetfl.models import recurrent
+
+    calls = []
+    if device == "cpu":
+        monkeypatch.setattr(recurrent, "_fused_cells", lambda x: True)
+        monkeypatch.setattr(recurrent, "_cell_forward", lambda *a: calls.append(a[0].shape) or
+                            _emulated_cell_forward(*a))
+        monkeypatch.setattr(recurrent, "_cell_backward", _emulated_cell_backward)
+    _, name, shape, kwargs, vocab = family
+    model, params, x, y, idx = _problem(name, shape, {**kwargs, "cell": "fused"}, vocab, device=device)
+    params = [p.double() for p in params]
+    ref = local_sgd_reference(model, params, x, y, idx, STEPS, 0.1)
+    _with_executor(model, EXECUTORS[executor_name], monkeypatch)
+    for correction in (None, lambda p, g, c: g):
+        _close(local_sgd(model, params, x, y, idx, STEPS, 0.1, correction=correction), ref,
+               rtol=1e-9, atol=1e-12)
+    if device == "cpu":  # every step of every LSTM layer took the fused cell, on every client of its block
+        layers = sum(isinstance(layer, recurrent.LSTMLayer) for layer in model.layers)
+        assert calls and len(calls) % (layers * shape[0]) == 0
+        # rows K·B: the working prefixes of STEPS (5, 4, 3, 2 clients), or blocks of 2 clients and of 1
+        assert {c[0] // BATCH for c in calls} == ({5, 4, 3, 2} if executor_name == "one-block" else {2, 1})
+    module = model.make_module().double().to(device)
+    model.to_module(params, module)
+    with torch.no_grad():
+        torch.testing.assert_close(model.logits(params, x[:9]), module(x[:9]), rtol=1e-9, atol=1e-12)
+
+
+def test_lstm_fused_cells_measure_their_memory_on_meta():
+    """On CUDA a block's size comes from a forward pass on the meta device (LayerNet.client_bytes): the
+    fused cells run there through torch's meta functions, and save less than the ops (no tanh c_t)."""
+    x = torch.zeros(3, 2, 12, dtype=torch.int64, device="meta")
+    fused, ops = (make_model("char_lstm", 12, 10, vocab=20, embed=4, hidden=8, cell=cell)
+                  for cell in ("fused", "ops"))
+    params = [p.unsqueeze(0).repeat(3, *([1] * p.dim())) for p in fused.init_params(torch.Generator())]
+    assert 0 < fused.client_bytes(params, x) < ops.client_bytes(params, x)
+    first, second = fused.layers[1:3]  # [K, T, B, in] → every h_t, then only h_T
+    for layer, p, d_in, shape in ((first, params[1:5], 4, (3, 12, 2, 8)),
+                                  (second, params[5:9], 8, (3, 2, 8))):
+        xm = torch.zeros(3, 12, 2, d_in, device="meta")
+        out, saved = layer.forward([t.to("meta") for t in p], xm, True)
+        assert out.shape == shape and len(saved.acts) == 12 and len(saved.cs) == 13
+        assert saved.hs.shape == (3, 13, 2, 8)
+
+
+def test_unknown_lstm_cell_is_refused():
+    with pytest.raises(ValueError, match="cell 'cudnn' is unknown; allowed: ops, fused"):
+        make_model("char_lstm", 80, 80, cell="cudnn")
+
+
 def test_worker_errors_surface_and_threads_are_restored():
     threads = torch.get_num_threads()
 

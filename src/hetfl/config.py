@@ -235,13 +235,15 @@ MODEL_PARAMS: dict[str, tuple[str, ...]] = {
     "vgg11": ("cfg", "width", "hidden", "norm", "groups", *_CONV_OPTIONS),
     "resnet20": ("widths", "blocks", "groups", *_CONV_OPTIONS),
     "resnet_emnist": ("widths", "blocks", "groups", *_CONV_OPTIONS),
-    "char_lstm": ("vocab", "embed", "hidden", "layers"), "sent_lstm": ("vocab", "embed", "hidden", "layers"),
+    "char_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
+    "sent_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
 }
 CONV_IMPLS = ("grouped", "unfold")  # models.layers.CONV_IMPLS
+LSTM_CELLS = ("ops", "fused")  # models.recurrent.LSTM_CELLS
 
 
 def _check_model_params(name: str, exp: dict[str, Any]) -> None:
-    """model_params: only keys the model takes; conv and channels_last with their allowed values."""
+    """model_params: only keys the model takes; conv, cell and channels_last with their allowed values."""
     model, params = exp["model"], exp.get("model_params") or {}
     allowed = MODEL_PARAMS.get(model)
     if allowed is None:
@@ -252,9 +254,10 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
             raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(v)}, which is not a parameter "
                               f"of model \"{model}\"; allowed: "
                               + (", ".join(allowed) if allowed else "none (model_params: {})"))
-    if "conv" in params and params["conv"] not in CONV_IMPLS:
-        raise ConfigError(f"config key '{key}.conv' has value {json.dumps(params['conv'])}, which is not "
-                          f"allowed; allowed: " + ", ".join(f'"{c}"' for c in CONV_IMPLS))
+    for option, values in (("conv", CONV_IMPLS), ("cell", LSTM_CELLS)):
+        if option in params and params[option] not in values:
+            raise ConfigError(f"config key '{key}.{option}' has value {json.dumps(params[option])}, which is "
+                              f"not allowed; allowed: " + ", ".join(f'"{c}"' for c in values))
     layout = params.get("channels_last", True)
     if not isinstance(layout, bool):
         raise ConfigError(f"config key '{key}.channels_last' has value {json.dumps(layout)}, which is not "

@@ -16,6 +16,12 @@ step). Weights are stored as torch stores them ([4H, in], [4H, H]), so state dic
 
 One client at a time takes the fused kernel torch.nn.LSTM trains with: oneDNN's on the CPU (called
 directly), cuDNN's on CUDA (through autograd, for small rounds: engine.executor).
+
+`cell="fused"` (a model parameter; default "ops") computes each time step's gates, c_t and h_t on CUDA with
+torch's fused LSTM-cell kernels, the ones torch.nn.LSTMCell runs there (`aten._thnn_fused_lstm_cell` and
+its backward): per step of all clients one matmul and one kernel forward, one kernel, one matmul and one
+add backward, where the element-wise ops above launch about 7 and 23. The same arithmetic (RNN.cu); the
+CPU has no such kernels and keeps the ops.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from torch import Tensor
 from hetfl.models.layers import Layer, Saved
 
 _LSTM_MODE = 2  # ATen's RNN mode code for LSTM (mkldnn_rnn_layer)
+LSTM_CELLS = ("ops", "fused")  # how the batched recurrence computes a time step (LSTMLayer's `cell`)
 
 
 class OneDNNSaved(NamedTuple):
@@ -67,6 +74,37 @@ def _unflattened_weights_ok() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
         yield
+
+
+def _fused_cells(x: Tensor) -> bool:
+    """Where torch has its fused LSTM-cell kernels: CUDA; and the meta device, where LayerNet.client_bytes
+    measures what a CUDA block's forward pass saves (their meta functions give the shapes)."""
+    return x.device.type in ("cuda", "meta")
+
+
+def _cell_forward(gates_x: Tensor, gates_h: Tensor, c: Tensor, bias: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """One time step of K·B rows: (h_t, c_t, [σ(i), σ(f), tanh(g), σ(o)]) from the gates' two parts
+    [K·B, 4H] and c_{t−1} [K·B, H]. `bias` [4H] is added twice (as b_ih and b_hh): the kernel's biases are
+    shared by all rows, so the clients' own biases are in gates_x and this one is zero."""
+    return torch.ops.aten._thnn_fused_lstm_cell(gates_x, gates_h, c, bias, bias)
+
+
+def _cell_backward(dh: Tensor, dc: Tensor | None, c_prev: Tensor, c: Tensor, acts: Tensor
+                   ) -> tuple[Tensor, Tensor]:
+    """(dL/dz_t [K·B, 4H], dL/dc_{t−1}) from dh_t, dc_t (None at the last step), c_{t−1}, c_t and the
+    step's activations: the backward of the module docstring, as one kernel."""
+    dz, dc_prev, _ = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(dh, dc, c_prev, c, acts, False)
+    return dz, dc_prev
+
+
+class FusedSaved(NamedTuple):
+    """The fused-cell recurrence's forward: per time step [K·B, ·] the activations and c_0 … c_T; h_0 … h_T
+    stacked client-major [K, T + 1, B, H], as the ops path keeps them (the layer's output is a view)."""
+
+    x: Tensor
+    acts: list[Tensor]
+    hs: Tensor
+    cs: list[Tensor]
 
 
 class AutogradSaved(NamedTuple):
@@ -121,8 +159,10 @@ class LSTMLayer(Layer):
     Parameters as torch.nn.LSTM's layer: weight_ih [4H, in], weight_hh [4H, H], bias_ih, bias_hh [4H],
     initialised U(±1/√H)."""
 
-    def __init__(self, d_in: int, hidden: int, last: bool, steps: int = 1) -> None:
-        self.d_in, self.hidden, self.last, self.steps = d_in, hidden, last, steps
+    def __init__(self, d_in: int, hidden: int, last: bool, steps: int = 1, cell: str = "ops") -> None:
+        if cell not in LSTM_CELLS:
+            raise ValueError(f"cell {cell!r} is unknown; allowed: {', '.join(LSTM_CELLS)}")
+        self.d_in, self.hidden, self.last, self.steps, self.cell = d_in, hidden, last, steps, cell
         H = hidden
         self.shapes = ((4 * H, d_in), (4 * H, H), (4 * H,), (4 * H,))
         self.trainable = (True,) * 4
@@ -137,6 +177,8 @@ class LSTMLayer(Layer):
             return self._onednn_forward(p, x, training)
         if _cudnn(x):
             return self._autograd_forward(p, x, training)
+        if self.cell == "fused" and _fused_cells(x):
+            return self._fused_forward(p, x)
         w_ih, w_hh, b_ih, b_hh = p
         K, T, B, _ = x.shape
         H = self.hidden
@@ -163,6 +205,8 @@ class LSTMLayer(Layer):
 
     def _dz(self, p: list[Tensor], saved: Saved, dy: Tensor) -> Tensor:
         """dL/dz of every step [K, T, B, 4H] (the sequential part of the backward pass)."""
+        if isinstance(saved, FusedSaved):
+            return self._fused_dz(p, saved, dy)
         w_hh = p[1]
         x, acts, hs, cs, tanh_c = saved
         K, T, B, _ = x.shape
@@ -189,7 +233,7 @@ class LSTMLayer(Layer):
         return dz
 
     def _param_grads(self, saved: Saved, dz: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        x, acts, hs, cs, tanh_c = saved
+        x, hs = saved[0], saved[2]
         K, T, B, _ = x.shape
         dz2 = dz.view(K, T * B, -1)
         return dz2, x.reshape(K, T * B, self.d_in), hs[:, :T].reshape(K, T * B, self.hidden), \
@@ -222,6 +266,46 @@ class LSTMLayer(Layer):
         b_ih.sub_(db, alpha=lr)
         b_hh.sub_(db, alpha=lr)
         return dx
+
+    # -- blocks of clients on CUDA with cell="fused": torch's fused LSTM-cell kernels, one per step --------
+    def _fused_forward(self, p: list[Tensor], x: Tensor) -> tuple[Tensor, FusedSaved]:
+        w_ih, w_hh, b_ih, b_hh = p
+        K, T, B, _ = x.shape
+        H = self.hidden
+        z_in = torch.baddbmm((b_ih + b_hh).unsqueeze(1), x.reshape(K, T * B, self.d_in), w_ih.transpose(1, 2))
+        # time-major: step t's gates of all clients are one contiguous [K·B, 4H] block, as the kernel takes
+        z_in = z_in.view(K, T, B, 4 * H).transpose(0, 1).contiguous().view(T, K * B, 4 * H)
+        bias = x.new_zeros(4 * H)
+        w_hh_t = w_hh.transpose(1, 2)
+        h, c = x.new_zeros(K * B, H), x.new_zeros(K * B, H)
+        hs, cs, acts = [h], [c], []
+        for t in range(T):
+            # h_0 = 0: W_hh h_0 is zeros, as the ops path's product with zeros
+            gates_h = (torch.bmm(h.view(K, B, H), w_hh_t).view(K * B, 4 * H) if t
+                       else torch.zeros_like(z_in[0]))
+            h, c, a = _cell_forward(z_in[t], gates_h, c, bias)
+            hs.append(h)
+            cs.append(c)
+            acts.append(a)
+        hs_all = torch.stack([t.view(K, B, H) for t in hs], dim=1)
+        return (hs_all[:, T] if self.last else hs_all[:, 1:]), FusedSaved(x, acts, hs_all, cs)
+
+    def _fused_dz(self, p: list[Tensor], saved: FusedSaved, dy: Tensor) -> Tensor:
+        w_hh = p[1]
+        K, T, B, _ = saved.x.shape
+        H = self.hidden
+        dzs: list[Tensor] = []
+        dh = (dy if self.last else dy[:, T - 1]).reshape(K * B, H)
+        dc = None
+        for t in range(T - 1, -1, -1):
+            dz, dc = _cell_backward(dh, dc, saved.cs[t], saved.cs[t + 1], saved.acts[t])
+            dzs.append(dz.view(K, B, 4 * H))
+            if t:
+                dh = torch.bmm(dzs[-1], w_hh)
+                if not self.last:
+                    dh.add_(dy[:, t - 1])
+                dh = dh.view(K * B, H)
+        return torch.stack(dzs[::-1], dim=1)
 
     # -- one client on the CPU: oneDNN's fused LSTM kernels, the ones torch.nn.LSTM trains with -----------
     def _onednn_forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:

@@ -307,7 +307,8 @@ class ResNetEMNIST(ResNet20):
 
 
 class CharLSTM(TwinNet):
-    """input_dim: the sequence length (80). kwargs: vocab (80), embed (8), hidden (256), layers (2)."""
+    """input_dim: the sequence length (80). kwargs: vocab (80), embed (8), hidden (256), layers (2), cell
+    ("ops" or "fused": how a block of clients computes each time step on CUDA, models.recurrent)."""
 
     name = "char_lstm"
     default_vocab, default_embed, default_hidden = 80, 8, 256
@@ -319,21 +320,22 @@ class CharLSTM(TwinNet):
     cuda_batched_from = 8
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, vocab: int | None = None,
-                 embed: int | None = None, hidden: int | None = None, layers: int = 2) -> None:
+                 embed: int | None = None, hidden: int | None = None, layers: int = 2,
+                 cell: str = "ops") -> None:
         vocab, embed = vocab or self.default_vocab, embed or self.default_embed
         hidden = hidden or self.default_hidden
         seq = int(input_dim if isinstance(input_dim, int) else math.prod(input_dim))
         stack: list[Layer] = [Embedding(vocab, embed, steps=seq)]
         for layer in range(layers):
             stack.append(LSTMLayer(embed if layer == 0 else hidden, hidden, last=layer == layers - 1,
-                                   steps=seq))
+                                   steps=seq, cell=cell))
         stack.append(Linear(hidden, num_classes, relu=False))
         super().__init__(self.name, stack, partial(TextLSTM, vocab, embed, hidden, layers, num_classes))
 
 
 class SentLSTM(CharLSTM):
     """input_dim: the sequence length (25). kwargs: vocab (20,000 hashed words), embed (50), hidden (100),
-    layers (2)."""
+    layers (2), cell ("ops" or "fused")."""
 
     name = "sent_lstm"
     default_vocab, default_embed, default_hidden = 20_000, 50, 100
