@@ -190,3 +190,29 @@ def test_a_round_on_cuda_has_at_least_64_clients():
     assert bench.workload_clients(vgg, cuda) == bench.CUDA_CLIENTS == 64
     assert bench.workload_clients(mlp, cuda) == 100
     assert bench.workload_clients(vgg, cuda, clients=8) == 8 and bench.workload_clients(mlp, cpu, 3) == 3
+
+
+def test_count_ops_counts_a_steps_operators_on_meta(capsys, monkeypatch):
+    """--count-ops: the ATen operators of one batched step of K clients, on the meta device (no timing, no
+    data). The logistic regression's fused step is its seven kernels; the LSTMs' fused cells take a
+    fifth of the operators of the element-wise cell; views and allocations are not counted."""
+    monkeypatch.setattr(bench, "run_workload", lambda *a, **k: pytest.fail("timed despite --count-ops"))
+    logreg = bench.count_ops(bench.WORKLOADS["logreg-synthetic"], clients=3)
+    assert logreg["aten_ops"] == dict.fromkeys(
+        ["aten.baddbmm", "aten._softmax", "aten.full", "aten.scatter_add_", "aten.baddbmm_", "aten.sum",
+         "aten.sub_"], 1)
+    assert (logreg["clients"], logreg["batch"], logreg["aten_ops_per_step"]) == (3, 20, 7)
+    char = bench.WORKLOADS["char-lstm-shakespeare"]
+    ops, fused = (bench.count_ops(char, 8, model_params=p)["aten_ops_per_step"]
+                  for p in ({}, {"cell": "fused"}))
+    steps, layers = char.input_shape[0], 2
+    assert fused <= 5 * steps * layers and 5 * fused < ops
+    assert bench.count_ops(char)["clients"] == bench.CUDA_CLIENTS
+    for k, v in bench.count_ops(bench.WORKLOADS["resnet20-cifar"], 2, 4)["aten_ops"].items():
+        assert k not in bench.NO_KERNEL_OPS and v > 0
+    assert bench.main(["--count-ops", "--workloads", "logreg-synthetic,mlp-mnist", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert [r["workload"] for r in json.loads(captured.out)] == ["logreg-synthetic", "mlp-mnist"]
+    assert "ATen ops per step" in captured.err
+    assert bench.main(["--count-ops", "--workloads", "mlp-mnist", "--model-params", '{"cell": "fused"}']) == 2
+    assert "model 'mlp' (workload mlp-mnist) does not take them" in capsys.readouterr().err

@@ -396,6 +396,62 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
     return records, machine
 
 
+#: operators that launch no kernel on a GPU (allocation, aliasing) though ATen does not mark them as views
+NO_KERNEL_OPS = frozenset({"aten._unsafe_view", "aten.empty", "aten.empty_like", "aten.empty_strided",
+                           "aten.new_empty", "aten.new_empty_strided", "aten.detach", "aten.lift_fresh"})
+
+
+def count_ops(w: Workload, clients: int | None = None, batch: int | None = None,
+              model_params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ATen operators one batched SGD step of K clients calls (K: `clients`, else CUDA_CLIENTS), run on
+    the meta device: shapes only, no data and no arithmetic, so any machine can count them.
+
+    Every operator that is not a view is at least one kernel launch on a GPU, where a step of a small
+    model is bound by its launches rather than its arithmetic; a library call may launch several (cuDNN's
+    grouped convolutions launch per group), so the count is a lower bound of a GPU's launches. The model's
+    step only: not the engine's minibatch gather, nor the round's broadcast and reorder of the stacks.
+    """
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    K, B = clients or CUDA_CLIENTS, batch or w.batch
+    kwargs = {**w.kwargs, **(model_params or {})}
+    shape = w.input_shape if len(w.input_shape) > 1 else w.input_shape[0]
+    model = make_model(w.model, shape, w.num_classes, **kwargs)
+    meta = torch.device("meta")
+    params = [torch.empty((K, *p.shape), dtype=p.dtype, device=meta)
+              for p in model.init_params(torch.Generator())]
+    x = torch.empty((K, B, *w.input_shape), dtype=torch.int64 if w.vocab else torch.float32, device=meta)
+    y = torch.empty((K, B), dtype=torch.int64, device=meta)
+    if hasattr(model, "client_block"):  # its one-off measuring pass (meta too) is not part of a step
+        model.client_block(params, x)
+    ops: Counter[str] = Counter()
+
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func.overloadpacket)
+            if not func.is_view and name not in NO_KERNEL_OPS:
+                ops[name] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count():
+        model.sgd_step(params, x, y, w.lr)  # type: ignore[attr-defined]
+    return {"workload": w.name, "model": w.model, "model_params": dict(model_params or {}), "clients": K,
+            "batch": B, "aten_ops_per_step": sum(ops.values()), "aten_ops": dict(ops.most_common())}
+
+
+def format_ops_table(records: list[dict[str, Any]]) -> str:
+    from tabulate import tabulate
+
+    rows = [[r["workload"], json.dumps(r["model_params"]) if r["model_params"] else "", r["clients"],
+             r["batch"], f"{r['aten_ops_per_step']:,}", ", ".join(f"{k.removeprefix('aten.')} {v}"
+                                                      for k, v in list(r["aten_ops"].items())[:4])]
+            for r in records]
+    return tabulate(rows, ["workload", "model params", "K", "B", "ATen ops per step", "most called"],
+                    colalign=("left", "left", "right", "right", "right", "left"))
+
+
 def parse_model_params(text: str | None) -> dict[str, Any]:
     """--model-params: a JSON object (a ValueError naming the flag, the value and what is allowed)."""
     from hetfl.cli import json_object
@@ -424,11 +480,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-params", metavar="JSON", default=None,
                         help='keyword arguments for every workload\'s model, a JSON object, e.g. '
                              '\'{"channels_last": false}\' (the convolutional models\' NCHW layout)')
+    parser.add_argument("--count-ops", action="store_true",
+                        help=f"instead of timing, count the ATen operators of one batched step of K clients "
+                             f"(--clients, default {CUDA_CLIENTS}) on the meta device: a lower bound of its "
+                             f"kernel launches on a GPU")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
     retain_freed_memory()  # as `hetfl train` runs (engine.allocator); both engines allocate through it
     try:
         model_params = parse_model_params(args.model_params)
+        if args.count_ops:
+            return _print_op_counts(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
                                args.ref_clients or None, args.batch, model_params)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
@@ -439,13 +501,30 @@ def main(argv: list[str] | None = None) -> int:
           f"median of {args.repeat} runs per engine",
           file=sys.stderr if args.json == "-" else sys.stdout)
     print(format_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
-    if args.json == "-":
+    _write_json(records, args.json)
+    return 0
+
+
+def _print_op_counts(names: list[str], args: argparse.Namespace, model_params: dict[str, Any]) -> int:
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
+    if model_params:
+        check_model_params(names, model_params)
+    records = [count_ops(WORKLOADS[n], args.clients, args.batch, model_params) for n in names]
+    print(format_ops_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
+    _write_json(records, args.json)
+    return 0
+
+
+def _write_json(records: list[dict[str, Any]], path: str | None) -> None:
+    """--json: the records to PATH, or to stdout for '-'; nothing without the flag."""
+    if path == "-":
         json.dump(records, sys.stdout, indent=1)
         print()
-    elif args.json:
-        with open(args.json, "w") as f:
+    elif path:
+        with open(path, "w") as f:
             json.dump(records, f, indent=1)
-    return 0
 
 
 if __name__ == "__main__":
