@@ -165,6 +165,57 @@ def test_conv_variants_equal_per_client_loop(family, variant, executor_name, dev
                                    rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("clients", [1, 3])
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("c_out,per_client", [(4, False), (16, True)])
+def test_unfold_conv_equals_grouped_conv_in_the_input_layout(c_out, per_client, clients, channels_last):
+    """conv="unfold", its GEMMs batched over (sample, client) or per client (chosen by the layer's shape),
+    gives the grouped convolution's output, input and weight gradients, and its output and input gradient
+    keep the input's memory order (with K = 1 a reshape of the per-client product is in neither)."""
+    from hetfl.models.layers import Conv2d
+
+    gen = torch.Generator().manual_seed(1)
+    grouped, unfold = (Conv2d(3, c_out, 3, 1, (6, 5), stride=2, impl=impl) for impl in ("grouped", "unfold"))
+    assert unfold.per_client is per_client
+    p = [torch.randn(clients, *shape, generator=gen, dtype=torch.float64) for shape in grouped.shapes]
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(2, clients * 3, 6, 5, generator=gen, dtype=torch.float64).contiguous(memory_format=layout)
+    (y0, s0), (y1, s1) = grouped.forward(p, x, True), unfold.forward(p, x, True)
+    torch.testing.assert_close(y1, y0, rtol=1e-12, atol=1e-12)
+    dy = torch.randn(y0.shape, generator=gen, dtype=torch.float64).contiguous(memory_format=layout)
+    (dx0, g0), (dx1, g1) = grouped.backward(p, s0, dy, True), unfold.backward(p, s1, dy, True)
+    _close([dx1, *g1], [dx0, *g0], rtol=1e-12, atol=1e-12)
+    for t in (y1, dx1):
+        assert t.is_contiguous(memory_format=layout)
+
+
+def test_unfold_conv_never_copies_the_weights_per_sample():
+    """conv="unfold" at a late layer's shape (many channels, few positions): no tensor of the forward or
+    backward pass is near B × the weights' size (a GEMM batched over (sample, client) broadcasts the
+    weights over the samples: 19 GB for a 512-channel VGG-11 layer at 64 clients of 32 samples)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from hetfl.models.layers import Conv2d
+
+    largest = []
+
+    class Sizes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            largest.extend(t.numel() for t in (out if isinstance(out, tuple | list) else [out])
+                           if isinstance(t, torch.Tensor))
+            return out
+
+    K, B, C = 4, 32, 64
+    conv = Conv2d(C, C, 3, 1, (2, 2), impl="unfold")
+    p = [torch.empty(K, *shape, device="meta") for shape in conv.shapes]
+    x = torch.empty(B, K * C, 2, 2, device="meta")
+    with Sizes():
+        y, saved = conv.forward(p, x, True)
+        conv.backward(p, saved, torch.empty_like(y), True)
+    assert max(largest) < B * p[0].numel() // 4
+
+
 def test_unknown_conv_is_refused():
     with pytest.raises(ValueError, match="conv 'fft' is unknown; allowed: grouped, unfold"):
         make_model("resnet20", (3, 32, 32), 10, conv="fft")

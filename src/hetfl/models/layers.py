@@ -202,10 +202,14 @@ class ToGrouped(Layer):
 CONV_IMPLS = ("grouped", "unfold")
 
 
+def _channels_last(x: Tensor) -> bool:
+    """x is channels-last (and not also contiguous, as with one channel)."""
+    return x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
 def _layout_of(x: Tensor, t: Tensor) -> Tensor:
-    """t in x's memory order: channels-last if x is (and not also contiguous, as with one channel)."""
-    cl = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-    return t.contiguous(memory_format=torch.channels_last) if cl else t
+    """t in x's memory order."""
+    return t.contiguous(memory_format=torch.channels_last) if _channels_last(x) else t
 
 
 class Conv2d(Layer):
@@ -216,11 +220,20 @@ class Conv2d(Layer):
     The backward pass is aten.convolution_backward, the kernel autograd itself calls, so gradients match
     torch.nn.Conv2d. With K = 1 (a block of one client) it is a plain convolution.
 
-    impl="unfold" computes the same convolution as im2col and one batched GEMM over (sample, client):
-    y[b, k] = W_k · unfold(x)[b, k] (forward), dW_k = Σ_b dy[b, k] · unfold(x)[b, k]ᵀ, dx = fold(W_kᵀ ·
-    dy[b, k]). Its kernel count does not grow with K, where a grouped convolution's may (cuDNN can run the
-    groups one by one); it moves k² times the input's bytes. An option for GPUs, to be measured there
-    (`model_params: {conv: unfold}`); the default is the grouped convolution.
+    impl="unfold" computes the same convolution as im2col (X = unfold(x), [C_in·k², L] per sample and
+    client, L output positions) and batched GEMMs: y = W_k X (forward), dW_k = Σ_b dY X ᵀ, dx = fold(W_kᵀ dY).
+    Its kernel count does not grow with K, where a grouped convolution's may (cuDNN can run the groups one
+    by one); it moves k² times the input's bytes. Two ways to batch the GEMMs, chosen per layer by the
+    copies each makes (`per_client`):
+    * over (sample, client), the im2col output as it is: each client's weights are broadcast over the B
+      samples, a copy of B × the weights forward and again backward. Cheap where the weights are small
+      and the positions many (the first layers);
+    * one GEMM per client over its samples and positions side by side (X_k [C_in·k², B·L]): the columns
+      and the output are reordered instead, copies of B·L·(2·C_in·k² + C_out) per client. Where the
+      weights are large and the positions few (VGG-11's 512-channel layers: the broadcast would be 19 GB
+      for one layer at 64 clients of 32 samples).
+    An option for GPUs, to be measured there (`model_params: {conv: unfold}`); the default is the grouped
+    convolution.
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
@@ -232,6 +245,9 @@ class Conv2d(Layer):
         self.hw_in = tuple(hw_in)
         self.hw_out = ((hw_in[0] + 2 * padding - kernel) // stride + 1,
                        (hw_in[1] + 2 * padding - kernel) // stride + 1)
+        ck2, self.positions = c_in * kernel ** 2, self.hw_out[0] * self.hw_out[1]
+        # unfold's GEMMs per client when reordering the columns copies less than broadcasting the weights
+        self.per_client = self.positions * (2 * ck2 + c_out) < 2 * c_out * ck2
         self.shapes = ((c_out, c_in, kernel, kernel),) + (((c_out,),) if bias else ())
         self.trainable = (True,) * len(self.shapes)
         self.transposed = (False,) * len(self.shapes)
@@ -250,34 +266,59 @@ class Conv2d(Layer):
         b = p[1].reshape(-1) if self.bias else None
         return F.conv2d(x, self._grouped(W), b, self.stride, self.padding, 1, W.shape[0]), x
 
+    def _cols_by_sample(self, x: Tensor, K: int) -> Tensor:
+        """im2col of the grouped input: [B, K, C_in·k², L] (a view of unfold's output)."""
+        return F.unfold(x, self.kernel, 1, self.padding, self.stride).view(x.shape[0], K, -1, self.positions)
+
+    @staticmethod
+    def _client_major(t: Tensor, K: int) -> Tensor:
+        """[B, K·C, ...] (any memory order) → [K, C, B·L], each client's samples and positions side by side
+        (one copy)."""
+        t = t.unflatten(1, (K, -1)).flatten(3)  # [B, K, C, L]: views
+        return t.permute(1, 2, 0, 3).reshape(K, t.shape[2], -1)
+
     def _cols(self, x: Tensor, K: int) -> Tensor:
-        """im2col of the grouped input: [B, K, C_in·k², L] (L output positions), client k's rows together."""
-        cols = F.unfold(x, self.kernel, 1, self.padding, self.stride)
-        return cols.view(x.shape[0], K, self.c_in * self.kernel ** 2, -1)
+        """im2col of the grouped input, client-major: [K, C_in·k², B·L] (L output positions)."""
+        return self._client_major(F.unfold(x, self.kernel, 1, self.padding, self.stride), K)
 
     def _unfold_forward(self, p: list[Tensor], x: Tensor) -> Tensor:
         W = p[0]
         K, B = W.shape[0], x.shape[0]
-        y = torch.matmul(W.view(1, K, self.c_out, -1), self._cols(x, K))  # [B, K, C_out, L]
+        if not self.per_client:
+            y = torch.matmul(W.view(1, K, self.c_out, -1), self._cols_by_sample(x, K))  # [B, K, C_out, L]
+            if self.bias:
+                y.add_(p[1].view(1, K, self.c_out, 1))
+            return _layout_of(x, y.view(B, K * self.c_out, *self.hw_out))
+        y = torch.bmm(W.view(K, self.c_out, -1), self._cols(x, K))  # [K, C_out, B·L]
         if self.bias:
-            y.add_(p[1].view(1, K, self.c_out, 1))
-        return _layout_of(x, y.view(B, K * self.c_out, *self.hw_out))
+            y.add_(p[1].view(K, self.c_out, 1))
+        # back to the grouped layout [B, K·C_out, H, W] in x's memory order, one copy (not a reshape, which
+        # may return a view in neither order, e.g. with K = 1)
+        y = y.view(K, self.c_out, B, *self.hw_out)
+        if _channels_last(x):
+            y = y.permute(2, 3, 4, 0, 1).contiguous()  # [B, H, W, K, C_out]
+            return y.view(B, *self.hw_out, K * self.c_out).permute(0, 3, 1, 2)
+        return y.permute(2, 0, 1, 3, 4).contiguous().view(B, K * self.c_out, *self.hw_out)
 
     def _unfold_backward(self, p: list[Tensor], x: Tensor, dy: Tensor, need_dx: bool
                          ) -> tuple[Tensor | None, list[Tensor]]:
         W = p[0]
         K, B = W.shape[0], x.shape[0]
-        d = dy.reshape(B, K, self.c_out, -1)  # [B, K, C_out, L]
-        cols = self._cols(x, K)
+        d = self._client_major(dy, K)  # [K, C_out, B·L]
         # Σ over samples and positions, one GEMM per client: [K, C_out, B·L] · [K, B·L, C_in·k²]
-        dW = torch.bmm(d.permute(1, 2, 0, 3).reshape(K, self.c_out, -1),
-                       cols.permute(1, 0, 3, 2).reshape(K, -1, cols.shape[2]))
-        grads = [dW.view_as(W)] + ([d.sum(dim=(0, 3)).view_as(p[1])] if self.bias else [])
+        dW = torch.bmm(d, self._cols(x, K).transpose(1, 2))
+        grads = [dW.view_as(W)] + ([d.sum(dim=2).view_as(p[1])] if self.bias else [])
         if not need_dx:
             return None, grads
-        dcols = torch.matmul(W.view(1, K, self.c_out, -1).transpose(2, 3), d)  # [B, K, C_in·k², L]
-        dx = F.fold(dcols.view(B, K * self.c_in * self.kernel ** 2, -1), self.hw_in, self.kernel, 1,
-                    self.padding, self.stride)
+        ck2 = self.c_in * self.kernel ** 2
+        if not self.per_client:  # [B, K, C_in·k², L], as fold takes it
+            dcols = torch.matmul(W.view(1, K, self.c_out, -1).transpose(2, 3),
+                                 dy.reshape(B, K, self.c_out, -1))
+            dx = F.fold(dcols.view(B, K * ck2, -1), self.hw_in, self.kernel, 1, self.padding, self.stride)
+            return _layout_of(x, dx), grads
+        dcols = torch.bmm(W.view(K, self.c_out, -1).transpose(1, 2), d)  # [K, C_in·k², B·L]
+        dcols = dcols.view(K, ck2, B, -1).permute(2, 0, 1, 3).reshape(B, K * ck2, -1)
+        dx = F.fold(dcols, self.hw_in, self.kernel, 1, self.padding, self.stride)
         return _layout_of(x, dx), grads
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
