@@ -63,7 +63,7 @@ MLP_EXP = "ma2022_efl_table2_mnist5k"  # quick.yaml's MLP (model mlp, model_para
     ("mlp", {"conv": "unfold"}, "'experiments.{e}.model_params.conv' has value \"unfold\", which is not a "
                                 "parameter of model \"mlp\""),
     ("cnn", {"conv": "fft"}, "'experiments.{e}.model_params.conv' has value \"fft\", which is not allowed; "
-                             "allowed: \"grouped\", \"unfold\""),
+                             "allowed: \"auto\", \"grouped\", \"unfold\""),
     ("char_lstm", {"cell": "cudnn"}, "'experiments.{e}.model_params.cell' has value \"cudnn\", which is not "
                                      "allowed; allowed: \"ops\", \"fused\""),
     ("cnn", {"cell": "fused"}, "'experiments.{e}.model_params.cell' has value \"fused\", which is not a "

@@ -132,7 +132,7 @@ _CONV = [f for f in FAMILIES if f[0] in ("cnn", "cnn_cifar", "cnn_bn", "vgg11", 
 
 
 CONV_VARIANTS = {"nchw": {"channels_last": False}, "unfold": {"conv": "unfold"},
-                 "unfold-nchw": {"conv": "unfold", "channels_last": False}}
+                 "unfold-nchw": {"conv": "unfold", "channels_last": False}, "grouped": {"conv": "grouped"}}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -216,8 +216,35 @@ def test_unfold_conv_never_copies_the_weights_per_sample():
     assert max(largest) < B * p[0].numel() // 4
 
 
+def test_auto_conv_unfolds_the_small_layers_on_the_cpu_only():
+    """conv="auto" (the default): unfold on the CPU for layers of at most 16 output positions (VGG-11's
+    4×4 and 2×2 layers), the grouped convolution for the others and on any other device."""
+    from hetfl.models.layers import AUTO_UNFOLD_POSITIONS, Conv2d
+
+    model = make_model("vgg11", (3, 32, 32), 10)
+    convs = [layer for layer in model.layers if isinstance(layer, Conv2d)]
+    cpu, meta = torch.empty(1), torch.empty(1, device="meta")
+    assert [c.unfolds(cpu) for c in convs] == [False] * 4 + [True] * 4
+    assert not any(c.unfolds(meta) for c in convs) and AUTO_UNFOLD_POSITIONS == 16
+    assert all(c.unfolds(meta) for c in make_model("vgg11", (3, 32, 32), 10, conv="unfold").layers
+               if isinstance(c, Conv2d))
+    resnet = list(_convs(make_model("resnet20", (3, 32, 32), 10)))  # 8×8 at the smallest: never
+    assert len(resnet) == 19 and not any(c.unfolds(cpu) for c in resnet)
+
+
+def _convs(model):
+    from hetfl.models.blocks import Residual
+    from hetfl.models.layers import Conv2d
+
+    for layer in model.layers:
+        if isinstance(layer, Conv2d):
+            yield layer
+        elif isinstance(layer, Residual):
+            yield from (v for v in vars(layer).values() if isinstance(v, Conv2d))
+
+
 def test_unknown_conv_is_refused():
-    with pytest.raises(ValueError, match="conv 'fft' is unknown; allowed: grouped, unfold"):
+    with pytest.raises(ValueError, match="conv 'fft' is unknown; allowed: auto, grouped, unfold"):
         make_model("resnet20", (3, 32, 32), 10, conv="fft")
 
 

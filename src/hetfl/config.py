@@ -238,7 +238,7 @@ MODEL_PARAMS: dict[str, tuple[str, ...]] = {
     "char_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
     "sent_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
 }
-CONV_IMPLS = ("grouped", "unfold")  # models.layers.CONV_IMPLS
+CONV_IMPLS = ("auto", "grouped", "unfold")  # models.layers.CONV_IMPLS
 LSTM_CELLS = ("ops", "fused")  # models.recurrent.LSTM_CELLS
 
 

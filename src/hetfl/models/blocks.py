@@ -129,7 +129,7 @@ class Residual(Layer):
     """
 
     def __init__(self, c_in: int, c_out: int, stride: int, groups: int, hw_in: tuple[int, int],
-                 conv: str = "grouped") -> None:
+                 conv: str = "auto") -> None:
         self.c_in, self.c_out, self.stride = c_in, c_out, stride
         self.conv1 = Conv2d(c_in, c_out, 3, 1, hw_in, stride=stride, bias=False, impl=conv)
         self.gn1 = GroupNorm(c_out, groups, relu=True)

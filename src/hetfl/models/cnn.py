@@ -54,7 +54,8 @@ class ConvNet(LayerNet):
     McMahan CNN step, see docs/engine.md); the layout only changes strides, not the arithmetic. A model
     parameter (`model_params: {channels_last: false}`, also on vgg11 and the ResNets) because it was
     measured on the CPU only: `hetfl bench --model-params` compares the two on a GPU.
-    conv: how the convolutions batch the clients, "grouped" (default) or "unfold" (models.layers.Conv2d).
+    conv: how the convolutions batch the clients, "auto" (default), "grouped" or "unfold"
+    (models.layers.Conv2d).
 
     The CPU executor (engine.executor): blocks of clients that fit the cache (models.net.LayerNet), trained
     on separate cores, one intra-op thread each. Splitting every B = 10 convolution over both cores left
@@ -67,7 +68,7 @@ class ConvNet(LayerNet):
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int,
                  convs: Sequence[tuple[int, int, int]], hidden: Sequence[int], batch_norm: bool,
-                 channels_last: bool = True, conv: str = "grouped") -> None:
+                 channels_last: bool = True, conv: str = "auto") -> None:
         c, h, w = input_shape
         cl = channels_last
         layers: list[Layer] = [ToGrouped((c, h, w), cl)]
@@ -92,7 +93,7 @@ class McMahanCNN(ConvNet):
 
     def __init__(self, input_dim: int | Sequence[int] = (1, 28, 28), num_classes: int = 10,
                  channels: tuple[int, int] = (32, 64), hidden: Sequence[int] = (512,),
-                 channels_last: bool = True, conv: str = "grouped") -> None:
+                 channels_last: bool = True, conv: str = "auto") -> None:
         super().__init__(image_shape(input_dim, (1, 28, 28)), num_classes,
                          [(channels[0], 5, 2), (channels[1], 5, 2)], hidden, batch_norm=False,
                          channels_last=channels_last, conv=conv)
@@ -105,7 +106,7 @@ class CifarCNN(ConvNet):
 
     def __init__(self, input_dim: int | Sequence[int] = (3, 32, 32), num_classes: int = 10,
                  channels: tuple[int, int] = (64, 64), hidden: Sequence[int] = (384, 192),
-                 channels_last: bool = True, conv: str = "grouped") -> None:
+                 channels_last: bool = True, conv: str = "auto") -> None:
         super().__init__(image_shape(input_dim, (3, 32, 32)), num_classes,
                          [(channels[0], 5, 0), (channels[1], 5, 0)], hidden, batch_norm=False,
                          channels_last=channels_last, conv=conv)
@@ -118,7 +119,7 @@ class CNNBN(ConvNet):
 
     def __init__(self, input_dim: int | Sequence[int] = (1, 28, 28), num_classes: int = 10,
                  channels: tuple[int, int] = (32, 64), hidden: Sequence[int] = (512,),
-                 channels_last: bool = True, conv: str = "grouped") -> None:
+                 channels_last: bool = True, conv: str = "auto") -> None:
         super().__init__(image_shape(input_dim, (1, 28, 28)), num_classes,
                          [(channels[0], 5, 2), (channels[1], 5, 2)], hidden, batch_norm=True,
                          channels_last=channels_last, conv=conv)

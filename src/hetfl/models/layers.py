@@ -199,7 +199,10 @@ class ToGrouped(Layer):
         return [Reshape(self.shape)]
 
 
-CONV_IMPLS = ("grouped", "unfold")
+CONV_IMPLS = ("auto", "grouped", "unfold")
+#: conv="auto" computes a layer as `unfold` on the CPU when its output has at most this many positions:
+#: there oneDNN's direct convolution is slow (VGG-11's 4×4 and 2×2 layers; docs/engine.md)
+AUTO_UNFOLD_POSITIONS = 16
 
 
 def _channels_last(x: Tensor) -> bool:
@@ -232,8 +235,10 @@ class Conv2d(Layer):
       and the output are reordered instead, copies of B·L·(2·C_in·k² + C_out) per client. Where the
       weights are large and the positions few (VGG-11's 512-channel layers: the broadcast would be 19 GB
       for one layer at 64 clients of 32 samples).
-    An option for GPUs, to be measured there (`model_params: {conv: unfold}`); the default is the grouped
-    convolution.
+    impl="auto" (the default) takes unfold on the CPU for layers whose output has at most
+    AUTO_UNFOLD_POSITIONS positions, where it beat oneDNN's convolution (VGG-11's last four layers: the
+    model's round 1.36× faster), and the grouped convolution elsewhere, and everywhere on other devices:
+    there unfold is an option to be measured (`model_params: {conv: unfold}`).
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
@@ -259,8 +264,14 @@ class Conv2d(Layer):
     def _grouped(self, W: Tensor) -> Tensor:
         return W.reshape(W.shape[0] * self.c_out, self.c_in, self.kernel, self.kernel)
 
+    def unfolds(self, x: Tensor) -> bool:
+        """Whether this layer computes as unfold on x's device (impl, or for "auto" the rule above)."""
+        if self.impl == "auto":
+            return x.device.type == "cpu" and self.positions <= AUTO_UNFOLD_POSITIONS
+        return self.impl == "unfold"
+
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
-        if self.impl == "unfold":
+        if self.unfolds(x):
             return self._unfold_forward(p, x), x
         W = p[0]
         b = p[1].reshape(-1) if self.bias else None
@@ -323,7 +334,7 @@ class Conv2d(Layer):
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:
-        if self.impl == "unfold":
+        if self.unfolds(saved):
             return self._unfold_backward(p, saved, dy, need_dx)
         W = p[0]
         K = W.shape[0]

@@ -238,12 +238,12 @@ class TwinNet(LayerNet):
 
 class VGG11(TwinNet):
     """kwargs: width (channel multiplier), hidden (classifier width, 512), norm (None or "group"), groups,
-    channels_last (the grouped activations' memory order, models.cnn.ConvNet; True), conv ("grouped" or
-    "unfold", models.layers.Conv2d)."""
+    channels_last (the grouped activations' memory order, models.cnn.ConvNet; True), conv ("auto",
+    "grouped" or "unfold", models.layers.Conv2d)."""
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, cfg: Sequence[int | str] = VGG11_CFG,
                  width: float = 1.0, hidden: int = 512, norm: str | None = None, groups: int = 32,
-                 channels_last: bool = True, conv: str = "grouped") -> None:
+                 channels_last: bool = True, conv: str = "auto") -> None:
         shape = image_shape(input_dim, (3, 32, 32))
         factory = partial(VGG, shape, num_classes, cfg, width, hidden, norm, groups)
         c, h, w = shape
@@ -270,7 +270,7 @@ class VGG11(TwinNet):
 
 class ResNet20(TwinNet):
     """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2), channels_last (the grouped
-    activations' memory order, models.cnn.ConvNet; True), conv ("grouped" or "unfold",
+    activations' memory order, models.cnn.ConvNet; True), conv ("auto", "grouped" or "unfold",
     models.layers.Conv2d)."""
 
     name = "resnet20"
@@ -280,7 +280,7 @@ class ResNet20(TwinNet):
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, **kwargs) -> None:
         kwargs = {**self.defaults, **kwargs}
         channels_last = bool(kwargs.pop("channels_last", True))
-        conv = kwargs.pop("conv", "grouped")
+        conv = kwargs.pop("conv", "auto")
         shape = image_shape(input_dim, self.default_shape)
         factory = partial(CifarResNet, shape, num_classes, **kwargs)
         widths, blocks, groups = kwargs.get("widths", (16, 32, 64)), kwargs.get("blocks", 3), \
