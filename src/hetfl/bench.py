@@ -368,17 +368,22 @@ def check_model_params(workloads: Sequence[str], model_params: dict[str, Any]) -
                              f"do") from None
 
 
+def check_workloads(workloads: Sequence[str], model_params: dict[str, Any] | None) -> None:
+    """Known workloads whose models all take model_params (a ValueError saying what is allowed)."""
+    unknown = [n for n in workloads if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
+    if model_params:
+        check_model_params(workloads, model_params)
+
+
 def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = "auto",
               threads: int | None = None, repeat: int = 3, clients: int | None = None,
               ref_clients: int | None = None, batch: int | None = None,
               model_params: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
     model on top of its own (e.g. {"channels_last": False} for the convolutional models)."""
-    unknown = [n for n in workloads if n not in WORKLOADS]
-    if unknown:
-        raise ValueError(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
-    if model_params:
-        check_model_params(workloads, model_params)
+    check_workloads(workloads, model_params)
     dev = resolve_device(device)
     if dev.type == "cuda":
         reproducible_cuda()  # as `hetfl train` runs on CUDA: both engines IEEE float32, deterministic
@@ -416,9 +421,8 @@ def count_ops(w: Workload, clients: int | None = None, batch: int | None = None,
     from torch.utils._python_dispatch import TorchDispatchMode
 
     K, B = clients or CUDA_CLIENTS, batch or w.batch
-    kwargs = {**w.kwargs, **(model_params or {})}
     shape = w.input_shape if len(w.input_shape) > 1 else w.input_shape[0]
-    model = make_model(w.model, shape, w.num_classes, **kwargs)
+    model = make_model(w.model, shape, w.num_classes, **{**w.kwargs, **(model_params or {})})
     meta = torch.device("meta")
     params = [torch.empty((K, *p.shape), dtype=p.dtype, device=meta)
               for p in model.init_params(torch.Generator())]
@@ -506,11 +510,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_op_counts(names: list[str], args: argparse.Namespace, model_params: dict[str, Any]) -> int:
-    unknown = [n for n in names if n not in WORKLOADS]
-    if unknown:
-        raise ValueError(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
-    if model_params:
-        check_model_params(names, model_params)
+    check_workloads(names, model_params)
     records = [count_ops(WORKLOADS[n], args.clients, args.batch, model_params) for n in names]
     print(format_ops_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
     _write_json(records, args.json)
