@@ -224,7 +224,7 @@ class Conv2d(Layer):
     torch.nn.Conv2d. With K = 1 (a block of one client) it is a plain convolution.
 
     impl="unfold" computes the same convolution as im2col (X = unfold(x), [C_in·k², L] per sample and
-    client, L output positions) and batched GEMMs: y = W_k X (forward), dW_k = Σ_b dY X ᵀ, dx = fold(W_kᵀ dY).
+    client, L output positions) and batched GEMMs: y = W_k X (forward), dW_k = Σ_b dY Xᵀ, dx = fold(W_kᵀ dY).
     Its kernel count does not grow with K, where a grouped convolution's may (cuDNN can run the groups one
     by one); it moves k² times the input's bytes. Two ways to batch the GEMMs, chosen per layer by the
     copies each makes (`per_client`):
@@ -237,8 +237,8 @@ class Conv2d(Layer):
       for one layer at 64 clients of 32 samples).
     impl="auto" (the default) takes unfold on the CPU for layers whose output has at most
     AUTO_UNFOLD_POSITIONS positions, where it beat oneDNN's convolution (VGG-11's last four layers: the
-    model's round 1.36× faster), and the grouped convolution elsewhere, and everywhere on other devices:
-    there unfold is an option to be measured (`model_params: {conv: unfold}`).
+    model's round 1.28× faster, paired), and the grouped convolution elsewhere, and everywhere on other
+    devices: there unfold is an option to be measured (`model_params: {conv: unfold}`).
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
