@@ -240,7 +240,7 @@ def _convs(model):
         if isinstance(layer, Conv2d):
             yield layer
         elif isinstance(layer, Residual):
-            yield from (v for v in vars(layer).values() if isinstance(v, Conv2d))
+            yield from (part for part in layer.parts if isinstance(part, Conv2d))
 
 
 def test_unknown_conv_is_refused():

@@ -279,7 +279,11 @@ class Conv2d(Layer):
 
     def _cols_by_sample(self, x: Tensor, K: int) -> Tensor:
         """im2col of the grouped input: [B, K, C_in·k², L] (a view of unfold's output)."""
-        return F.unfold(x, self.kernel, 1, self.padding, self.stride).view(x.shape[0], K, -1, self.positions)
+        return self._im2col(x).view(x.shape[0], K, -1, self.positions)
+
+    def _im2col(self, x: Tensor) -> Tensor:
+        """F.unfold of the grouped input: [B, K·C_in·k², L]."""
+        return F.unfold(x, self.kernel, 1, self.padding, self.stride)
 
     @staticmethod
     def _client_major(t: Tensor, K: int) -> Tensor:
@@ -290,7 +294,7 @@ class Conv2d(Layer):
 
     def _cols(self, x: Tensor, K: int) -> Tensor:
         """im2col of the grouped input, client-major: [K, C_in·k², B·L] (L output positions)."""
-        return self._client_major(F.unfold(x, self.kernel, 1, self.padding, self.stride), K)
+        return self._client_major(self._im2col(x), K)
 
     def _unfold_forward(self, p: list[Tensor], x: Tensor) -> Tensor:
         W = p[0]

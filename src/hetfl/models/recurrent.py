@@ -179,12 +179,10 @@ class LSTMLayer(Layer):
             return self._autograd_forward(p, x, training)
         if self.cell == "fused" and _fused_cells(x):
             return self._fused_forward(p, x)
-        w_ih, w_hh, b_ih, b_hh = p
+        w_hh = p[1]
         K, T, B, _ = x.shape
         H = self.hidden
-        # the input part of every step at once: [K, T·B, 4H]
-        z_in = torch.baddbmm((b_ih + b_hh).unsqueeze(1), x.reshape(K, T * B, self.d_in),
-                             w_ih.transpose(1, 2)).view(K, T, B, 4 * H)
+        z_in = self._input_part(p, x).view(K, T, B, 4 * H)
         acts = torch.empty_like(z_in)  # σ(i), σ(f), tanh(g), σ(o) of every step
         hs = x.new_zeros(K, T + 1, B, H)  # h_0 = 0, h_1 … h_T
         cs = x.new_zeros(K, T + 1, B, H)
@@ -202,6 +200,12 @@ class LSTMLayer(Layer):
             torch.mul(a[..., 3 * H:], tanh_c[:, t], out=hs[:, t + 1])
         out = hs[:, T] if self.last else hs[:, 1:]
         return out, (x, acts, hs, cs, tanh_c)
+
+    def _input_part(self, p: list[Tensor], x: Tensor) -> Tensor:
+        """W_ih x_t + b_ih + b_hh of every step at once: [K, T·B, 4H]."""
+        w_ih, _, b_ih, b_hh = p
+        K, T, B, _ = x.shape
+        return torch.baddbmm((b_ih + b_hh).unsqueeze(1), x.reshape(K, T * B, self.d_in), w_ih.transpose(1, 2))
 
     def _dz(self, p: list[Tensor], saved: Saved, dy: Tensor) -> Tensor:
         """dL/dz of every step [K, T, B, 4H] (the sequential part of the backward pass)."""
@@ -269,10 +273,10 @@ class LSTMLayer(Layer):
 
     # -- blocks of clients on CUDA with cell="fused": torch's fused LSTM-cell kernels, one per step --------
     def _fused_forward(self, p: list[Tensor], x: Tensor) -> tuple[Tensor, FusedSaved]:
-        w_ih, w_hh, b_ih, b_hh = p
+        w_hh = p[1]
         K, T, B, _ = x.shape
         H = self.hidden
-        z_in = torch.baddbmm((b_ih + b_hh).unsqueeze(1), x.reshape(K, T * B, self.d_in), w_ih.transpose(1, 2))
+        z_in = self._input_part(p, x)
         # time-major: step t's gates of all clients are one contiguous [K·B, 4H] block, as the kernel takes
         z_in = z_in.view(K, T, B, 4 * H).transpose(0, 1).contiguous().view(T, K * B, 4 * H)
         bias = x.new_zeros(4 * H)
