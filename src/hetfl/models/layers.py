@@ -203,6 +203,10 @@ CONV_IMPLS = ("auto", "grouped", "unfold")
 #: conv="auto" computes a layer as `unfold` on the CPU when its output has at most this many positions:
 #: there oneDNN's direct convolution is slow (VGG-11's 4×4 and 2×2 layers; docs/engine.md)
 AUTO_UNFOLD_POSITIONS = 16
+#: ... and its input at most this many samples per client: training minibatches, where unfold was measured
+#: faster (B = 10 to 64). Evaluating the global model (chunks of up to 4,096 samples) ran 2× slower as
+#: unfold, and its im2col columns took 1.3 GB more (VGG-11, 4,096 samples).
+AUTO_UNFOLD_SAMPLES = 64
 
 
 def _channels_last(x: Tensor) -> bool:
@@ -236,8 +240,9 @@ class Conv2d(Layer):
       weights are large and the positions few (VGG-11's 512-channel layers: the broadcast would be 19 GB
       for one layer at 64 clients of 32 samples).
     impl="auto" (the default) takes unfold on the CPU for layers whose output has at most
-    AUTO_UNFOLD_POSITIONS positions, where it beat oneDNN's convolution (VGG-11's last four layers: the
-    model's round 1.28× faster, paired), and the grouped convolution elsewhere, and everywhere on other
+    AUTO_UNFOLD_POSITIONS positions, on at most AUTO_UNFOLD_SAMPLES samples per client, where it beat
+    oneDNN's convolution (VGG-11's last four layers in training: the model's round 1.28× faster, paired),
+    and the grouped convolution elsewhere (evaluation's large batches included), and everywhere on other
     devices: there unfold is an option to be measured (`model_params: {conv: unfold}`).
     """
 
@@ -267,7 +272,8 @@ class Conv2d(Layer):
     def unfolds(self, x: Tensor) -> bool:
         """Whether this layer computes as unfold on x's device (impl, or for "auto" the rule above)."""
         if self.impl == "auto":
-            return x.device.type == "cpu" and self.positions <= AUTO_UNFOLD_POSITIONS
+            return (x.device.type == "cpu" and self.positions <= AUTO_UNFOLD_POSITIONS
+                    and x.shape[0] <= AUTO_UNFOLD_SAMPLES)
         return self.impl == "unfold"
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
