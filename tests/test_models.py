@@ -218,8 +218,8 @@ def test_unfold_conv_never_copies_the_weights_per_sample():
 
 def test_auto_conv_unfolds_the_small_layers_on_the_cpu_only():
     """conv="auto" (the default): unfold on the CPU for layers of at most 16 output positions (VGG-11's
-    4×4 and 2×2 layers) on training minibatches (at most 64 samples per client), the grouped convolution
-    for the others, for evaluation's large batches and on any other device."""
+    4×4 and 2×2 layers) in training on at most 64 samples per client, the grouped convolution for the
+    others, in evaluation and on any other device."""
     from hetfl.models.layers import AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES, Conv2d
 
     model = make_model("vgg11", (3, 32, 32), 10)
@@ -227,7 +227,8 @@ def test_auto_conv_unfolds_the_small_layers_on_the_cpu_only():
     cpu, meta = torch.empty(1), torch.empty(1, device="meta")
     assert [c.unfolds(cpu) for c in convs] == [False] * 4 + [True] * 4
     assert [c.unfolds(torch.empty(64)) for c in convs] == [False] * 4 + [True] * 4
-    assert not any(c.unfolds(torch.empty(65)) for c in convs)  # evaluating the global model: 2x slower
+    assert not any(c.unfolds(torch.empty(65)) for c in convs)
+    assert not any(c.unfolds(torch.empty(10), training=False) for c in convs)  # evaluation: slower
     assert not any(c.unfolds(meta) for c in convs)
     assert (AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES) == (16, 64)
     assert all(c.unfolds(meta) for c in make_model("vgg11", (3, 32, 32), 10, conv="unfold").layers

@@ -203,9 +203,10 @@ CONV_IMPLS = ("auto", "grouped", "unfold")
 #: conv="auto" computes a layer as `unfold` on the CPU when its output has at most this many positions:
 #: there oneDNN's direct convolution is slow (VGG-11's 4×4 and 2×2 layers; docs/engine.md)
 AUTO_UNFOLD_POSITIONS = 16
-#: ... and its input at most this many samples per client: training minibatches, where unfold was measured
-#: faster (B = 10 to 64). Evaluating the global model (chunks of up to 4,096 samples) ran 2× slower as
-#: unfold, and its im2col columns took 1.3 GB more (VGG-11, 4,096 samples).
+#: ... in training, on at most this many samples per client: the minibatches where unfold was measured
+#: faster (B = 10 to 64; the gain is its backward pass). Evaluation runs the grouped convolution: as unfold
+#: VGG-11's forward pass ran 0.87-0.93x at 32-64 samples and 0.5x on evaluation's chunks of 4,096, whose
+#: im2col columns took 1.3 GB more.
 AUTO_UNFOLD_SAMPLES = 64
 
 
@@ -240,10 +241,10 @@ class Conv2d(Layer):
       weights are large and the positions few (VGG-11's 512-channel layers: the broadcast would be 19 GB
       for one layer at 64 clients of 32 samples).
     impl="auto" (the default) takes unfold on the CPU for layers whose output has at most
-    AUTO_UNFOLD_POSITIONS positions, on at most AUTO_UNFOLD_SAMPLES samples per client, where it beat
-    oneDNN's convolution (VGG-11's last four layers in training: the model's round 1.28× faster, paired),
-    and the grouped convolution elsewhere (evaluation's large batches included), and everywhere on other
-    devices: there unfold is an option to be measured (`model_params: {conv: unfold}`).
+    AUTO_UNFOLD_POSITIONS positions, in training on at most AUTO_UNFOLD_SAMPLES samples per client, where
+    it beat oneDNN's convolution (VGG-11's last four layers: the model's round 1.28× faster, paired), and
+    the grouped convolution elsewhere (evaluation included), and everywhere on other devices: there
+    unfold is an option to be measured (`model_params: {conv: unfold}`).
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
@@ -269,15 +270,16 @@ class Conv2d(Layer):
     def _grouped(self, W: Tensor) -> Tensor:
         return W.reshape(W.shape[0] * self.c_out, self.c_in, self.kernel, self.kernel)
 
-    def unfolds(self, x: Tensor) -> bool:
-        """Whether this layer computes as unfold on x's device (impl, or for "auto" the rule above)."""
+    def unfolds(self, x: Tensor, training: bool = True) -> bool:
+        """Whether this layer computes as unfold on x (impl, or for "auto" the rule above); the backward
+        pass asks with training's default."""
         if self.impl == "auto":
-            return (x.device.type == "cpu" and self.positions <= AUTO_UNFOLD_POSITIONS
+            return (training and x.device.type == "cpu" and self.positions <= AUTO_UNFOLD_POSITIONS
                     and x.shape[0] <= AUTO_UNFOLD_SAMPLES)
         return self.impl == "unfold"
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
-        if self.unfolds(x):
+        if self.unfolds(x, training):
             return self._unfold_forward(p, x), x
         W = p[0]
         b = p[1].reshape(-1) if self.bias else None
