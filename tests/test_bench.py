@@ -88,6 +88,52 @@ def test_bad_model_params_fail_before_any_work(value, message, capsys, monkeypat
     assert "--model-params" in err and message in err
 
 
+def test_eval_times_the_models_logits_against_its_torch_nn_module(capsys):
+    """--eval N: after the training records (mode "train"), one record per workload and engine (mode
+    "evaluate") for evaluating the global model on N samples, the model's logits against the torch.nn
+    twin's forward pass; and a second table."""
+    argv = ["--workloads", "logreg-synthetic,cnn-mnist", "--steps", "1", "--repeat", "1", "--clients", "2",
+            "--batch", "2", "--threads", "1", "--device", "cpu", "--eval", "30", "--json"]
+    assert bench.main(argv) == 0
+    captured = capsys.readouterr()
+    records = json.loads(captured.out)
+    assert [(r["mode"], r["workload"], r["engine"]) for r in records] == [
+        (m, w, e) for m in ("train", "evaluate") for w in ("logreg-synthetic", "cnn-mnist")
+        for e in ("batched", "reference")]
+    evals = [r for r in records if r["mode"] == "evaluate"]
+    for r in evals:
+        assert r["samples"] == 30 and r["repeat"] == 1 and r["device"] == "cpu" and r["threads"] == 1
+        assert math.isfinite(r["samples_per_s"]) and r["samples_per_s"] > 0
+    for batched, reference in zip(evals[::2], evals[1::2], strict=True):
+        assert batched["speedup"] == pytest.approx(batched["samples_per_s"] / reference["samples_per_s"])
+        assert reference["speedup"] == 1.0
+    assert [r["executor"] for r in evals[2:]] == ["model.logits, chunks of 4096", "torch.nn module, no_grad"]
+    assert "samples/s" in captured.err and "cnn-mnist" in captured.err
+
+
+def test_eval_rates_are_medians_and_both_engines_compute_the_same_logits(monkeypatch):
+    runs = iter([(4.0, 0.0), (1.0, 0.0), (2.0, 0.0), (8.0, 0.0), (3.0, 0.0), (2.0, 0.0)])  # alternating
+    monkeypatch.setattr(bench, "timed", lambda fn, device: next(runs))
+    batched, reference = bench.run_eval(bench.WORKLOADS["cnn-mnist"], 12, torch.device("cpu"), repeat=3)
+    assert batched["samples_per_s"] == pytest.approx(12 / 3.0)  # walls 4, 2, 3
+    assert reference["samples_per_s"] == pytest.approx(12 / 2.0)  # walls 1, 8, 2
+    for name in ("cnn-mnist", "sent-lstm-sent140"):
+        w = bench.WORKLOADS[name]
+        model = bench.workload_model(w)
+        params = model.init_params(torch.Generator().manual_seed(0))
+        x = bench.random_inputs(w, 7, torch.Generator().manual_seed(1))
+        ours, theirs = (bench.eval_fn(e, model, params, x)() for e in bench.ENGINES)
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("flags", [["--eval", "0"], ["--eval", "5", "--count-ops"]])
+def test_bad_eval_fails_before_any_work(flags, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "run_workload", lambda *a, **k: pytest.fail("measured despite bad input"))
+    monkeypatch.setattr(bench, "count_ops", lambda *a, **k: pytest.fail("counted despite bad input"))
+    assert bench.main(["--workloads", "cnn-mnist", "--device", "cpu", *flags]) == 2
+    assert "--eval has value" in capsys.readouterr().err
+
+
 def test_unknown_workload():
     with pytest.raises(ValueError, match="unknown workload"):
         bench.run_bench(["nope"], steps=1)

@@ -225,17 +225,28 @@ def workload_clients(w: Workload, device: torch.device, clients: int | None = No
     return max(w.clients, CUDA_CLIENTS) if device.type == "cuda" else w.clients
 
 
+def workload_model(w: Workload) -> BatchedModel:
+    """The workload's model with its keyword arguments (an image's shape as it is, a sequence's length)."""
+    return make_model(w.model, w.input_shape if len(w.input_shape) > 1 else w.input_shape[0], w.num_classes,
+                      **w.kwargs)
+
+
+def random_inputs(w: Workload, n: int, gen: torch.Generator) -> Tensor:
+    """n samples of the workload's shape: token ids below its vocabulary for text, else standard normal."""
+    if w.vocab:
+        return torch.randint(0, w.vocab, (n, *w.input_shape), generator=gen)
+    return torch.randn(n, *w.input_shape, generator=gen)
+
+
 def make_problem(w: Workload, steps: int, device: torch.device, clients: int | None = None,
                  seed: int = 0) -> Problem:
     """Random data of the workload's shapes (no downloads): each client holds up to 20 minibatches."""
     K = workload_clients(w, device, clients)
     gen = torch.Generator().manual_seed(seed)
-    model = make_model(w.model, w.input_shape if len(w.input_shape) > 1 else w.input_shape[0],
-                       w.num_classes, **w.kwargs)
+    model = workload_model(w)
     params = [p.to(device) for p in model.init_params(gen)]
     n = w.batch * max(1, min(steps, 20))
-    x = (torch.randint(0, w.vocab, (K * n, *w.input_shape), generator=gen) if w.vocab
-         else torch.randn(K * n, *w.input_shape, generator=gen)).to(device)
+    x = random_inputs(w, K * n, gen).to(device)
     y = torch.randint(0, w.num_classes, (K * n,), generator=gen).to(device)
     offsets = np.arange(K + 1) * n
     steps_arr = np.full(K, steps, dtype=np.int64)
@@ -323,6 +334,61 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     return records
 
 
+def eval_fn(engine: str, model: BatchedModel, params: list[Tensor], x: Tensor) -> Callable[[], Tensor]:
+    """A call that evaluates the global model on x: "batched" is the model's `logits` (K = 1, in its
+    evaluation chunks), as `hetfl train` evaluates; "reference" the torch.nn twin's forward pass under
+    no_grad, in eval mode, as research code evaluates."""
+    if engine == "batched":
+        return lambda: model.logits(params, x)
+    if engine != "reference":
+        raise ValueError(f"engine '{engine}' is unknown; allowed: {', '.join(ENGINES)}")
+    module = model.make_module().to(x.device)
+    model.to_module(params, module)
+    module.eval()
+
+    def forward() -> Tensor:
+        with torch.no_grad():
+            return module(x)
+    return forward
+
+
+def run_eval(w: Workload, samples: int, device: torch.device, repeat: int = 3,
+             model_params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Time the evaluation of the global model on `samples` random samples, both ways (eval_fn); one record
+    per engine, the median rate of `repeat` alternating runs after a warm-up. Training's records do not
+    cover this path: a layer may compute differently when it does not train (`conv: auto`)."""
+    w = dataclasses.replace(w, kwargs={**w.kwargs, **(model_params or {})})
+    model = workload_model(w)
+    gen = torch.Generator().manual_seed(0)
+    params = [p.to(device) for p in model.init_params(gen)]
+    x = random_inputs(w, samples, gen).to(device)
+    fns = {e: eval_fn(e, model, params, x) for e in ENGINES}
+    for fn in fns.values():
+        fn()
+    walls: dict[str, list[float]] = {e: [] for e in ENGINES}
+    for _ in range(repeat):
+        for engine in ENGINES:
+            walls[engine].append(timed(fns[engine], device)[0])
+    rates = {e: samples / float(np.median(walls[e])) for e in ENGINES}
+    chunk = getattr(model, "eval_chunk", None)
+    executors = {"batched": "model.logits" + (f", chunks of {chunk}" if chunk else ""),
+                 "reference": "torch.nn module, no_grad"}
+    return [{"workload": w.name, "model": w.model, "model_params": dict(model_params or {}),
+             "mode": "evaluate", "engine": e, "samples": samples, "repeat": repeat, "samples_per_s": rates[e],
+             "speedup": rates[e] / rates["reference"], "device": device.type,
+             "executor": executors[e]}
+            for e in ENGINES]
+
+
+def format_eval_table(records: list[dict[str, Any]]) -> str:
+    from tabulate import tabulate
+
+    rows = [[r["workload"], r["engine"], r["samples"], _rate(r["samples_per_s"]), f"{r['speedup']:.2f}×"]
+            for r in records]
+    return tabulate(rows, ["evaluation", "engine", "samples", "samples/s", "vs ref"],
+                    colalign=("left", "left", "right", "right", "right"))
+
+
 def add_bounds(records: list[dict[str, Any]], matmul: float, bandwidth: float) -> None:
     """Attach achieved GFLOP/s, the roofline bound and the fractions, and batched/reference ratios."""
     ref = {r["workload"]: r["client_steps_per_s"] for r in records if r["engine"] == "reference"}
@@ -359,9 +425,8 @@ def check_model_params(workloads: Sequence[str], model_params: dict[str, Any]) -
     the model otherwise): checked by building each model once, before any measurement."""
     for name in workloads:
         w = WORKLOADS[name]
-        shape = w.input_shape if len(w.input_shape) > 1 else w.input_shape[0]
         try:
-            make_model(w.model, shape, w.num_classes, **{**w.kwargs, **model_params})
+            workload_model(dataclasses.replace(w, kwargs={**w.kwargs, **model_params}))
         except TypeError as err:
             raise ValueError(f"--model-params {json.dumps(model_params)}: model '{w.model}' (workload "
                              f"{name}) does not take them ({err}); choose --workloads whose models "
@@ -380,9 +445,12 @@ def check_workloads(workloads: Sequence[str], model_params: dict[str, Any] | Non
 def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = "auto",
               threads: int | None = None, repeat: int = 3, clients: int | None = None,
               ref_clients: int | None = None, batch: int | None = None,
-              model_params: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              model_params: dict[str, Any] | None = None, eval_samples: int | None = None
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
-    model on top of its own (e.g. {"channels_last": False} for the convolutional models)."""
+    model on top of its own (e.g. {"channels_last": False} for the convolutional models). eval_samples:
+    also time evaluation on that many samples per workload (run_eval; records with mode "evaluate",
+    after the training records, whose mode is "train")."""
     check_workloads(workloads, model_params)
     dev = resolve_device(device)
     if dev.type == "cuda":
@@ -396,6 +464,11 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
                for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch,
                                      model_params)]
     add_bounds(records, machine["matmul_gflops"], machine["copy_gbps"])
+    for r in records:
+        r["mode"] = "train"
+    if eval_samples:
+        records += [r for name in workloads for r in run_eval(WORKLOADS[name], eval_samples, dev, repeat,
+                                                               model_params)]
     for r in records:
         r["device_name"], r["threads"] = machine["device_name"], machine["threads"]
     return records, machine
@@ -484,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-params", metavar="JSON", default=None,
                         help='keyword arguments for every workload\'s model, a JSON object, e.g. '
                              '\'{"channels_last": false}\' (the convolutional models\' NCHW layout)')
+    parser.add_argument("--eval", metavar="SAMPLES", type=int, default=None,
+                        help="also time evaluating the global model on SAMPLES samples per workload: the "
+                             "model's logits against the torch.nn module's forward pass under no_grad")
     parser.add_argument("--count-ops", action="store_true",
                         help=f"instead of timing, count the ATen operators of one batched step of K clients "
                              f"(--clients, default {CUDA_CLIENTS}) on the meta device: a lower bound of its "
@@ -493,10 +569,13 @@ def main(argv: list[str] | None = None) -> int:
     retain_freed_memory()  # as `hetfl train` runs (engine.allocator); both engines allocate through it
     try:
         model_params = parse_model_params(args.model_params)
+        if args.eval is not None and (args.eval < 1 or args.count_ops):
+            raise ValueError(f"--eval has value {args.eval}; allowed: a positive number of samples, and not "
+                             f"with --count-ops (which times nothing)")
         if args.count_ops:
             return _print_op_counts(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
-                               args.ref_clients or None, args.batch, model_params)
+                               args.ref_clients or None, args.batch, model_params, args.eval)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2
@@ -504,7 +583,10 @@ def main(argv: list[str] | None = None) -> int:
           f"matmul {m['matmul_gflops']:.0f} GFLOP/s, copy {m['copy_gbps']:.1f} GB/s; "
           f"median of {args.repeat} runs per engine",
           file=sys.stderr if args.json == "-" else sys.stdout)
-    print(format_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
+    out = sys.stderr if args.json == "-" else sys.stdout
+    print(format_table([r for r in records if r["mode"] == "train"]), file=out)
+    if args.eval:
+        print("\n" + format_eval_table([r for r in records if r["mode"] == "evaluate"]), file=out)
     _write_json(records, args.json)
     return 0
 
