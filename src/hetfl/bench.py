@@ -225,6 +225,11 @@ def workload_clients(w: Workload, device: torch.device, clients: int | None = No
     return max(w.clients, CUDA_CLIENTS) if device.type == "cuda" else w.clients
 
 
+def with_model_params(w: Workload, model_params: dict[str, Any] | None) -> Workload:
+    """The workload with model_params on top of its model's own keyword arguments."""
+    return dataclasses.replace(w, kwargs={**w.kwargs, **(model_params or {})})
+
+
 def workload_model(w: Workload) -> BatchedModel:
     """The workload's model with its keyword arguments (an image's shape as it is, a sequence's length)."""
     return make_model(w.model, w.input_shape if len(w.input_shape) > 1 else w.input_shape[0], w.num_classes,
@@ -289,7 +294,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     rate does not depend on how many it trains: `ref_clients` times only the first few (None: all).
     """
     steps = steps or w.steps
-    w = dataclasses.replace(w, batch=batch or w.batch, kwargs={**w.kwargs, **(model_params or {})})
+    w = dataclasses.replace(with_model_params(w, model_params), batch=batch or w.batch)
     prob = make_problem(w, steps, device, clients)
     K = len(prob.steps)
     counts = {"batched": K, "reference": min(K, ref_clients or K)}
@@ -357,7 +362,7 @@ def run_eval(w: Workload, samples: int, device: torch.device, repeat: int = 3,
     """Time the evaluation of the global model on `samples` random samples, both ways (eval_fn); one record
     per engine, the median rate of `repeat` alternating runs after a warm-up. Training's records do not
     cover this path: a layer may compute differently when it does not train (`conv: auto`)."""
-    w = dataclasses.replace(w, kwargs={**w.kwargs, **(model_params or {})})
+    w = with_model_params(w, model_params)
     model = workload_model(w)
     gen = torch.Generator().manual_seed(0)
     params = [p.to(device) for p in model.init_params(gen)]
@@ -426,7 +431,7 @@ def check_model_params(workloads: Sequence[str], model_params: dict[str, Any]) -
     for name in workloads:
         w = WORKLOADS[name]
         try:
-            workload_model(dataclasses.replace(w, kwargs={**w.kwargs, **model_params}))
+            workload_model(with_model_params(w, model_params))
         except TypeError as err:
             raise ValueError(f"--model-params {json.dumps(model_params)}: model '{w.model}' (workload "
                              f"{name}) does not take them ({err}); choose --workloads whose models "
