@@ -231,8 +231,9 @@ def test_auto_conv_unfolds_the_small_layers_on_the_cpu_only():
     assert not any(c.unfolds(torch.empty(10), training=False) for c in convs)  # evaluation: slower
     assert not any(c.unfolds(meta) for c in convs)
     assert (AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES) == (16, 64)
-    assert all(c.unfolds(meta) for c in make_model("vgg11", (3, 32, 32), 10, conv="unfold").layers
-               if isinstance(c, Conv2d))
+    unfold = [c for c in make_model("vgg11", (3, 32, 32), 10, conv="unfold").layers if isinstance(c, Conv2d)]
+    assert all(c.unfolds(meta) for c in unfold)
+    assert not any(c.unfolds(cpu, training=False) or c.unfolds(meta, training=False) for c in unfold)
     resnet = list(_convs(make_model("resnet20", (3, 32, 32), 10)))  # 8×8 at the smallest: never
     assert len(resnet) == 19 and not any(c.unfolds(cpu) for c in resnet)
 

@@ -243,8 +243,9 @@ class Conv2d(Layer):
     impl="auto" (the default) takes unfold on the CPU for layers whose output has at most
     AUTO_UNFOLD_POSITIONS positions, in training on at most AUTO_UNFOLD_SAMPLES samples per client, where
     it beat oneDNN's convolution (VGG-11's last four layers: the model's round 1.28× faster, paired), and
-    the grouped convolution elsewhere (evaluation included), and everywhere on other devices: there
-    unfold is an option to be measured (`model_params: {conv: unfold}`).
+    the grouped convolution elsewhere, and everywhere on other devices: there unfold is an option to be
+    measured (`model_params: {conv: unfold}`). Evaluation (training=False) runs the grouped convolution
+    whatever impl says (`unfolds`).
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
@@ -272,9 +273,13 @@ class Conv2d(Layer):
 
     def unfolds(self, x: Tensor, training: bool = True) -> bool:
         """Whether this layer computes as unfold on x (impl, or for "auto" the rule above); the backward
-        pass asks with training's default."""
+        pass asks with training's default. Never in evaluation, whatever impl says: it evaluates one model
+        (K = 1), with nothing to batch, on chunks of thousands of samples whose im2col columns would be
+        GBs (and `auto`'s measured gain is in the backward pass)."""
+        if not training:
+            return False
         if self.impl == "auto":
-            return (training and x.device.type == "cpu" and self.positions <= AUTO_UNFOLD_POSITIONS
+            return (x.device.type == "cpu" and self.positions <= AUTO_UNFOLD_POSITIONS
                     and x.shape[0] <= AUTO_UNFOLD_SAMPLES)
         return self.impl == "unfold"
 
