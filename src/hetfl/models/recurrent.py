@@ -352,7 +352,10 @@ class LSTMLayer(Layer):
                 out, hy, _ = torch._VF.lstm(xt, (h0, h0), weights, True, 1, 0.0, False, False, False)
             return (hy if self.last else out.unsqueeze(0)), None  # hy [1, B, H]: its layer axis is K = 1
         with torch.enable_grad(), _unflattened_weights_ok():
-            weights = [t[0].detach().requires_grad_() for t in p]
+            # `.data`, not `.detach()`: a detached view shares the whole stack's version counter, so another
+            # block's update (other rows, between this forward and its backward) made autograd refuse this
+            # graph. Nothing writes these rows before their gradients are taken (sgd_backward).
+            weights = [t[0].data.requires_grad_() for t in p]
             xt = xt.detach().requires_grad_()
             out, hy, _ = torch._VF.lstm(xt, (h0, h0), weights, True, 1, 0.0, True, False, False)
         reach = hy[0] if self.last else out  # what the layer above sees: h_T [B, H], or every h [T, B, H]
