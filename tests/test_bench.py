@@ -250,7 +250,7 @@ def test_count_ops_counts_a_steps_operators_on_meta(capsys, monkeypatch):
     assert (logreg["clients"], logreg["batch"], logreg["aten_ops_per_step"]) == (3, 20, 7)
     char = bench.WORKLOADS["char-lstm-shakespeare"]
     ops, fused = (bench.count_ops(char, 8, model_params=p)["aten_ops_per_step"]
-                  for p in ({}, {"cell": "fused"}))
+                  for p in ({"cell": "ops"}, {"cell": "fused"}))
     steps, layers = char.input_shape[0], 2
     assert fused <= 5 * steps * layers and 5 * fused < ops
     assert bench.count_ops(char)["clients"] == bench.CUDA_CLIENTS

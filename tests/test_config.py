@@ -65,12 +65,12 @@ MLP_EXP = "ma2022_efl_table2_mnist5k"  # quick.yaml's MLP (model mlp, model_para
     ("cnn", {"conv": "fft"}, "'experiments.{e}.model_params.conv' has value \"fft\", which is not allowed; "
                              "allowed: \"auto\", \"grouped\", \"unfold\""),
     ("char_lstm", {"cell": "cudnn"}, "'experiments.{e}.model_params.cell' has value \"cudnn\", which is not "
-                                     "allowed; allowed: \"ops\", \"fused\""),
+                                     "allowed; allowed: \"fused\", \"ops\""),
     ("cnn", {"cell": "fused"}, "'experiments.{e}.model_params.cell' has value \"fused\", which is not a "
                                "parameter of model \"cnn\""),
     ("cnn", {"channels_last": "no"},
      "'experiments.{e}.model_params.channels_last' has value \"no\", which is not allowed; allowed: true, "
-     "false"),
+     "false, \"auto\""),
 ])
 def test_bad_model_params_are_named_before_any_job(model, params, message):
     cfg = copy.deepcopy(QUICK)

@@ -138,8 +138,9 @@ def test_float32_round_equals_per_client_loop(family, device):
 _CONV = [f for f in FAMILIES if f[0] in ("cnn", "cnn_cifar", "cnn_bn", "vgg11", "resnet20")]
 
 
-CONV_VARIANTS = {"nchw": {"channels_last": False}, "unfold": {"conv": "unfold"},
-                 "unfold-nchw": {"conv": "unfold", "channels_last": False}, "grouped": {"conv": "grouped"}}
+CONV_VARIANTS = {"nchw": {"channels_last": False}, "nhwc": {"channels_last": True},
+                 "unfold": {"conv": "unfold"}, "unfold-nchw": {"conv": "unfold", "channels_last": False},
+                 "grouped": {"conv": "grouped"}}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -158,7 +159,9 @@ def test_conv_variants_equal_per_client_loop(family, variant, executor_name, dev
     model, params, x, y, idx = _problem(name, shape, {**kwargs, **options}, vocab, device=device)
     grouped = next(layer for layer in model.layers if isinstance(layer, ToGrouped))
     xs = torch.randn(2, 3, *grouped.shape, device=device)
-    assert grouped.forward([], xs, True)[0].is_contiguous() == (options.get("channels_last", True) is False)
+    layout = options.get("channels_last", "auto")  # auto: channels-last on the CPU only
+    nchw = layout is False or (layout == "auto" and device != "cpu")
+    assert grouped.forward([], xs, True)[0].is_contiguous() == nchw
     params = [p.double() for p in params]
     ref = local_sgd_reference(model, params, x.double(), y, idx, STEPS, 0.1)
     _with_executor(model, EXECUTORS[executor_name], monkeypatch)
@@ -196,6 +199,24 @@ def test_unfold_conv_equals_grouped_conv_in_the_input_layout(c_out, per_client, 
         assert t.is_contiguous(memory_format=layout)
 
 
+def test_auto_layout_is_channels_last_on_the_cpu_only():
+    """channels_last="auto" (the default): NHWC on the CPU, NCHW on CUDA and on the meta device (which
+    measures a CUDA block); True and False are kept on every device; anything else is refused."""
+    from hetfl.models.layers import ToGrouped, channels_last_on
+
+    devices = [torch.device(d) for d in ("cpu", "cuda", "meta")]
+    assert [channels_last_on("auto", d) for d in devices] == [True, False, False]
+    assert all(channels_last_on(True, d) and not channels_last_on(False, d) for d in devices)
+    for name in ("cnn", "cnn_bn", "vgg11", "resnet20"):
+        to_grouped = make_model(name, (3, 32, 32), 10).layers[0]
+        assert isinstance(to_grouped, ToGrouped) and to_grouped.channels_last == "auto"
+        for device, nchw in (("cpu", False), ("meta", True)):
+            y, _ = to_grouped.forward([], torch.zeros(2, 4, 3 * 32 * 32, device=device), True)
+            assert y.is_contiguous() == nchw and y.is_contiguous(memory_format=torch.channels_last) != nchw
+    with pytest.raises(ValueError, match="channels_last 'no' is unknown; allowed: true, false, auto"):
+        make_model("cnn", (1, 28, 28), 10, channels_last="no")
+
+
 def test_unfold_conv_never_copies_the_weights_per_sample():
     """conv="unfold" at a late layer's shape (many channels, few positions): no tensor of the forward or
     backward pass is near B × the weights' size (a GEMM batched over (sample, client) broadcasts the
@@ -223,10 +244,10 @@ def test_unfold_conv_never_copies_the_weights_per_sample():
     assert max(largest) < B * p[0].numel() // 4
 
 
-def test_auto_conv_unfolds_the_small_layers_on_the_cpu_only():
-    """conv="auto" (the default): unfold on the CPU for layers of at most 16 output positions (VGG-11's
-    4×4 and 2×2 layers) in training on at most 64 samples per client, the grouped convolution for the
-    others, in evaluation and on any other device."""
+def test_auto_conv_unfolds_the_small_layers():
+    """conv="auto" (the default): unfold for layers of at most 16 output positions (VGG-11's 4×4 and 2×2
+    layers) in training on at most 64 samples per client, on the CPU, CUDA and the meta device (which
+    measures a CUDA block); the grouped convolution for the others and in evaluation."""
     from hetfl.models.layers import AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES, Conv2d
 
     model = make_model("vgg11", (3, 32, 32), 10)
@@ -236,7 +257,8 @@ def test_auto_conv_unfolds_the_small_layers_on_the_cpu_only():
     assert [c.unfolds(torch.empty(64)) for c in convs] == [False] * 4 + [True] * 4
     assert not any(c.unfolds(torch.empty(65)) for c in convs)
     assert not any(c.unfolds(torch.empty(10), training=False) for c in convs)  # evaluation: slower
-    assert not any(c.unfolds(meta) for c in convs)
+    assert [c.unfolds(meta) for c in convs] == [False] * 4 + [True] * 4
+    assert not any(c.unfolds(meta, training=False) for c in convs)
     assert (AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES) == (16, 64)
     unfold = [c for c in make_model("vgg11", (3, 32, 32), 10, conv="unfold").layers if isinstance(c, Conv2d)]
     assert all(c.unfolds(meta) for c in unfold)
@@ -413,12 +435,12 @@ def test_small_lstm_rounds_on_cuda_train_client_by_client(monkeypatch):
     on_cuda = SimpleNamespace(device=torch.device("cuda"), shape=(1, 10, 80), dtype=torch.int64)
     for name in ("char_lstm", "sent_lstm"):
         m = make_model(name, 80, 10)
-        assert m.cuda_batched_from == 8
-        assert executor.make_plan(m, [], on_cuda, 7) == executor.Plan(1, 1), name
+        assert m.cuda_batched_from == 3
+        assert executor.make_plan(m, [], on_cuda, 2) == executor.Plan(1, 1), name
     m = make_model("char_lstm", 80, 10, hidden=8)
     p = [t.unsqueeze(0) for t in m.init_params(torch.Generator())]
     monkeypatch.setattr(m, "client_bytes", lambda params, x: 1000)
-    assert executor.make_plan(m, p, on_cuda, 8) == executor.Plan(8, 1)
+    assert executor.make_plan(m, p, on_cuda, 3) == executor.Plan(3, 1)
     assert not hasattr(make_model("vgg11", (3, 32, 32), 10), "cuda_batched_from")
 
 
@@ -528,7 +550,7 @@ def test_lstm_fused_cells_measure_their_memory_on_meta():
 
 
 def test_unknown_lstm_cell_is_refused():
-    with pytest.raises(ValueError, match="cell 'cudnn' is unknown; allowed: ops, fused"):
+    with pytest.raises(ValueError, match="cell 'cudnn' is unknown; allowed: fused, ops"):
         make_model("char_lstm", 80, 80, cell="cudnn")
 
 

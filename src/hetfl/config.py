@@ -239,7 +239,7 @@ MODEL_PARAMS: dict[str, tuple[str, ...]] = {
     "sent_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
 }
 CONV_IMPLS = ("auto", "grouped", "unfold")  # models.layers.CONV_IMPLS
-LSTM_CELLS = ("ops", "fused")  # models.recurrent.LSTM_CELLS
+LSTM_CELLS = ("fused", "ops")  # models.recurrent.LSTM_CELLS
 
 
 def _check_model_params(name: str, exp: dict[str, Any]) -> None:
@@ -258,10 +258,10 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
         if option in params and params[option] not in values:
             raise ConfigError(f"config key '{key}.{option}' has value {json.dumps(params[option])}, which is "
                               f"not allowed; allowed: " + ", ".join(f'"{c}"' for c in values))
-    layout = params.get("channels_last", True)
-    if not isinstance(layout, bool):
+    layout = params.get("channels_last", "auto")
+    if not isinstance(layout, bool) and layout != "auto":
         raise ConfigError(f"config key '{key}.channels_last' has value {json.dumps(layout)}, which is not "
-                          f"allowed; allowed: true, false")
+                          f"allowed; allowed: true, false, \"auto\"")
 
 
 def _check_inputs(name: str, exp: dict[str, Any]) -> None:

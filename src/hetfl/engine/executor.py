@@ -11,7 +11,7 @@ timing taken during a run, so a run is reproduced by the same executor), docs/en
   fused models take as many clients as fit in cache, the zoo's convolutional and recurrent models one
   (their per-client oneDNN kernels beat a grouped convolution or a batched recurrence); on CUDA every
   client fits in one block, or as many as half the free device memory holds, except that a round of
-  fewer than `cuda_batched_from` clients (the LSTMs: 8) trains client by client on the model's fused
+  fewer than `cuda_batched_from` clients (the LSTMs: 3) trains client by client on the model's fused
   per-client kernels (cuDNN's LSTM), which a small batched recurrence does not beat.
 * `workers`: on the CPU, models whose per-client kernels scale poorly over cores (`client_parallel`)
   train different blocks on different cores at once, each worker with one intra-op thread, instead of

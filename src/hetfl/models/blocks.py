@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hetfl.models.layers import Conv2d, Layer, Saved
+from hetfl.models.layers import Conv2d, Layer, Saved, channels_last_on
 
 
 def _channels_last(x: Tensor) -> Tensor:
@@ -102,7 +102,7 @@ class MaxPool(Layer):
 class GlobalAvgPool(Layer):
     """Grouped [B, K·C, h, w] → the mean over positions, as [K, B, C] for the fully connected layers."""
 
-    def __init__(self, channels: int, channels_last: bool = True) -> None:
+    def __init__(self, channels: int, channels_last: bool | str = "auto") -> None:
         self.channels, self.channels_last = channels, channels_last
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
@@ -115,7 +115,8 @@ class GlobalAvgPool(Layer):
         h, w = saved
         K, B, C = dy.shape
         dx = dy.transpose(0, 1).reshape(B, K * C, 1, 1).div(h * w).expand(B, K * C, h, w)
-        return (_channels_last(dx) if self.channels_last else dx.contiguous()), []
+        cl = channels_last_on(self.channels_last, dx.device)
+        return (_channels_last(dx) if cl else dx.contiguous()), []
 
 
 class Residual(Layer):

@@ -49,11 +49,13 @@ def image_shape(input_dim: int | Sequence[int], default: tuple[int, int, int]) -
 class ConvNet(LayerNet):
     """[conv k×k (+BN) → ReLU → 2×2 max-pool] × n, flatten, ReLU FC layers, output layer.
 
-    channels_last: keep the grouped activations in NHWC memory order. On the CPU oneDNN's convolutions
-    and above all max-pooling are faster on it (pooling 4–9× on MNIST-sized maps; 1.3–1.4× for the whole
-    McMahan CNN step, see docs/engine.md); the layout only changes strides, not the arithmetic. A model
-    parameter (`model_params: {channels_last: false}`, also on vgg11 and the ResNets) because it was
-    measured on the CPU only: `hetfl bench --model-params` compares the two on a GPU.
+    channels_last: the grouped activations' memory order, True (NHWC), False (NCHW) or "auto" (the
+    default: NHWC on the CPU, NCHW on CUDA; models.layers.channels_last_on). On the CPU oneDNN's
+    convolutions and above all max-pooling are faster on NHWC (pooling 4–9× on MNIST-sized maps; 1.3–1.4×
+    for the whole McMahan CNN step, see docs/engine.md); on an H200 cuDNN's grouped convolutions were
+    faster on NCHW (this model's rounds of 64 clients 1.8–1.9×). The layout only changes strides, not the
+    arithmetic. A model parameter (`model_params: {channels_last: false}`, also on vgg11 and the ResNets)
+    so that `hetfl bench --model-params` can compare the two on any device.
     conv: how the convolutions batch the clients, "auto" (default), "grouped" or "unfold"
     (models.layers.Conv2d).
 
@@ -68,7 +70,7 @@ class ConvNet(LayerNet):
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int,
                  convs: Sequence[tuple[int, int, int]], hidden: Sequence[int], batch_norm: bool,
-                 channels_last: bool = True, conv: str = "auto") -> None:
+                 channels_last: bool | str = "auto", conv: str = "auto") -> None:
         c, h, w = input_shape
         cl = channels_last
         layers: list[Layer] = [ToGrouped((c, h, w), cl)]
@@ -93,7 +95,7 @@ class McMahanCNN(ConvNet):
 
     def __init__(self, input_dim: int | Sequence[int] = (1, 28, 28), num_classes: int = 10,
                  channels: tuple[int, int] = (32, 64), hidden: Sequence[int] = (512,),
-                 channels_last: bool = True, conv: str = "auto") -> None:
+                 channels_last: bool | str = "auto", conv: str = "auto") -> None:
         super().__init__(image_shape(input_dim, (1, 28, 28)), num_classes,
                          [(channels[0], 5, 2), (channels[1], 5, 2)], hidden, batch_norm=False,
                          channels_last=channels_last, conv=conv)
@@ -106,7 +108,7 @@ class CifarCNN(ConvNet):
 
     def __init__(self, input_dim: int | Sequence[int] = (3, 32, 32), num_classes: int = 10,
                  channels: tuple[int, int] = (64, 64), hidden: Sequence[int] = (384, 192),
-                 channels_last: bool = True, conv: str = "auto") -> None:
+                 channels_last: bool | str = "auto", conv: str = "auto") -> None:
         super().__init__(image_shape(input_dim, (3, 32, 32)), num_classes,
                          [(channels[0], 5, 0), (channels[1], 5, 0)], hidden, batch_norm=False,
                          channels_last=channels_last, conv=conv)
@@ -119,7 +121,7 @@ class CNNBN(ConvNet):
 
     def __init__(self, input_dim: int | Sequence[int] = (1, 28, 28), num_classes: int = 10,
                  channels: tuple[int, int] = (32, 64), hidden: Sequence[int] = (512,),
-                 channels_last: bool = True, conv: str = "auto") -> None:
+                 channels_last: bool | str = "auto", conv: str = "auto") -> None:
         super().__init__(image_shape(input_dim, (1, 28, 28)), num_classes,
                          [(channels[0], 5, 2), (channels[1], 5, 2)], hidden, batch_norm=True,
                          channels_last=channels_last, conv=conv)

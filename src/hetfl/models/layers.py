@@ -180,7 +180,8 @@ class Linear(Layer):
 class ToGrouped(Layer):
     """[K, B, C·H·W] or [K, B, C, H, W] → grouped layout [B, K·C, H, W] (one copy of the minibatch)."""
 
-    def __init__(self, shape: tuple[int, int, int], channels_last: bool) -> None:
+    def __init__(self, shape: tuple[int, int, int], channels_last: bool | str) -> None:
+        channels_last_on(channels_last, torch.device("cpu"))  # an unknown value fails here
         self.shape, self.channels_last = shape, channels_last
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
@@ -188,7 +189,8 @@ class ToGrouped(Layer):
         C, H, W = self.shape
         x = x.reshape(K, B, C, H, W).transpose(0, 1).reshape(B, K * C, H, W)
         # with C = 1 the reshape is a strided view: either layout may need the copy
-        layout = torch.channels_last if self.channels_last else torch.contiguous_format
+        cl = channels_last_on(self.channels_last, x.device)
+        layout = torch.channels_last if cl else torch.contiguous_format
         return x.contiguous(memory_format=layout), None
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
@@ -200,14 +202,29 @@ class ToGrouped(Layer):
 
 
 CONV_IMPLS = ("auto", "grouped", "unfold")
-#: conv="auto" computes a layer as `unfold` on the CPU when its output has at most this many positions:
-#: there oneDNN's direct convolution is slow (VGG-11's 4×4 and 2×2 layers; docs/engine.md)
+#: conv="auto" computes a layer as `unfold` when its output has at most this many positions: there the
+#: direct convolution is slow, oneDNN's on the CPU and cuDNN's grouped one in deterministic mode on CUDA
+#: (VGG-11's 4×4 and 2×2 layers; docs/engine.md)
 AUTO_UNFOLD_POSITIONS = 16
 #: ... in training, on at most this many samples per client: the minibatches where unfold was measured
 #: faster (B = 10 to 64; the gain is its backward pass). Evaluation runs the grouped convolution: as unfold
 #: VGG-11's forward pass ran 0.87-0.93x at 32-64 samples and 0.5x on evaluation's chunks of 4,096, whose
 #: im2col columns took 1.3 GB more.
 AUTO_UNFOLD_SAMPLES = 64
+
+
+LAYOUTS = (True, False, "auto")  # the convolutional models' `channels_last`
+
+
+def channels_last_on(channels_last: bool | str, device: torch.device) -> bool:
+    """The grouped activations' memory order on `device` for a model's `channels_last`: True (NHWC) or
+    False (NCHW) as given; "auto" (the default) channels-last on the CPU, where oneDNN's convolutions and
+    max-pooling run faster on it (docs/engine.md), and NCHW on CUDA (and the meta device, which measures
+    a CUDA block), where cuDNN's grouped convolutions trained the McMahan CNNs' rounds of 64 clients 1.8-1.9x
+    faster in NCHW on an H200, and VGG-11's and ResNet-20's at the same speed."""
+    if channels_last not in LAYOUTS:
+        raise ValueError(f"channels_last {channels_last!r} is unknown; allowed: true, false, auto")
+    return device.type == "cpu" if channels_last == "auto" else bool(channels_last)
 
 
 def _channels_last(x: Tensor) -> bool:
@@ -240,12 +257,12 @@ class Conv2d(Layer):
       and the output are reordered instead, copies of B·L·(2·C_in·k² + C_out) per client. Where the
       weights are large and the positions few (VGG-11's 512-channel layers: the broadcast would be 19 GB
       for one layer at 64 clients of 32 samples).
-    impl="auto" (the default) takes unfold on the CPU for layers whose output has at most
-    AUTO_UNFOLD_POSITIONS positions, in training on at most AUTO_UNFOLD_SAMPLES samples per client, where
-    it beat oneDNN's convolution (VGG-11's last four layers: the model's round 1.28× faster, paired), and
-    the grouped convolution elsewhere, and everywhere on other devices: there unfold is an option to be
-    measured (`model_params: {conv: unfold}`). Evaluation (training=False) runs the grouped convolution
-    whatever impl says (`unfolds`).
+    impl="auto" (the default) takes unfold for layers whose output has at most AUTO_UNFOLD_POSITIONS
+    positions, in training on at most AUTO_UNFOLD_SAMPLES samples per client, and the grouped convolution
+    elsewhere. There unfold beat oneDNN's convolution on the CPU (VGG-11's last four layers: the model's
+    round 1.28× faster, paired) and cuDNN's grouped convolution on an H200 (2.3-6.6× per layer at 64
+    clients; VGG-11's round 1.9×); no larger layer gained on either (docs/engine.md). Evaluation
+    (training=False) runs the grouped convolution whatever impl says (`unfolds`).
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
@@ -279,8 +296,7 @@ class Conv2d(Layer):
         if not training:
             return False
         if self.impl == "auto":
-            return (x.device.type == "cpu" and self.positions <= AUTO_UNFOLD_POSITIONS
-                    and x.shape[0] <= AUTO_UNFOLD_SAMPLES)
+            return self.positions <= AUTO_UNFOLD_POSITIONS and x.shape[0] <= AUTO_UNFOLD_SAMPLES
         return self.impl == "unfold"
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
@@ -449,7 +465,7 @@ class PoolReLU(Layer):
 class Flatten(Layer):
     """Grouped [B, K·C, h, w] → [K, B, C·h·w] in torch's (C, h, w) flatten order; a strided view, no copy."""
 
-    def __init__(self, shape: tuple[int, int, int], channels_last: bool) -> None:
+    def __init__(self, shape: tuple[int, int, int], channels_last: bool | str) -> None:
         self.shape, self.channels_last = shape, channels_last
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
@@ -462,7 +478,8 @@ class Flatten(Layer):
         K, B = dy.shape[:2]
         C, h, w = self.shape
         dx = dy.transpose(0, 1).reshape(B, K * C, h, w)
-        return (dx.contiguous(memory_format=torch.channels_last) if self.channels_last else dx), []
+        cl = channels_last_on(self.channels_last, dx.device)
+        return (dx.contiguous(memory_format=torch.channels_last) if cl else dx), []
 
     def make_modules(self) -> list[nn.Module]:
         return [nn.Flatten()]

@@ -17,11 +17,12 @@ step). Weights are stored as torch stores them ([4H, in], [4H, H]), so state dic
 One client at a time takes the fused kernel torch.nn.LSTM trains with: oneDNN's on the CPU (called
 directly), cuDNN's on CUDA (through autograd, for small rounds: engine.executor).
 
-`cell="fused"` (a model parameter; default "ops") computes each time step's gates, c_t and h_t on CUDA with
+`cell="fused"` (a model parameter, the default) computes each time step's gates, c_t and h_t on CUDA with
 torch's fused LSTM-cell kernels, the ones torch.nn.LSTMCell runs there (`aten._thnn_fused_lstm_cell` and
 its backward): per step of all clients one matmul and one kernel forward, one kernel, one matmul and one
-add backward, where the element-wise ops above launch about 7 and 23. The same arithmetic (RNN.cu); the
-CPU has no such kernels and keeps the ops.
+add backward, where the element-wise ops above (`cell="ops"`) launch about 7 and 23. The same arithmetic
+(RNN.cu); the CPU has no such kernels and computes `fused` as the ops. On an H200 a round of 64 clients
+trained 2.5-3.9x faster than with the ops (docs/engine.md, "On a GPU").
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from torch import Tensor
 from hetfl.models.layers import Layer, Saved
 
 _LSTM_MODE = 2  # ATen's RNN mode code for LSTM (mkldnn_rnn_layer)
-LSTM_CELLS = ("ops", "fused")  # how the batched recurrence computes a time step (LSTMLayer's `cell`)
+LSTM_CELLS = ("fused", "ops")  # how the batched recurrence computes a time step (LSTMLayer's `cell`)
 
 
 class OneDNNSaved(NamedTuple):
@@ -60,9 +61,9 @@ def _onednn(x: Tensor) -> bool:
 
 
 def _cudnn(x: Tensor) -> bool:
-    """One client on CUDA: cuDNN's fused LSTM, through autograd (how torch.nn.LSTM trains there). On the
-    H200 the batched recurrence's step-by-step kernels made a round of 4 char-LSTM clients 0.55x the
-    per-client loop; engine.executor trains small rounds client by client on this path."""
+    """One client on CUDA: cuDNN's fused LSTM, through autograd (how torch.nn.LSTM trains there).
+    engine.executor trains rounds of fewer than the model's `cuda_batched_from` (3) clients client by
+    client on this path: on an H200 a batched round of 2 ran 0.71-0.75x as fast (models.zoo.CharLSTM)."""
     return x.device.type == "cuda" and x.shape[0] == 1 and torch.backends.cudnn.is_available()
 
 
@@ -159,7 +160,7 @@ class LSTMLayer(Layer):
     Parameters as torch.nn.LSTM's layer: weight_ih [4H, in], weight_hh [4H, H], bias_ih, bias_hh [4H],
     initialised U(±1/√H)."""
 
-    def __init__(self, d_in: int, hidden: int, last: bool, steps: int = 1, cell: str = "ops") -> None:
+    def __init__(self, d_in: int, hidden: int, last: bool, steps: int = 1, cell: str = "fused") -> None:
         if cell not in LSTM_CELLS:
             raise ValueError(f"cell {cell!r} is unknown; allowed: {', '.join(LSTM_CELLS)}")
         self.d_in, self.hidden, self.last, self.steps, self.cell = d_in, hidden, last, steps, cell

@@ -238,12 +238,12 @@ class TwinNet(LayerNet):
 
 class VGG11(TwinNet):
     """kwargs: width (channel multiplier), hidden (classifier width, 512), norm (None or "group"), groups,
-    channels_last (the grouped activations' memory order, models.cnn.ConvNet; True), conv ("auto",
+    channels_last (the grouped activations' memory order, models.cnn.ConvNet; "auto"), conv ("auto",
     "grouped" or "unfold", models.layers.Conv2d)."""
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, cfg: Sequence[int | str] = VGG11_CFG,
                  width: float = 1.0, hidden: int = 512, norm: str | None = None, groups: int = 32,
-                 channels_last: bool = True, conv: str = "auto") -> None:
+                 channels_last: bool | str = "auto", conv: str = "auto") -> None:
         shape = image_shape(input_dim, (3, 32, 32))
         factory = partial(VGG, shape, num_classes, cfg, width, hidden, norm, groups)
         c, h, w = shape
@@ -270,7 +270,7 @@ class VGG11(TwinNet):
 
 class ResNet20(TwinNet):
     """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2), channels_last (the grouped
-    activations' memory order, models.cnn.ConvNet; True), conv ("auto", "grouped" or "unfold",
+    activations' memory order, models.cnn.ConvNet; "auto"), conv ("auto", "grouped" or "unfold",
     models.layers.Conv2d)."""
 
     name = "resnet20"
@@ -279,7 +279,7 @@ class ResNet20(TwinNet):
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, **kwargs) -> None:
         kwargs = {**self.defaults, **kwargs}
-        channels_last = bool(kwargs.pop("channels_last", True))
+        channels_last = kwargs.pop("channels_last", "auto")
         conv = kwargs.pop("conv", "auto")
         shape = image_shape(input_dim, self.default_shape)
         factory = partial(CifarResNet, shape, num_classes, **kwargs)
@@ -308,20 +308,20 @@ class ResNetEMNIST(ResNet20):
 
 class CharLSTM(TwinNet):
     """input_dim: the sequence length (80). kwargs: vocab (80), embed (8), hidden (256), layers (2), cell
-    ("ops" or "fused": how a block of clients computes each time step on CUDA, models.recurrent)."""
+    ("fused", the default, or "ops": how a block of clients computes each time step on CUDA,
+    models.recurrent; the CPU computes both as the ops)."""
 
     name = "char_lstm"
     default_vocab, default_embed, default_hidden = 80, 8, 256
-    # On CUDA, rounds of fewer clients train client by client on cuDNN's fused LSTM (engine.executor):
-    # on an H200 the batched recurrence, one small kernel per time step for all clients, made a round of
-    # 4 char-LSTM clients 0.55x the per-client loop and a round of 64 5.8x; the sent-LSTM was 1.4x at 16.
-    # Rates grow about linearly with the clients in that range, so the two cross near 7-11 clients: an
-    # estimate from those points, not a measured crossover (docs/engine.md, "On a GPU").
-    cuda_batched_from = 8
+    # On CUDA, rounds of fewer clients train client by client on cuDNN's fused LSTM (engine.executor).
+    # On an H200 (docs/engine.md, "On a GPU") a block's step took 25-60 ms at 2 to 64 clients (kernel
+    # launches, not arithmetic). With the fused cells, a round of 3 clients trained 1.16x (char)
+    # and 1.46x (sent) faster batched than client by client on cuDNN, and a round of 2 0.71x and 0.75x.
+    cuda_batched_from = 3
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int, vocab: int | None = None,
                  embed: int | None = None, hidden: int | None = None, layers: int = 2,
-                 cell: str = "ops") -> None:
+                 cell: str = "fused") -> None:
         vocab, embed = vocab or self.default_vocab, embed or self.default_embed
         hidden = hidden or self.default_hidden
         seq = int(input_dim if isinstance(input_dim, int) else math.prod(input_dim))
@@ -335,7 +335,7 @@ class CharLSTM(TwinNet):
 
 class SentLSTM(CharLSTM):
     """input_dim: the sequence length (25). kwargs: vocab (20,000 hashed words), embed (50), hidden (100),
-    layers (2), cell ("ops" or "fused")."""
+    layers (2), cell ("fused" or "ops")."""
 
     name = "sent_lstm"
     default_vocab, default_embed, default_hidden = 20_000, 50, 100
