@@ -261,7 +261,7 @@ class Conv2d(Layer):
     positions, in training on at most AUTO_UNFOLD_SAMPLES samples per client, and the grouped convolution
     elsewhere. There unfold beat oneDNN's convolution on the CPU (VGG-11's last four layers: the model's
     round 1.28× faster, paired) and cuDNN's grouped convolution on an H200 (2.3-6.6× per layer at 64
-    clients; VGG-11's round 1.9×); no larger layer gained on either (docs/engine.md). Evaluation
+    clients; VGG-11's round 1.9-2.7×); no larger layer gained on either (docs/engine.md). Evaluation
     (training=False) runs the grouped convolution whatever impl says (`unfolds`).
     """
 
