@@ -88,6 +88,8 @@ def test_conv_options_pass_validation():
     exp = cfg["experiments"][MLP_EXP]
     exp["model"], exp["model_params"] = "cnn", {"conv": "unfold", "channels_last": False, "hidden": [16]}
     assert validate_config(cfg)["experiments"][MLP_EXP]["model_params"]["conv"] == "unfold"
+    exp["model_params"] = {"channels_last": "auto"}  # the default, by device (models.layers.channels_last_on)
+    assert validate_config(cfg)["experiments"][MLP_EXP]["model_params"]["channels_last"] == "auto"
 
 
 def test_model_params_lists_match_the_models():
