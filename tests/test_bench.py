@@ -134,6 +134,20 @@ def test_bad_eval_fails_before_any_work(flags, capsys, monkeypatch):
     assert "--eval has value" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("count_ops", [False, True])
+def test_unwritable_json_path_fails_before_any_work(count_ops, tmp_path, capsys, monkeypatch):
+    """--json into a directory that does not exist (or onto a directory) is refused before anything is
+    measured, not after: a GPU session's bench once timed every workload, then lost the records."""
+    monkeypatch.setattr(bench, "run_workload", lambda *a, **k: pytest.fail("measured despite bad input"))
+    monkeypatch.setattr(bench, "count_ops", lambda *a, **k: pytest.fail("counted despite bad input"))
+    flags = ["--count-ops"] if count_ops else []
+    for path in (tmp_path / "missing" / "bench.json", tmp_path):
+        argv = ["--workloads", "logreg-synthetic", "--device", "cpu", *flags, "--json", str(path)]
+        assert bench.main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"--json has value '{path}'" in err and "existing, writable directory" in err
+
+
 def test_unknown_workload():
     with pytest.raises(ValueError, match="unknown workload"):
         bench.run_bench(["nope"], steps=1)

@@ -577,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.eval is not None and (args.eval < 1 or args.count_ops):
             raise ValueError(f"--eval has value {args.eval}; allowed: a positive number of samples, and not "
                              f"with --count-ops (which times nothing)")
+        _check_json_path(args.json)
         if args.count_ops:
             return _print_op_counts(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
@@ -602,6 +603,16 @@ def _print_op_counts(names: list[str], args: argparse.Namespace, model_params: d
     print(format_ops_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
     _write_json(records, args.json)
     return 0
+
+
+def _check_json_path(path: str | None) -> None:
+    """--json PATH must be writable before the bench runs: a GPU session once lost a whole bench's records
+    to a PATH whose directory did not exist, found only when they were written."""
+    if path and path != "-":
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(path):
+            raise ValueError(f"--json has value {path!r}; allowed: '-' (stdout), or a file path in an "
+                             f"existing, writable directory")
 
 
 def _write_json(records: list[dict[str, Any]], path: str | None) -> None:
