@@ -48,7 +48,8 @@ def _sync(device: torch.device) -> None:
 
 def capture(step: Callable[[], None], device: torch.device, warmup: int = 3) -> Callable[[], None]:
     """`step` replayed from a CUDA graph: warmed up on a side stream (cuDNN's and cuBLAS's handles and
-    workspaces, the allocator's blocks), then captured once. On any other device, `step` itself."""
+    workspaces, the allocator's blocks), then captured once on the same stream (a library handle first
+    used on another stream would be created inside the capture). On any other device, `step` itself."""
     if device.type != "cuda":
         return step
     side = torch.cuda.Stream(device)
@@ -58,7 +59,7 @@ def capture(step: Callable[[], None], device: torch.device, warmup: int = 3) -> 
             step()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         step()
     return graph.replay
 
