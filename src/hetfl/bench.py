@@ -112,7 +112,8 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
-def _sync(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued kernels (CUDA); a no-op on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -124,10 +125,10 @@ def best_time(fn: Callable[[], object], device: torch.device, repeat: int) -> fl
 
 def timed(fn: Callable[[], object], device: torch.device) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process: user + system, all threads) of one call."""
-    _sync(device)
+    synchronize(device)
     t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    _sync(device)
+    synchronize(device)
     return time.perf_counter() - t0, time.process_time() - c0
 
 

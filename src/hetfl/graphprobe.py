@@ -35,15 +35,11 @@ from hetfl.bench import (
     WORKLOADS,
     random_inputs,
     resolve_device,
+    synchronize,
     workload_clients,
     workload_model,
 )
 from hetfl.engine.reproducible import reproducible_cuda
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def capture(step: Callable[[], None], device: torch.device, warmup: int = 3) -> Callable[[], None]:
@@ -89,17 +85,16 @@ def probe(name: str, device: torch.device, clients: int | None = None, steps: in
     try:
         replay = capture(step_of(graph_params), device)
     except Exception as err:  # noqa: BLE001 -- what failed to capture is the finding
-        _sync(device)
         return {**record, "error": f"{type(err).__name__}: {err}"[:300]}
 
     def run(fn: Callable[[], None], params: list[Tensor]) -> float:
         for p, p0 in zip(params, start, strict=True):
             p.copy_(p0)
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(steps):
             fn()
-        _sync(device)
+        synchronize(device)
         return time.perf_counter() - t0
 
     run(eager, eager_params)  # untimed: the eager path's first calls (the graph's were its warm-up)
