@@ -32,7 +32,7 @@ def test_a_step_that_moves_the_parameters_is_compared(monkeypatch):
     assert r["max_abs_diff"] > 0
 
 
-def test_main_writes_records_and_refuses_bad_input(tmp_path, capsys):
+def test_main_writes_records_and_refuses_bad_input(tmp_path, capsys, monkeypatch):
     path = tmp_path / "g.json"
     assert graphprobe.main(["--device", "cpu", "--workloads", "logreg-synthetic", "--clients", "2",
                             "--steps", "1", "--repeat", "1", "--json", str(path)]) == 0
@@ -41,3 +41,8 @@ def test_main_writes_records_and_refuses_bad_input(tmp_path, capsys):
     assert graphprobe.main(["--device", "cpu", "--workloads", "nope"]) == 2
     assert "unknown workload(s) nope" in capsys.readouterr().err
     assert graphprobe.main(["--device", "cpu", "--steps", "0"]) == 2
+    # as hetfl bench: a --json PATH that cannot be written is refused before anything is measured
+    monkeypatch.setattr(graphprobe, "probe", lambda *a, **k: pytest.fail("measured despite bad input"))
+    missing = str(tmp_path / "missing" / "g.json")
+    assert graphprobe.main(["--device", "cpu", "--workloads", "logreg-synthetic", "--json", missing]) == 2
+    assert f"--json has value '{missing}'" in capsys.readouterr().err

@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.eval is not None and (args.eval < 1 or args.count_ops):
             raise ValueError(f"--eval has value {args.eval}; allowed: a positive number of samples, and not "
                              f"with --count-ops (which times nothing)")
-        _check_json_path(args.json)
+        check_json_path(args.json)
         if args.count_ops:
             return _print_op_counts(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
@@ -594,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table([r for r in records if r["mode"] == "train"]), file=out)
     if args.eval:
         print("\n" + format_eval_table([r for r in records if r["mode"] == "evaluate"]), file=out)
-    _write_json(records, args.json)
+    write_json(records, args.json)
     return 0
 
 
@@ -602,11 +602,11 @@ def _print_op_counts(names: list[str], args: argparse.Namespace, model_params: d
     check_workloads(names, model_params)
     records = [count_ops(WORKLOADS[n], args.clients, args.batch, model_params) for n in names]
     print(format_ops_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
-    _write_json(records, args.json)
+    write_json(records, args.json)
     return 0
 
 
-def _check_json_path(path: str | None) -> None:
+def check_json_path(path: str | None) -> None:
     """--json PATH must be writable before the bench runs: a GPU session once lost a whole bench's records
     to a PATH whose directory did not exist, found only when they were written."""
     if path and path != "-":
@@ -616,7 +616,7 @@ def _check_json_path(path: str | None) -> None:
                              f"existing, writable directory")
 
 
-def _write_json(records: list[dict[str, Any]], path: str | None) -> None:
+def write_json(records: list[dict[str, Any]], path: str | None) -> None:
     """--json: the records to PATH, or to stdout for '-'; nothing without the flag."""
     if path == "-":
         json.dump(records, sys.stdout, indent=1)

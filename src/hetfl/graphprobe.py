@@ -13,13 +13,12 @@ the parameters they end at compared.
     python -m hetfl.graphprobe [--workloads W1,...] [--clients K] [--steps S] [--repeat R] [--json PATH]
 
 On the CPU there is nothing to capture: the "graph" is the same step called eagerly, which checks the
-probe itself (tests/test_bench.py). `scripts/gpu-check` runs it after its comparisons.
+probe itself (tests/test_graphprobe.py). `scripts/gpu-check` runs it after its comparisons.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -33,11 +32,14 @@ from hetfl.bench import (
     CUDA_CLIENTS,
     DEFAULT_WORKLOADS,
     WORKLOADS,
+    check_json_path,
+    check_workloads,
     random_inputs,
     resolve_device,
     synchronize,
     workload_clients,
     workload_model,
+    write_json,
 )
 from hetfl.engine.reproducible import reproducible_cuda
 
@@ -117,14 +119,13 @@ def main(argv: list[str] | None = None) -> int:
                              f"CUDA)")
     parser.add_argument("--steps", type=int, default=10, help="SGD steps per timed run")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs each way; the median is reported")
-    parser.add_argument("--json", metavar="PATH", default=None, help="also write the records to PATH")
+    parser.add_argument("--json", metavar="PATH", default=None,
+                        help="also write the records to PATH ('-': stdout), checked before anything runs")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
     try:
-        unknown = [n for n in names if n not in WORKLOADS]
-        if unknown:
-            raise ValueError(f"--workloads has unknown workload(s) {', '.join(unknown)}; allowed: "
-                             f"{', '.join(WORKLOADS)}")
+        check_workloads(names, None)
+        check_json_path(args.json)
         if min(args.steps, args.repeat, args.clients or 1) < 1:
             raise ValueError("--steps, --repeat and --clients take positive numbers")
         device = resolve_device(args.device)
@@ -140,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22s} K={r['clients']:<4d} " + (f"capture failed: {r['error']}" if "error" in r else
               f"eager {r['eager_client_steps_per_s']:10.1f}  graph {r['graph_client_steps_per_s']:10.1f} "
               f"client steps/s  {r['speedup']:5.2f}x  max |diff| {r['max_abs_diff']:.2e}"), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+    write_json(records, args.json)
     return 0
 
 
