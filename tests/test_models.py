@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from hetfl.engine import executor
+from hetfl.engine import executor, graphs
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
@@ -54,16 +54,16 @@ def _one_intra_op_thread():
 
 
 def _problem(name: str, shape: tuple[int, ...], kwargs: dict, vocab: int = 0, seed: int = 0,
-             device: str = "cpu"):
+             device: str = "cpu", steps: np.ndarray = STEPS):
     gen = torch.Generator().manual_seed(seed)
     model = make_model(name, shape if len(shape) > 1 else shape[0], CLASSES, **kwargs)
     params = model.init_params(gen)
-    K = len(STEPS)
+    K = len(steps)
     x = (torch.randint(0, vocab, (K * PER_CLIENT, *shape), generator=gen) if vocab
          else torch.randn(K * PER_CLIENT, *shape, generator=gen))
     y = torch.randint(0, CLASSES, (K * PER_CLIENT,), generator=gen)
     offsets = np.arange(K + 1) * PER_CLIENT
-    idx = minibatch_indices(offsets, np.arange(K), STEPS, BATCH, seed, 3)
+    idx = minibatch_indices(offsets, np.arange(K), steps, BATCH, seed, 3)
     return model, [p.to(device) for p in params], x.to(device), y.to(device), idx
 
 
@@ -120,6 +120,33 @@ def test_one_round_equals_per_client_loop(family, path, executor_name, device, m
              for p0, r, t in zip(params, ref, trainable, strict=True)]
     assert sum(t and not m for t, m in zip(trainable, moves, strict=True)) == (2 if name == "cnn_bn" else 0)
     assert all(not torch.equal(p[3], p0) for p0, p, m in zip(params, out, moves, strict=True) if m)
+
+
+# runs of at least GRAPH_MIN_STEPS steps with one working prefix: 9 steps of 2 clients after 8 of 3, ...
+GRAPH_STEPS = np.array([9, 0, 2, 8, 9, 1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", FAMILIES, ids=IDS)
+def test_cuda_graph_runs_equal_per_client_loop(family, device, monkeypatch):
+    """`graphs=True` (engine.graphs): each long enough run of steps is replayed from a graph captured after
+    a warm-up; on CUDA a real capture, on the CPU the same steps eagerly. Either way the clients end where
+    the per-client loop ends (float64, as above), and on the CPU bitwise where graphs=False ends. A replay
+    that read a stale minibatch, or a run cut short, would end elsewhere."""
+    _, name, shape, kwargs, vocab = family
+    model, params, x, y, idx = _problem(name, shape, kwargs, vocab, device=device, steps=GRAPH_STEPS)
+    params = [p.double() for p in params]
+    x = x if vocab else x.double()
+    ref = local_sgd_reference(model, params, x, y, idx, GRAPH_STEPS, 0.1)
+    captures = []
+    real = graphs.capture
+    monkeypatch.setattr(graphs, "capture", lambda *a: captures.append(a[2]) or real(*a))
+    out = local_sgd(model, params, x, y, idx, GRAPH_STEPS, 0.1, graphs=True)
+    assert captures, "no run was long enough to be captured: the test checks nothing"
+    _close(out, ref, rtol=1e-9, atol=1e-12)
+    if device == "cpu":
+        eager = local_sgd(model, params, x, y, idx, GRAPH_STEPS, 0.1)
+        assert all(torch.equal(a, b) for a, b in zip(out, eager, strict=True))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -2,7 +2,8 @@
 
 Clients are sorted by their number of local steps (descending), so at step j the clients still working
 are a contiguous prefix of the stack: the step runs on that prefix only, no masked-out work is done.
-See docs/engine.md.
+A block's steps go in runs with the same prefix, each step reading its minibatch indices from one buffer
+per run, which is what lets engine.graphs replay a run from one CUDA graph. See docs/engine.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from hetfl.engine import executor
+from hetfl.engine.graphs import run_steps
 from hetfl.models.base import BatchedModel
 
 # correction(params, grads, ctx) -> grads: an algorithm's change to the local gradient (prox, control
@@ -27,14 +29,16 @@ PERMUTE_COPY_BYTES = 8 << 20
 
 def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor, y_train: Tensor,
               batch_idx: np.ndarray, steps: np.ndarray, lr: float, correction: Correction | None = None,
-              ctx: dict[str, list[Tensor]] | None = None, start: list[Tensor] | None = None
-              ) -> list[Tensor]:
+              ctx: dict[str, list[Tensor]] | None = None, start: list[Tensor] | None = None,
+              graphs: bool = False) -> list[Tensor]:
     """Ruan et al. Eq. (1): w_{i+1}^k = w_i^k − η_τ g_i^k for i < s_τ^k, for every client at once.
 
     batch_idx: [K, S, B] absolute indices (see minibatch.minibatch_indices); steps: [K];
     ctx: per-client tensors stacked [K, ...] in the input order, handed to `correction` as views (an
     algorithm may update them in place, e.g. FedNova's momentum buffers).
     start: per-client starting parameters [K, ...] (FedBN's local batch norm); None = the broadcast.
+    graphs: on CUDA, replay each run of steps with the same working prefix from a CUDA graph
+    (engine.graphs; the fused path only, opt-in until measured on a GPU); elsewhere the same steps eagerly.
     Returns the clients' final parameters, stacked [K, ...] in the input order.
     """
     K = len(steps)
@@ -59,27 +63,50 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     plan = executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K)
     blocks = executor.blocks(K, plan)
 
-    def train_block(lo: int, hi: int) -> None:
-        for j, a in enumerate(active.tolist()):
-            m = min(a, hi) - lo
-            if m <= 0:
-                break
-            flat = idx[lo:lo + m, j].reshape(-1)
+    def train_run(lo: int, m: int, j0: int, j1: int) -> None:
+        """Steps j0 <= j < j1 of the block's first m clients from row lo."""
+        static = torch.empty((m, batch), dtype=idx.dtype, device=device)  # the indices a step reads
+        rows = [p[lo:lo + m] for p in params]
+        rows_ctx = {k: [t[lo:lo + m] for t in v] for k, v in ctx_sorted.items()}
+
+        def feed(i: int) -> None:
+            static.copy_(idx[lo:lo + m, j0 + i])
+
+        def step() -> None:
+            flat = static.view(-1)
             xb = x_train.index_select(0, flat).view(m, batch, *x_train.shape[1:])
             yb = y_train.index_select(0, flat).view(m, batch)
-            rows = [p[lo:lo + m] for p in params]
             if fused:
                 model.sgd_step(rows, xb, yb, lr)  # type: ignore[attr-defined]
-                continue
+                return
             grads = model.grads(rows, xb, yb)
             if correction is not None:
-                grads = correction(rows, grads, {k: [t[lo:lo + m] for t in v] for k, v in ctx_sorted.items()})
+                grads = correction(rows, grads, rows_ctx)
             for p, g in zip(rows, grads, strict=True):
                 p.sub_(g, alpha=lr)
+
+        run_steps(step, feed, j1 - j0, device, graphs and fused)
+
+    def train_block(lo: int, hi: int) -> None:
+        # runs of steps with the same working prefix: the same clients and shapes, only the minibatches
+        # change (engine.graphs replays such a run from one CUDA graph)
+        for m, j0, j1 in _prefix_runs(active, lo, hi):
+            train_run(lo, m, j0, j1)
 
     executor.run(plan, blocks, [float(steps_sorted[lo:hi].sum()) for lo, hi in blocks], train_block)
     _permute_rows(params, np.argsort(order))
     return params
+
+
+def _prefix_runs(active: np.ndarray, lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """(m, j0, j1): block [lo, hi)'s steps j0 <= j < j1 all train its first m clients (active[j]: the
+    round's working prefix at step j, non-increasing), in order, m > 0."""
+    m = np.minimum(active, hi) - lo
+    m = m[m > 0]
+    ends = np.flatnonzero(np.diff(m)) + 1
+    starts = np.concatenate([[0], ends]).astype(int)
+    stops = np.concatenate([ends, [len(m)]]).astype(int)
+    return [(int(m[a]), int(a), int(b)) for a, b in zip(starts, stops, strict=True)] if len(m) else []
 
 
 def _permute_rows(stacks: list[Tensor], source: np.ndarray) -> None:

@@ -1,0 +1,79 @@
+"""CUDA graphs for a block's local steps: the steps of one working prefix replayed from one captured graph.
+
+On CUDA, ResNet-20's and the LSTMs' batched steps are bound by kernel launches, not arithmetic
+(docs/engine.md, "On a GPU"): thousands of small kernels per step. A CUDA graph replays a captured step's
+kernels with one launch, the same kernels on the same addresses, so the arithmetic does not change. A
+block of engine.local trains its clients in runs of steps with the same working prefix (the same clients,
+the same shapes); within a run only the minibatch indices change, and `feed(i)` writes step i's into the
+buffer the captured step reads. The first GRAPH_WARMUP steps of a run train eagerly on the side stream the
+capture then uses (cuDNN's and cuBLAS's handles and workspaces for that stream, the allocator's blocks),
+the next is captured and every later one replayed. A run shorter than GRAPH_MIN_STEPS trains eagerly: a
+capture costs about an eager step plus the graph's instantiation.
+
+Opt-in (`local_sgd(..., graphs=True)`, `hetfl bench --graphs`) until a GPU has measured it. On any other
+device "capture" returns the step itself, so the same sequence of feeds and steps runs eagerly there: that
+is how the orchestration is tested without a GPU (tests/test_graphs.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+#: eager steps of a run before its capture (on the capture's stream)
+GRAPH_WARMUP = 2
+#: a run of fewer steps trains eagerly
+GRAPH_MIN_STEPS = 6
+
+Step = Callable[[], None]
+Feed = Callable[[int], None]
+
+
+def capture(step: Step, device: torch.device, warmup: int = 0, feed: Feed | None = None) -> Step:
+    """`step` replayed from a CUDA graph. Its first `warmup` calls (after `feed(i)`, i = 0 ..
+    warmup - 1, when given) run eagerly on a side stream, then one call is captured on the same stream (a
+    library handle first used on another stream would be created inside the capture); the capture does
+    not run the step. On any other device: the warm-up calls, then `step` itself.
+
+    Capture is in relaxed mode: a zoo model's step asks CUDA for its free memory to size its own blocks
+    (models.net.LayerNet.client_block), a call the default mode may refuse during a capture; what it
+    returns is fixed into the graph like every other host-side decision of the step."""
+    if device.type != "cuda":
+        for i in range(warmup):
+            if feed is not None:
+                feed(i)
+            step()
+        return step
+    current = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        for i in range(warmup):
+            if feed is not None:
+                feed(i)
+            step()
+    # the warm-up's cached blocks back to the device: the graph's private pool can then take them (the
+    # block was sized for one step's activations, not two)
+    side.synchronize()
+    torch.cuda.empty_cache()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side, capture_error_mode="relaxed"):
+        step()
+    current.wait_stream(side)
+    return graph.replay
+
+
+def run_steps(step: Step, feed: Feed, n: int, device: torch.device, graphed: bool) -> None:
+    """Steps i = 0 .. n - 1 of one run: `feed(i)`, then `step()`, which reads what feed wrote. Eagerly;
+    or, when `graphed` and n >= GRAPH_MIN_STEPS, the first GRAPH_WARMUP eagerly, the rest replayed from
+    one graph captured after them (`capture`)."""
+    if not graphed or n < GRAPH_MIN_STEPS:
+        for i in range(n):
+            feed(i)
+            step()
+        return
+    replay = capture(step, device, GRAPH_WARMUP, feed)
+    for i in range(GRAPH_WARMUP, n):
+        feed(i)
+        replay()
