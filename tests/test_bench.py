@@ -76,6 +76,19 @@ def test_model_params_reach_every_workloads_model(monkeypatch):
     assert all(r["model_params"] == {"channels_last": False} for r in records)
 
 
+def test_graphs_flag_reaches_the_engine_and_its_record(capsys, monkeypatch):
+    """--graphs: every local_sgd call of the batched engine gets graphs=True; its record says so, the
+    reference loop's does not."""
+    seen = []
+    real = bench.local_sgd
+    monkeypatch.setattr(bench, "local_sgd", lambda *a, **k: seen.append(k.get("graphs")) or real(*a, **k))
+    assert bench.main(["--workloads", "logreg-synthetic", "--steps", "7", "--repeat", "1", "--clients", "2",
+                       "--device", "cpu", "--threads", "1", "--graphs", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert seen and all(seen)
+    assert {r["engine"]: r["graphs"] for r in records} == {"batched": True, "reference": False}
+
+
 @pytest.mark.parametrize("value,message", [
     ('{"channels_last": false}', "model 'mlp' (workload mlp-mnist) does not take them"),
     ("[1]", "has value '[1]', which is not allowed; allowed: a JSON object"),

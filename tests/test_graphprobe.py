@@ -27,7 +27,7 @@ def test_graph_replay_ends_where_the_eager_steps_end(name, device):
 
 def test_a_step_that_moves_the_parameters_is_compared(monkeypatch):
     """The comparison sees a difference: a 'graph' that runs one extra step ends elsewhere."""
-    monkeypatch.setattr(graphprobe, "capture", lambda step, device: lambda: (step(), step()))
+    monkeypatch.setattr(graphprobe, "capture", lambda step, device, warmup: lambda: (step(), step()))
     r = graphprobe.probe("logreg-synthetic", torch.device("cpu"), clients=2, steps=1, repeat=1)
     assert r["max_abs_diff"] > 0
 

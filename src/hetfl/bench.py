@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from hetfl.engine import executor
 from hetfl.engine.allocator import retain_freed_memory
+from hetfl.engine.graphs import GRAPH_MIN_STEPS
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
@@ -273,12 +274,14 @@ class _ModuleOn:
         return getattr(self._model, name)
 
 
-def engine_fn(engine: str, prob: Problem, clients: int | None = None) -> Callable[[], list[Tensor]]:
-    """A call that runs one round of local training of the first `clients` clients (all: None)."""
+def engine_fn(engine: str, prob: Problem, clients: int | None = None, graphs: bool = False
+              ) -> Callable[[], list[Tensor]]:
+    """A call that runs one round of local training of the first `clients` clients (all: None); graphs:
+    the batched engine replays runs of steps from CUDA graphs (engine.graphs)."""
     w, n = prob.workload, clients or len(prob.steps)
     idx, steps = prob.batch_idx[:n], prob.steps[:n]  # absolute indices: a prefix of rows is a subset
     if engine == "batched":
-        return lambda: local_sgd(prob.model, prob.params, prob.x, prob.y, idx, steps, w.lr)
+        return lambda: local_sgd(prob.model, prob.params, prob.x, prob.y, idx, steps, w.lr, graphs=graphs)
     if engine == "reference":
         model = prob.model if prob.x.device.type == "cpu" else _ModuleOn(prob.model, prob.x.device)
         return lambda: local_sgd_reference(model, prob.params, prob.x, prob.y, idx, steps, w.lr)  # type: ignore
@@ -287,8 +290,9 @@ def engine_fn(engine: str, prob: Problem, clients: int | None = None) -> Callabl
 
 def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: int = 3,
                  clients: int | None = None, ref_clients: int | None = None, batch: int | None = None,
-                 model_params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                 model_params: dict[str, Any] | None = None, graphs: bool = False) -> list[dict[str, Any]]:
     """Time both engines on one workload; one record per engine (median rate, CPU time, peak RSS).
+    graphs: the batched engine with CUDA graphs (engine.graphs; on the CPU the same steps eagerly).
 
     The engines' runs alternate (batched, reference, batched, …) and each keeps the median of its runs,
     so a burst of other load hits both alike. The reference loop trains clients one after another, so its
@@ -300,8 +304,8 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     K = len(prob.steps)
     counts = {"batched": K, "reference": min(K, ref_clients or K)}
     for engine in ENGINES:  # warm-up: thread pools, allocator, oneDNN primitive caches
-        engine_fn(engine, make_problem(w, 1, device, clients), min(counts[engine], 4))()
-    fns = {e: engine_fn(e, prob, counts[e]) for e in ENGINES}
+        engine_fn(engine, make_problem(w, 1, device, clients), min(counts[engine], 4), graphs)()
+    fns = {e: engine_fn(e, prob, counts[e], graphs) for e in ENGINES}
     walls: dict[str, list[float]] = {e: [] for e in ENGINES}
     cpus: dict[str, list[float]] = {e: [] for e in ENGINES}
     peak = dict.fromkeys(ENGINES, 0.0)
@@ -330,7 +334,9 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
             "cpu_s_per_client_step": float(np.median(cpus[engine])) / work,
             "peak_rss_mb": peak[engine], "device": device.type,
             "executor": (f"block {plan.block}, {plan.workers} worker{'s' if plan.workers > 1 else ''}"
+                         + (", CUDA graphs" if graphs and device.type == "cuda" else "")
                          if engine == "batched" else "per-client torch.nn + autograd + SGD"),
+            "graphs": graphs and engine == "batched",
             "flops_per_client_step": train_flops(prob.model, w.batch),
             "bytes_per_client_step": step_bytes(prob.model, prob.params, w.batch),
         }
@@ -451,12 +457,12 @@ def check_workloads(workloads: Sequence[str], model_params: dict[str, Any] | Non
 def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = "auto",
               threads: int | None = None, repeat: int = 3, clients: int | None = None,
               ref_clients: int | None = None, batch: int | None = None,
-              model_params: dict[str, Any] | None = None, eval_samples: int | None = None
-              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              model_params: dict[str, Any] | None = None, eval_samples: int | None = None,
+              graphs: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
     model on top of its own (e.g. {"channels_last": False} for the convolutional models). eval_samples:
     also time evaluation on that many samples per workload (run_eval; records with mode "evaluate",
-    after the training records, whose mode is "train")."""
+    after the training records, whose mode is "train"). graphs: the batched engine with CUDA graphs."""
     check_workloads(workloads, model_params)
     dev = resolve_device(device)
     if dev.type == "cuda":
@@ -468,7 +474,7 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
                "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
     records = [r for name in workloads
                for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch,
-                                     model_params)]
+                                     model_params, graphs)]
     add_bounds(records, machine["matmul_gflops"], machine["copy_gbps"])
     for r in records:
         r["mode"] = "train"
@@ -566,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval", metavar="SAMPLES", type=int, default=None,
                         help="also time evaluating the global model on SAMPLES samples per workload: the "
                              "model's logits against the torch.nn module's forward pass under no_grad")
+    parser.add_argument("--graphs", action="store_true",
+                        help=f"the engine replays each run of steps with the same working clients from a "
+                             f"CUDA graph (engine.graphs; a run of fewer than {GRAPH_MIN_STEPS} steps trains "
+                             f"eagerly: give --steps {GRAPH_MIN_STEPS} or more); not yet measured on a GPU")
     parser.add_argument("--count-ops", action="store_true",
                         help=f"instead of timing, count the ATen operators of one batched step of K clients "
                              f"(--clients, default {CUDA_CLIENTS}) on the meta device: a lower bound of its "
@@ -582,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.count_ops:
             return _print_op_counts(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
-                               args.ref_clients or None, args.batch, model_params, args.eval)
+                               args.ref_clients or None, args.batch, model_params, args.eval, args.graphs)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2

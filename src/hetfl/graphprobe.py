@@ -1,14 +1,14 @@
-"""How much a CUDA graph of one batched SGD step would gain: a probe for issue 12's 10× on CUDA, not an
-engine path.
+"""How much a CUDA graph of one batched SGD step gains: a probe for issue 12's 10× on CUDA, the upper
+bound of what the engine's own graphs (engine.graphs) can gain.
 
 On an H200 ResNet-20's batched round runs at 13 % of the card's float32 matmul rate and the LSTMs' at
 2-15 %: their steps are bound by kernel launches (docs/engine.md, "On a GPU"). A CUDA graph replays a
 captured step's kernels without Python or launch overhead, the same kernels on the same addresses, so
-the arithmetic, and with deterministic kernels the result, does not change. Before the engine captures
-its blocks' steps (static minibatch buffers, one graph per working-prefix size), this measures the gain
-on the workloads of `hetfl bench`: K clients' `sgd_step` (forward, backward and update of the whole block,
-in place) run eagerly and replayed from a graph, each `--steps` times from the same parameters, with
-the parameters they end at compared.
+the arithmetic, and with deterministic kernels the result, does not change. This measures the gain on
+one block's step of each workload of `hetfl bench`, without the engine's minibatch gathers, its warm-up
+steps or its captures (`hetfl bench --graphs` times the whole engine with them): K clients' `sgd_step`
+(forward, backward and update of the whole block, in place) run eagerly and replayed from a graph, each
+`--steps` times from the same parameters, with the parameters they end at compared.
 
     python -m hetfl.graphprobe [--workloads W1,...] [--clients K] [--steps S] [--repeat R] [--json PATH]
 
@@ -41,25 +41,8 @@ from hetfl.bench import (
     workload_model,
     write_json,
 )
+from hetfl.engine.graphs import capture
 from hetfl.engine.reproducible import reproducible_cuda
-
-
-def capture(step: Callable[[], None], device: torch.device, warmup: int = 3) -> Callable[[], None]:
-    """`step` replayed from a CUDA graph: warmed up on a side stream (cuDNN's and cuBLAS's handles and
-    workspaces, the allocator's blocks), then captured once on the same stream (a library handle first
-    used on another stream would be created inside the capture). On any other device, `step` itself."""
-    if device.type != "cuda":
-        return step
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            step()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
-        step()
-    return graph.replay
 
 
 def probe(name: str, device: torch.device, clients: int | None = None, steps: int = 10, repeat: int = 3,
@@ -85,7 +68,7 @@ def probe(name: str, device: torch.device, clients: int | None = None, steps: in
     record: dict[str, Any] = {"workload": name, "model": w.model, "clients": K, "batch": w.batch,
                               "steps": steps, "repeat": repeat, "device": device.type}
     try:
-        replay = capture(step_of(graph_params), device)
+        replay = capture(step_of(graph_params), device, warmup=3)  # on the CPU: 3 steps, then the step
     except Exception as err:  # noqa: BLE001 -- what failed to capture is the finding
         return {**record, "error": f"{type(err).__name__}: {err}"[:300]}
 
