@@ -39,20 +39,20 @@ def capture(step: Step, device: torch.device, warmup: int = 0, feed: Feed | None
     Capture is in relaxed mode: a zoo model's step asks CUDA for its free memory to size its own blocks
     (models.net.LayerNet.client_block), a call the default mode may refuse during a capture; what it
     returns is fixed into the graph like every other host-side decision of the step."""
-    if device.type != "cuda":
+    def warm_up() -> None:
         for i in range(warmup):
             if feed is not None:
                 feed(i)
             step()
+
+    if device.type != "cuda":
+        warm_up()
         return step
     current = torch.cuda.current_stream(device)
     side = torch.cuda.Stream(device)
     side.wait_stream(current)
     with torch.cuda.stream(side):
-        for i in range(warmup):
-            if feed is not None:
-                feed(i)
-            step()
+        warm_up()
     # the warm-up's cached blocks back to the device: the graph's private pool can then take them (the
     # block was sized for one step's activations, not two)
     side.synchronize()
