@@ -66,3 +66,13 @@ def test_capture_elsewhere_runs_the_warm_up_and_returns_the_step():
     assert calls == ["feed 0", "step", "feed 1", "step"]
     replay()
     assert calls[-1] == "step"
+
+
+def test_a_failed_capture_names_the_option(monkeypatch):
+    def refuse(*args):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "capture", refuse)
+    with pytest.raises(RuntimeError, match=r"run of 7 local steps failed to capture .*operation not permitted"
+                                           r".*hetfl bench --graphs\) are opt-in"):
+        graphs.run_steps(lambda: None, lambda i: None, 7, torch.device("cpu"), graphed=True)

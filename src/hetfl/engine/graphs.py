@@ -73,7 +73,12 @@ def run_steps(step: Step, feed: Feed, n: int, device: torch.device, graphed: boo
             feed(i)
             step()
         return
-    replay = capture(step, device, GRAPH_WARMUP, feed)
+    try:
+        replay = capture(step, device, GRAPH_WARMUP, feed)
+    except Exception as err:  # a step that cannot be captured: say which option asked for it
+        raise RuntimeError(f"a CUDA graph of a run of {n} local steps failed to capture "
+                           f"({type(err).__name__}: {err}); CUDA graphs (local_sgd graphs=True, hetfl bench "
+                           f"--graphs) are opt-in: run without them") from err
     for i in range(GRAPH_WARMUP, n):
         feed(i)
         replay()
