@@ -53,10 +53,9 @@ def capture(step: Step, device: torch.device, warmup: int = 0, feed: Feed | None
     side.wait_stream(current)
     with torch.cuda.stream(side):
         warm_up()
-    # the warm-up's cached blocks back to the device: the graph's private pool can then take them (the
-    # block was sized for one step's activations, not two)
-    side.synchronize()
-    torch.cuda.empty_cache()
+    # torch.cuda.graph synchronizes and empties the cache on entry: the warm-up's cached blocks go back to
+    # the device, so the graph's private pool can take them (the block was sized for one step's
+    # activations, not two)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side, capture_error_mode="relaxed"):
         step()
