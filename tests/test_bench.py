@@ -76,17 +76,20 @@ def test_model_params_reach_every_workloads_model(monkeypatch):
     assert all(r["model_params"] == {"channels_last": False} for r in records)
 
 
-def test_graphs_flag_reaches_the_engine_and_its_record(capsys, monkeypatch):
-    """--graphs: every local_sgd call of the batched engine gets graphs=True; its record says so, the
-    reference loop's does not."""
+@pytest.mark.parametrize("flag,option,recorded", [(["--graphs"], True, True), (["--no-graphs"], False, False),
+                                                  ([], None, False)])
+def test_graphs_flag_reaches_the_engine_and_its_record(flag, option, recorded, capsys, monkeypatch):
+    """--graphs / --no-graphs: every local_sgd call of the batched engine gets graphs=True / False, and
+    without either None (the executor's rule: no graphs on the CPU); the batched record says what was
+    used, the reference loop's never graphs."""
     seen = []
     real = bench.local_sgd
     monkeypatch.setattr(bench, "local_sgd", lambda *a, **k: seen.append(k.get("graphs")) or real(*a, **k))
     assert bench.main(["--workloads", "logreg-synthetic", "--steps", "7", "--repeat", "1", "--clients", "2",
-                       "--device", "cpu", "--threads", "1", "--graphs", "--json"]) == 0
+                       "--device", "cpu", "--threads", "1", *flag, "--json"]) == 0
     records = json.loads(capsys.readouterr().out)
-    assert seen and all(seen)
-    assert {r["engine"]: r["graphs"] for r in records} == {"batched": True, "reference": False}
+    assert seen and set(seen) == {option}
+    assert {r["engine"]: r["graphs"] for r in records} == {"batched": recorded, "reference": False}
 
 
 @pytest.mark.parametrize("value,message", [

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from hetfl import cli, pipeline
 from hetfl.config import RunSpec
 from hetfl.data.build import make_split
 from hetfl.data.traces import make_traces
@@ -225,3 +226,49 @@ def test_a_run_on_cuda_is_reproducible_and_equals_the_cpu_run(tmp_path, torch_cu
     assert cpu[["round", "metric"]].equals(cuda[["round", "metric"]])
     # float32 sums in another order: losses agree to ~1e-6; an accuracy may move by one test sample (1/463)
     np.testing.assert_allclose(cuda["value"], cpu["value"], rtol=1e-3, atol=5e-3)
+
+
+@pytest.mark.parametrize("flag,expect", [([], None), (["--graphs"], True), (["--no-graphs"], False)])
+def test_hetfl_train_passes_its_graphs_option_down(flag, expect, tmp_path, monkeypatch):
+    """`hetfl train --graphs/--no-graphs` reaches every local_sgd call of the run (absent: None, the
+    executor's rule); run.json says whether the run used CUDA graphs (never on the CPU)."""
+    run = dataclasses.replace(SPEC, algorithm="fedavg", algorithm_params={}, rounds=2)
+    split, trace = _inputs(tmp_path, run)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(run.to_dict()))
+    seen: list[bool | None] = []
+    real = pipeline.local_sgd
+    monkeypatch.setattr(pipeline, "local_sgd", lambda *a, **k: seen.append(k.get("graphs")) or real(*a, **k))
+    out = tmp_path / "run"
+    assert cli.main(["train", "--spec", str(spec), "--split", str(split), "--traces", str(trace),
+                     "--out", str(out), "--no-mlflow", *flag]) == 0
+    assert seen and set(seen) == {expect}
+    assert json.loads((out / "run.json").read_text())["cuda_graphs"] is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device (scripts/gpu-check runs this on a GPU machine)")
+def test_a_run_on_cuda_with_graphs_is_reproducible_and_equals_the_eager_run(tmp_path, monkeypatch,
+                                                                              torch_cuda_defaults):
+    """`hetfl train --graphs` on CUDA: local steps are replayed from captured graphs (engine.graphs), a
+    rerun gives bitwise the same metrics, and the run ends where the eager run on CUDA ends (a replay runs
+    the captured kernels again; float32 rounding allowed, should the graph's streams pick other kernels)."""
+    from hetfl.engine import graphs
+
+    spec = dataclasses.replace(SPEC, model="mlp", algorithm="fedavg", algorithm_params={}, eta0=0.1, rounds=4)
+    split, trace = _inputs(tmp_path, spec)
+    captures: list[int] = []
+    real = graphs.capture
+    monkeypatch.setattr(graphs, "capture", lambda *a: captures.append(a[2]) or real(*a))
+    runs = {}
+    for name, option in (("eager", False), ("graphs", True), ("graphs-again", True)):
+        before = len(captures)
+        assert run_training(spec, split, trace, tmp_path / name, device="cuda", progress=False,
+                            checkpoint_every=0, graphs=option).status == "ok"
+        assert (len(captures) > before) == option, name
+        runs[name] = pd.read_parquet(tmp_path / name / "metrics.parquet")
+        assert json.loads((tmp_path / name / "run.json").read_text())["cuda_graphs"] is option
+    pd.testing.assert_frame_equal(runs["graphs-again"], runs["graphs"])
+    eager, graphed = runs["eager"], runs["graphs"]
+    assert eager[["round", "metric"]].equals(graphed[["round", "metric"]])
+    np.testing.assert_allclose(graphed["value"], eager["value"], rtol=1e-5, atol=1e-6)

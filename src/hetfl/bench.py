@@ -274,10 +274,10 @@ class _ModuleOn:
         return getattr(self._model, name)
 
 
-def engine_fn(engine: str, prob: Problem, clients: int | None = None, graphs: bool = False
+def engine_fn(engine: str, prob: Problem, clients: int | None = None, graphs: bool | None = None
               ) -> Callable[[], list[Tensor]]:
     """A call that runs one round of local training of the first `clients` clients (all: None); graphs:
-    the batched engine replays runs of steps from CUDA graphs (engine.graphs)."""
+    the batched engine replays runs of steps from CUDA graphs (engine.graphs) or not; None: its rule."""
     w, n = prob.workload, clients or len(prob.steps)
     idx, steps = prob.batch_idx[:n], prob.steps[:n]  # absolute indices: a prefix of rows is a subset
     if engine == "batched":
@@ -290,9 +290,11 @@ def engine_fn(engine: str, prob: Problem, clients: int | None = None, graphs: bo
 
 def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: int = 3,
                  clients: int | None = None, ref_clients: int | None = None, batch: int | None = None,
-                 model_params: dict[str, Any] | None = None, graphs: bool = False) -> list[dict[str, Any]]:
+                 model_params: dict[str, Any] | None = None, graphs: bool | None = None
+                 ) -> list[dict[str, Any]]:
     """Time both engines on one workload; one record per engine (median rate, CPU time, peak RSS).
-    graphs: the batched engine with CUDA graphs (engine.graphs; on the CPU the same steps eagerly).
+    graphs: the batched engine with CUDA graphs (engine.graphs; on the CPU the same steps eagerly) or
+    without; None: the executor's rule (executor.graphs_rule).
 
     The engines' runs alternate (batched, reference, batched, …) and each keeps the median of its runs,
     so a burst of other load hits both alike. The reference loop trains clients one after another, so its
@@ -323,6 +325,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
                 peak_dev[engine] = max(peak_dev[engine], torch.cuda.max_memory_allocated(device) / 2 ** 20)
     plan = executor.make_plan(prob.model, [p.unsqueeze(0) for p in prob.params],
                               prob.x[:w.batch].unsqueeze(0), K)
+    graphed = hasattr(prob.model, "sgd_step") and (plan.graphs if graphs is None else graphs)
     records = []
     for engine in ENGINES:
         work = float(prob.steps[:counts[engine]].sum())
@@ -334,9 +337,9 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
             "cpu_s_per_client_step": float(np.median(cpus[engine])) / work,
             "peak_rss_mb": peak[engine], "device": device.type,
             "executor": (f"block {plan.block}, {plan.workers} worker{'s' if plan.workers > 1 else ''}"
-                         + (", CUDA graphs" if graphs and device.type == "cuda" else "")
+                         + (", CUDA graphs" if graphed and device.type == "cuda" else "")
                          if engine == "batched" else "per-client torch.nn + autograd + SGD"),
-            "graphs": graphs and engine == "batched",
+            "graphs": graphed and engine == "batched",
             "flops_per_client_step": train_flops(prob.model, w.batch),
             "bytes_per_client_step": step_bytes(prob.model, prob.params, w.batch),
         }
@@ -458,11 +461,12 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
               threads: int | None = None, repeat: int = 3, clients: int | None = None,
               ref_clients: int | None = None, batch: int | None = None,
               model_params: dict[str, Any] | None = None, eval_samples: int | None = None,
-              graphs: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              graphs: bool | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
     model on top of its own (e.g. {"channels_last": False} for the convolutional models). eval_samples:
     also time evaluation on that many samples per workload (run_eval; records with mode "evaluate",
-    after the training records, whose mode is "train"). graphs: the batched engine with CUDA graphs."""
+    after the training records, whose mode is "train"). graphs: the batched engine with CUDA graphs or
+    without (None: the executor's rule)."""
     check_workloads(workloads, model_params)
     dev = resolve_device(device)
     if dev.type == "cuda":
@@ -572,10 +576,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval", metavar="SAMPLES", type=int, default=None,
                         help="also time evaluating the global model on SAMPLES samples per workload: the "
                              "model's logits against the torch.nn module's forward pass under no_grad")
-    parser.add_argument("--graphs", action="store_true",
+    parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
                         help=f"the engine replays each run of steps with the same working clients from a "
                              f"CUDA graph (engine.graphs; a run of fewer than {GRAPH_MIN_STEPS} steps trains "
-                             f"eagerly: give --steps {GRAPH_MIN_STEPS} or more); not yet measured on a GPU")
+                             f"eagerly: give --steps {GRAPH_MIN_STEPS} or more), or not (--no-graphs); "
+                             f"default: the engine's rule per model (no model yet)")
     parser.add_argument("--count-ops", action="store_true",
                         help=f"instead of timing, count the ATen operators of one batched step of K clients "
                              f"(--clients, default {CUDA_CLIENTS}) on the meta device: a lower bound of its "

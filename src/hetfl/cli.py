@@ -208,7 +208,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             split = Path(args.split or paths.split_dir(specs[0], args.splits_root) / "split.npz")
             traces = {s.run: paths.trace_file(s, args.traces_root) for s in specs}
             statuses = run_cell(specs, split, traces, args.results_root or "results", args.log_dir,
-                                device=args.device, checkpoint_every=args.checkpoint_every)
+                                device=args.device, checkpoint_every=args.checkpoint_every,
+                                graphs=args.graphs)
             print(f"cell {key}: " + ", ".join(f"{n} {s}" for n, s in _count(statuses.values())),
                   file=sys.stderr)
         return 0
@@ -228,7 +229,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         spec = matches[0]
         split, trace = _prepare_by_hand(spec)
         out = Path(args.out) if args.out else paths.run_dir(spec)
-    result = run_training(spec, split, trace, out, device=args.device, checkpoint_every=args.checkpoint_every)
+    result = run_training(spec, split, trace, out, device=args.device, checkpoint_every=args.checkpoint_every,
+                          graphs=args.graphs)
     if not args.no_mlflow:  # by hand: mirror this run (the workflow mirrors per experiment: rule track)
         _mirror_by_hand(out, args.results_root or "results")
     print(f"{spec.experiment}/{spec.run}: {result.status} after {result.rounds_done} rounds -> {out}",
@@ -477,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="... and the run name (see `hetfl runs CONFIG`)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (Snakemake passes {threads})")
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="on CUDA, replay local steps from CUDA graphs (engine.graphs), or not (--no-graphs); "
+                        "default: the engine's rule per model (no model yet); no effect on the CPU")
     p.add_argument("--no-mlflow", action="store_true", help="do not mirror the run to MLflow")
     p.add_argument("--results-root", help="results directory: --cell writes runs under it; it holds the "
                                           "default MLflow store (default: results/)")

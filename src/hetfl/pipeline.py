@@ -12,6 +12,7 @@ fingerprint of the training job (hetfl.fingerprint) and the torch/numpy versions
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import platform
@@ -34,6 +35,8 @@ from hetfl.data import concept_shift, traces
 from hetfl.data.build import check_split
 from hetfl.data.events import Event, Schedule, build_schedule
 from hetfl.data.federation import Federation, load_federation
+from hetfl.engine import executor
+from hetfl.engine.local import local_sgd
 from hetfl.engine.reproducible import reproducible_cuda
 from hetfl.engine.runner import (
     Data,
@@ -197,8 +200,10 @@ class RunJob:
     def __init__(self, spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, out_dir: str | Path, *,
                  device: str = "cpu", progress: bool | TextIO = True,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
-                 prov: Provenance | None = None, data: Data | None = None) -> None:
+                 prov: Provenance | None = None, data: Data | None = None,
+                 graphs: bool | None = None) -> None:
         self.spec, self.out_dir = spec, Path(out_dir)
+        self.graphs = graphs  # CUDA graphs for local steps (engine.graphs); None: the executor's rule
         self.split_npz, self.traces_npz = split_npz, traces_npz
         self.device = resolve_device(device)
         if self.device.type == "cuda":
@@ -295,6 +300,9 @@ class RunJob:
             "git_dirty": self.prov.dirty,
             "code_fingerprint": self.prov.code,
             "device": str(self.device),
+            # local steps replayed from CUDA graphs (engine.graphs): asked for, or the model's rule on CUDA
+            "cuda_graphs": self.device.type == "cuda" and (
+                executor.graphs_rule(self.loop.model, self.device) if self.graphs is None else self.graphs),
             "torch_threads": torch.get_num_threads(),
             # a run trained stacked with others shares their wall time (engine.runner.train_stacked)
             "stacked_runs": self.stacked_with,
@@ -314,17 +322,23 @@ class RunJob:
 def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, out_dir: str | Path,
                  *, device: str = "cpu", progress: bool | TextIO = True,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
-                 prov: Provenance | None = None) -> TrainResult:
+                 prov: Provenance | None = None, graphs: bool | None = None) -> TrainResult:
     """Train one run and write metrics.parquet and run.json (each atomically).
 
     progress: True prints progress lines to stderr, a stream prints them there, False prints none.
     fed: the split already loaded. checkpoint_every = 0 keeps no mid-run checkpoint.
+    graphs: on CUDA, replay local steps from CUDA graphs (engine.graphs) or not; None: the engine's rule.
     """
     job = RunJob(spec, split_npz, traces_npz, out_dir, device=device, progress=progress,
-                 checkpoint_every=checkpoint_every, fed=fed, prov=prov)
+                 checkpoint_every=checkpoint_every, fed=fed, prov=prov, graphs=graphs)
     if job.restored is not None:
         return job.restored
-    return job.finish(train_stacked([job.loop])[0])
+    return job.finish(train_stacked([job.loop], _trainer(graphs))[0])
+
+
+def _trainer(graphs: bool | None):
+    """engine.local.local_sgd with the CUDA-graphs option (None: the executor's rule)."""
+    return local_sgd if graphs is None else functools.partial(local_sgd, graphs=graphs)
 
 
 def _cpu(obj: Any) -> Any:
@@ -344,12 +358,12 @@ STACK_MAX_PARAMETERS = 1_000_000
 
 def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, str | Path],
              results_root: str | Path = "results", log_dir: str | Path | None = None, *, device: str = "cpu",
-             checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> dict[str, str]:
+             checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, graphs: bool | None = None) -> dict[str, str]:
     """Train every run of a cell (runs that share a split) in this process: imports, the split and the code
     fingerprint are paid once, and small models train all their runs stacked (engine.runner.train_stacked:
     each run ends bitwise where it would alone). traces_of maps each run name to its trace file; each run
     writes <results_root>/<experiment>/<run>/ and, with log_dir, its progress to <log_dir>/<run>.log.
-    Returns {run: status}."""
+    graphs: as run_training's. Returns {run: status}."""
     if len({s.split_key for s in specs}) > 1:
         raise ValueError(f"a cell's runs share one split; got {sorted({s.split_key for s in specs})}")
     fed = load_federation(split_npz)
@@ -369,15 +383,16 @@ def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, s
             jobs.append(RunJob(spec, split_npz, traces_of[spec.run],
                                Path(results_root) / spec.experiment / spec.run, device=device,
                                progress=stream, checkpoint_every=checkpoint_every, prov=prov,
-                               data=data[spec.model]))
+                               data=data[spec.model], graphs=graphs))
         todo = [j for j in jobs if j.restored is None]
         small = [j for j in todo if sum(p.numel() for p in j.loop.params) < STACK_MAX_PARAMETERS]
         for job in small:
             job.stacked_with = len(small)
-        for job, result in zip(small, train_stacked([j.loop for j in small]), strict=True):
+        trainer = _trainer(graphs)
+        for job, result in zip(small, train_stacked([j.loop for j in small], trainer), strict=True):
             job.finish(result)
         for job in (j for j in todo if j not in small):
-            job.finish(train_stacked([job.loop])[0])
+            job.finish(train_stacked([job.loop], trainer)[0])
         for job in jobs:
             result = job.restored or job.loop.result
             statuses[job.spec.run] = result.status

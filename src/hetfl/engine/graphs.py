@@ -10,8 +10,10 @@ capture then uses (cuDNN's and cuBLAS's handles and workspaces for that stream, 
 the next is captured and every later one replayed. A run shorter than GRAPH_MIN_STEPS trains eagerly: a
 capture costs about an eager step plus the graph's instantiation.
 
-Opt-in (`local_sgd(..., graphs=True)`, `hetfl bench --graphs`) until a GPU has measured it. On any other
-device "capture" returns the step itself, so the same sequence of feeds and steps runs eagerly there: that
+Used where the executor's rule says (engine.executor.graphs_rule: a model whose class sets `cuda_graphs`;
+none yet, until a GPU has measured them) or where asked (`local_sgd(..., graphs=True)`, `hetfl train` and
+`hetfl bench --graphs`; `--no-graphs` turns them off either way). On any other device "capture" returns
+the step itself, so the same sequence of feeds and steps runs eagerly there: that
 is how the orchestration is tested without a GPU (tests/test_graphs.py).
 """
 
@@ -76,8 +78,8 @@ def run_steps(step: Step, feed: Feed, n: int, device: torch.device, graphed: boo
         replay = capture(step, device, GRAPH_WARMUP, feed)
     except Exception as err:  # a step that cannot be captured: say which option asked for it
         raise RuntimeError(f"a CUDA graph of a run of {n} local steps failed to capture "
-                           f"({type(err).__name__}: {err}); CUDA graphs (local_sgd graphs=True, hetfl bench "
-                           f"--graphs) are opt-in: run without them") from err
+                           f"({type(err).__name__}: {err}); run without CUDA graphs: hetfl train or hetfl "
+                           f"bench --no-graphs (local_sgd graphs=False)") from err
     for i in range(GRAPH_WARMUP, n):
         feed(i)
         replay()

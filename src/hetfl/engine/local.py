@@ -30,7 +30,7 @@ PERMUTE_COPY_BYTES = 8 << 20
 def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor, y_train: Tensor,
               batch_idx: np.ndarray, steps: np.ndarray, lr: float, correction: Correction | None = None,
               ctx: dict[str, list[Tensor]] | None = None, start: list[Tensor] | None = None,
-              graphs: bool = False) -> list[Tensor]:
+              graphs: bool | None = None) -> list[Tensor]:
     """Ruan et al. Eq. (1): w_{i+1}^k = w_i^k − η_τ g_i^k for i < s_τ^k, for every client at once.
 
     batch_idx: [K, S, B] absolute indices (see minibatch.minibatch_indices); steps: [K];
@@ -38,7 +38,8 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     algorithm may update them in place, e.g. FedNova's momentum buffers).
     start: per-client starting parameters [K, ...] (FedBN's local batch norm); None = the broadcast.
     graphs: on CUDA, replay each run of steps with the same working prefix from a CUDA graph
-    (engine.graphs; the fused path only, opt-in until measured on a GPU); elsewhere the same steps eagerly.
+    (engine.graphs; the fused path only); elsewhere the same steps eagerly. None: the executor's rule
+    (executor.graphs_rule: the model's `cuda_graphs`).
     Returns the clients' final parameters, stacked [K, ...] in the input order.
     """
     K = len(steps)
@@ -62,6 +63,7 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     # result does not depend on the blocks.
     plan = executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K)
     blocks = executor.blocks(K, plan)
+    graphed = fused and (plan.graphs if graphs is None else graphs)
 
     def train_run(lo: int, m: int, j0: int, j1: int) -> None:
         """Steps j0 <= j < j1 of the block's first m clients from row lo."""
@@ -85,7 +87,7 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
             for p, g in zip(rows, grads, strict=True):
                 p.sub_(g, alpha=lr)
 
-        run_steps(step, feed, j1 - j0, device, graphs and fused)
+        run_steps(step, feed, j1 - j0, device, graphed)
 
     def train_block(lo: int, hi: int) -> None:
         # runs of steps with the same working prefix: the same clients and shapes, only the minibatches
