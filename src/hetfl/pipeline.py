@@ -300,7 +300,7 @@ class RunJob:
             "git_dirty": self.prov.dirty,
             "code_fingerprint": self.prov.code,
             "device": str(self.device),
-            # local steps replayed from CUDA graphs (engine.graphs): asked for, or the model's rule on CUDA
+            # CUDA graphs on for the run's fused local steps (engine.graphs): asked for, or the model's rule
             "cuda_graphs": self.device.type == "cuda" and (
                 executor.graphs_rule(self.loop.model, self.device) if self.graphs is None else self.graphs),
             "torch_threads": torch.get_num_threads(),
