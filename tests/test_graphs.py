@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from hetfl.engine import executor, graphs, local
 from hetfl.engine.local import _prefix_runs, local_sgd
@@ -23,6 +24,51 @@ def test_prefix_runs_by_hand():
     assert _prefix_runs(active, 2, 4) == [(2, 0, 2), (1, 2, 3)]
     assert _prefix_runs(active, 5, 6) == []  # a client with no steps
     assert _prefix_runs(np.array([], dtype=np.int64), 0, 3) == []
+
+
+def test_replayed_steps_by_hand_and_as_run_steps_replays(monkeypatch):
+    # runs of 10, 5, 6 and 1 steps: 10 - 2 and 6 - 2 replayed; 5 and 1 eager (shorter than 6)
+    assert (graphs.GRAPH_MIN_STEPS, graphs.GRAPH_WARMUP) == (6, 2)
+    assert graphs.replayed_steps([10, 5, 6, 1]) == 12
+    assert graphs.replayed_steps([]) == 0
+    events = _spy(monkeypatch)
+    for n in range(1, 13):
+        graphs.run_steps(lambda: None, lambda i: None, n, torch.device("cpu"), graphed=True)
+    assert events.count("replay") == graphs.replayed_steps(list(range(1, 13)))
+
+
+def test_graph_share_counts_a_paper_grids_block_steps(capsys, tmp_path):
+    """scripts/graph_share.py: a round's runs (one block, or client by client below cuda_batched_from),
+    by hand; and over a small grid of offline data, one line per (setting, scheme, traces) whose counts
+    add up."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "graph_share.py"
+    spec = importlib.util.spec_from_file_location("graph_share", path)
+    share = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(share)
+    # steps [9, 9, 3, 0]: both long clients for 3 steps, then 2 of them for 6 more (the third is done)
+    assert share.block_runs(np.array([3, 9, 0, 9]), 0) == [3, 6]
+    assert share.block_runs(np.array([3, 9]), 3) == [9, 3]  # fewer than 3 clients: client by client
+    paper = path.parents[1] / "workflow" / "config" / "paper"
+    grid = yaml.safe_load((paper / "ruan2021_table3_synthetic.yaml").read_text())
+    grid["experiments"]["ruan2021_table3_synthetic"].update(rounds=6, num_traces=[1, 8], seeds=[3, 4],
+                                                            local_epochs=8)
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
+    assert share.main([str(tmp_path / "grid.yaml")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 * 3 * 2 + 1  # IID and NIID, Schemes A, B, C, two trace sets; then "all"
+    # E = 8 local updates. Where every client trains all 8 (Scheme A, which keeps only complete devices,
+    # and one trace, T_0, in which every device completes): one run of 8 steps a round, 6 of them replayed
+    for line in lines[:-1]:
+        if " scheme A " in line or " T1 " in line:
+            assert line.split(" (logreg)")[0].split()[1] in ("IID", "NIID") and "6 rounds trained" in line
+            assert "block steps 48, replayed 36 (75%)" in line, line
+    counts = [[int(v.replace(",", "")) for v in line.split("block steps ")[1].split(" (")[0].split(
+        ", replayed ")] for line in lines]
+    assert counts[-1] == [sum(c[0] for c in counts[:-1]), sum(c[1] for c in counts[:-1])]
+    assert all(0 <= r <= s for s, r in counts)
 
 
 def _spy(monkeypatch) -> list[str]:

@@ -65,6 +65,13 @@ def capture(step: Step, device: torch.device, warmup: int = 0, feed: Feed | None
     return graph.replay
 
 
+def replayed_steps(runs: list[int]) -> int:
+    """How many of a block's steps `run_steps` replays from graphs, given its runs' lengths (engine.local's
+    runs of one working prefix): n - GRAPH_WARMUP of every run of n >= GRAPH_MIN_STEPS steps; the rest
+    train eagerly. scripts/graph-share counts them over a paper grid's rounds."""
+    return sum(n - GRAPH_WARMUP for n in runs if n >= GRAPH_MIN_STEPS)
+
+
 def run_steps(step: Step, feed: Feed, n: int, device: torch.device, graphed: bool) -> None:
     """Steps i = 0 .. n - 1 of one run: `feed(i)`, then `step()`, which reads what feed wrote. Eagerly;
     or, when `graphed` and n >= GRAPH_MIN_STEPS, the first GRAPH_WARMUP eagerly, the rest replayed from
