@@ -29,7 +29,7 @@ from hetfl.config import ConfigError, expand_runs, load_config, validate_config
 from hetfl.data.build import make_split
 from hetfl.data.traces import make_traces
 from hetfl.engine.graphs import replayed_steps
-from hetfl.engine.local import _prefix_runs
+from hetfl.engine.local import prefix_runs, working_prefix
 from hetfl.pipeline import RunJob
 from hetfl.projection import FAKEABLE, OFFLINE, fake_source
 
@@ -40,8 +40,7 @@ def block_runs(done: np.ndarray, batched_from: int) -> list[int]:
     steps = np.sort(np.asarray(done))[::-1]
     if len(steps) < batched_from:
         return [int(s) for s in steps if s > 0]
-    active = np.searchsorted(-steps, -np.arange(int(steps[0]) if len(steps) else 0), side="left")
-    return [j1 - j0 for _, j0, j1 in _prefix_runs(active, 0, len(steps))]
+    return [j1 - j0 for _, j0, j1 in prefix_runs(working_prefix(steps), 0, len(steps))]
 
 
 def main(argv: list[str] | None = None) -> int:

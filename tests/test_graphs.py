@@ -12,18 +12,18 @@ import torch
 import yaml
 
 from hetfl.engine import executor, graphs, local
-from hetfl.engine.local import _prefix_runs, local_sgd
+from hetfl.engine.local import local_sgd, prefix_runs
 from hetfl.models import make_model
 
 
 def test_prefix_runs_by_hand():
     # steps sorted [5, 5, 3, 2, 1, 0]: clients with more than j steps at j = 0..4
     active = np.array([5, 4, 3, 2, 2])
-    assert _prefix_runs(active, 0, 6) == [(5, 0, 1), (4, 1, 2), (3, 2, 3), (2, 3, 5)]
+    assert prefix_runs(active, 0, 6) == [(5, 0, 1), (4, 1, 2), (3, 2, 3), (2, 3, 5)]
     # the block of rows 2 and 3: both work at steps 0 and 1, row 2 alone at step 2
-    assert _prefix_runs(active, 2, 4) == [(2, 0, 2), (1, 2, 3)]
-    assert _prefix_runs(active, 5, 6) == []  # a client with no steps
-    assert _prefix_runs(np.array([], dtype=np.int64), 0, 3) == []
+    assert prefix_runs(active, 2, 4) == [(2, 0, 2), (1, 2, 3)]
+    assert prefix_runs(active, 5, 6) == []  # a client with no steps
+    assert prefix_runs(np.array([], dtype=np.int64), 0, 3) == []
 
 
 def test_replayed_steps_by_hand_and_as_run_steps_replays(monkeypatch):
@@ -131,8 +131,8 @@ def test_a_failed_capture_names_the_option(monkeypatch):
 
 def test_the_rule_is_the_models_and_on_cuda_only(monkeypatch):
     """executor.graphs_rule: graphs on CUDA for a model whose class sets `cuda_graphs`, never elsewhere;
-    no zoo model sets it yet (docs/engine.md: the rule waits for a GPU's measurement). make_plan carries
-    it, also for the LSTMs' client-by-client rounds."""
+    no zoo model sets it yet (docs/engine.md: the rule waits for a GPU's measurement). graphs_on: an
+    option given overrides it either way."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert executor.graphs_rule(SimpleNamespace(cuda_graphs=True), cuda)
     assert not executor.graphs_rule(SimpleNamespace(cuda_graphs=True), cpu)
@@ -141,12 +141,10 @@ def test_the_rule_is_the_models_and_on_cuda_only(monkeypatch):
            "resnet20": (3, 32, 32), "char_lstm": 80, "sent_lstm": 25}
     for name, shape in zoo.items():
         assert not executor.graphs_rule(make_model(name, shape, 10), cuda), name
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 40, 1 << 41))
     m = make_model("char_lstm", 80, 10)
     monkeypatch.setattr(type(m), "cuda_graphs", True, raising=False)
-    on_cuda = SimpleNamespace(device=cuda, shape=(1, 10, 80), dtype=torch.int64)
-    assert executor.make_plan(m, [], on_cuda, 2) == executor.Plan(1, 1, graphs=True)
-    assert executor.make_plan(m, [], torch.zeros(1, 10, 80, dtype=torch.int64), 2).graphs is False
+    assert executor.graphs_on(m, cuda, None) and not executor.graphs_on(m, cuda, False)
+    assert not executor.graphs_on(m, cpu, None) and executor.graphs_on(m, cpu, True)
 
 
 def _mlp_round():

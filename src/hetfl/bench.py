@@ -325,7 +325,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
                 peak_dev[engine] = max(peak_dev[engine], torch.cuda.max_memory_allocated(device) / 2 ** 20)
     plan = executor.make_plan(prob.model, [p.unsqueeze(0) for p in prob.params],
                               prob.x[:w.batch].unsqueeze(0), K)
-    graphed = hasattr(prob.model, "sgd_step") and (plan.graphs if graphs is None else graphs)
+    graphed = hasattr(prob.model, "sgd_step") and executor.graphs_on(prob.model, device, graphs)
     records = []
     for engine in ENGINES:
         work = float(prob.steps[:counts[engine]].sum())

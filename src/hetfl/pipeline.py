@@ -301,8 +301,8 @@ class RunJob:
             "code_fingerprint": self.prov.code,
             "device": str(self.device),
             # CUDA graphs on for the run's fused local steps (engine.graphs): asked for, or the model's rule
-            "cuda_graphs": self.device.type == "cuda" and (
-                executor.graphs_rule(self.loop.model, self.device) if self.graphs is None else self.graphs),
+            "cuda_graphs": self.device.type == "cuda" and executor.graphs_on(self.loop.model, self.device,
+                                                                             self.graphs),
             "torch_threads": torch.get_num_threads(),
             # a run trained stacked with others shares their wall time (engine.runner.train_stacked)
             "stacked_runs": self.stacked_with,

@@ -20,10 +20,10 @@ timing taken during a run, so a run is reproduced by the same executor), docs/en
   from intra-op threads). Blocks go to workers longest first, to the least loaded worker (a fixed order:
   the assignment depends only on the step counts).
 
-A third, on CUDA only: `graphs`, replaying a block's runs of local steps from CUDA graphs (engine.graphs),
-for the models whose `cuda_graphs` says so. No zoo model says so yet: the rule waits for a GPU's
-measurement (docs/engine.md, "CUDA graphs in the engine"); local_sgd's and the CLI's `graphs` option
-overrides it either way.
+Beside the plan, on CUDA only: whether a block's runs of local steps are replayed from CUDA graphs
+(engine.graphs; `graphs_rule`), for the models whose `cuda_graphs` says so. No zoo model says so yet: the
+rule waits for a GPU's measurement (docs/engine.md, "CUDA graphs in the engine"); local_sgd's and the
+CLI's `graphs` option overrides it either way (`graphs_on`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ _threads_lock = threading.Lock()
 class Plan:
     block: int  # clients per batched computation
     workers: int  # CPU threads training blocks concurrently (1: blocks in turn, intra-op parallel kernels)
-    graphs: bool = False  # CUDA: runs of local steps replayed from CUDA graphs (engine.graphs)
 
 
 def graphs_rule(model, device: torch.device) -> bool:
@@ -56,19 +55,24 @@ def graphs_rule(model, device: torch.device) -> bool:
     return device.type == "cuda" and bool(getattr(model, "cuda_graphs", False))
 
 
+def graphs_on(model, device: torch.device, option: bool | None) -> bool:
+    """CUDA graphs for `model`'s local steps on `device`: `option` where given (local_sgd's `graphs`, the
+    CLI's --graphs / --no-graphs), else graphs_rule."""
+    return graphs_rule(model, device) if option is None else option
+
+
 def make_plan(model, params: list[Tensor], x: Tensor, clients: int) -> Plan:
     """The executor for `clients` clients of `model` on x's device; params: the stacked parameters, x a
     minibatch [m, B, ...] (shapes past the client axis, dtype and device matter)."""
-    graphs = graphs_rule(model, x.device)
     if clients == 0 or (x.device.type == "cuda" and clients < getattr(model, "cuda_batched_from", 0)):
-        return Plan(1, 1, graphs)
+        return Plan(1, 1)
     block = clients
     if hasattr(model, "client_block"):
         block = max(1, min(clients, int(model.client_block(params, x))))
     workers = 1
     if x.device.type == "cpu" and getattr(model, "client_parallel", False):
         workers = max(1, min(torch.get_num_threads(), -(-clients // block)))
-    return Plan(block, workers, graphs)
+    return Plan(block, workers)
 
 
 def blocks(clients: int, plan: Plan) -> list[tuple[int, int]]:

@@ -55,15 +55,14 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
         params = [s.index_select(0, order_t) for s in start]  # index_select copies: start is not touched
     ctx_sorted = {k: [t.index_select(0, order_t) for t in v] for k, v in (ctx or {}).items()}
     fused = correction is None and hasattr(model, "sgd_step")
-    # active[j] = number of clients with more than j steps: the working prefix at step j.
-    active = np.searchsorted(-steps_sorted, -np.arange(int(steps_sorted[0]) if K else 0), side="left")
+    active = working_prefix(steps_sorted)
     batch = idx.shape[2] if idx.dim() == 3 else 0
     # Blocks of clients (engine.executor: how many per block, and CPU workers): each block runs all its
     # steps before the next, so its weights stay in cache between steps. Clients are independent, so the
     # result does not depend on the blocks.
     plan = executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K)
     blocks = executor.blocks(K, plan)
-    graphed = fused and (plan.graphs if graphs is None else graphs)
+    graphed = fused and executor.graphs_on(model, device, graphs)
 
     def train_run(lo: int, m: int, j0: int, j1: int) -> None:
         """Steps j0 <= j < j1 of the block's first m clients from row lo."""
@@ -92,7 +91,7 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     def train_block(lo: int, hi: int) -> None:
         # runs of steps with the same working prefix: the same clients and shapes, only the minibatches
         # change (engine.graphs replays such a run from one CUDA graph)
-        for m, j0, j1 in _prefix_runs(active, lo, hi):
+        for m, j0, j1 in prefix_runs(active, lo, hi):
             train_run(lo, m, j0, j1)
 
     executor.run(plan, blocks, [float(steps_sorted[lo:hi].sum()) for lo, hi in blocks], train_block)
@@ -100,7 +99,14 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     return params
 
 
-def _prefix_runs(active: np.ndarray, lo: int, hi: int) -> list[tuple[int, int, int]]:
+def working_prefix(steps_sorted: np.ndarray) -> np.ndarray:
+    """active[j] = the number of clients with more than j steps (steps sorted descending): the working
+    prefix of the stack at step j."""
+    n = int(steps_sorted[0]) if len(steps_sorted) else 0
+    return np.searchsorted(-steps_sorted, -np.arange(n), side="left")
+
+
+def prefix_runs(active: np.ndarray, lo: int, hi: int) -> list[tuple[int, int, int]]:
     """(m, j0, j1): block [lo, hi)'s steps j0 <= j < j1 all train its first m clients (active[j]: the
     round's working prefix at step j, non-increasing), in order, m > 0."""
     m = np.minimum(active, hi) - lo
