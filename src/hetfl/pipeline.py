@@ -338,7 +338,7 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
 
 def _trainer(graphs: bool | None):
     """engine.local.local_sgd with the CUDA-graphs option (None: the executor's rule)."""
-    return local_sgd if graphs is None else functools.partial(local_sgd, graphs=graphs)
+    return functools.partial(local_sgd, graphs=graphs)
 
 
 def _cpu(obj: Any) -> Any:
