@@ -228,10 +228,12 @@ def test_a_run_on_cuda_is_reproducible_and_equals_the_cpu_run(tmp_path, torch_cu
     np.testing.assert_allclose(cuda["value"], cpu["value"], rtol=1e-3, atol=5e-3)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="--device auto would train on CUDA")
 @pytest.mark.parametrize("flag,expect", [([], None), (["--graphs"], True), (["--no-graphs"], False)])
 def test_hetfl_train_passes_its_graphs_option_down(flag, expect, tmp_path, monkeypatch):
     """`hetfl train --graphs/--no-graphs` reaches every local_sgd call of the run (absent: None, the
-    executor's rule); run.json says whether the run used CUDA graphs (never on the CPU)."""
+    executor's rule); run.json says whether the run used CUDA graphs (never on the CPU: --device auto
+    without CUDA trains the same steps eagerly)."""
     run = dataclasses.replace(SPEC, algorithm="fedavg", algorithm_params={}, rounds=2)
     split, trace = _inputs(tmp_path, run)
     spec = tmp_path / "spec.json"
@@ -241,7 +243,7 @@ def test_hetfl_train_passes_its_graphs_option_down(flag, expect, tmp_path, monke
     monkeypatch.setattr(pipeline, "local_sgd", lambda *a, **k: seen.append(k.get("graphs")) or real(*a, **k))
     out = tmp_path / "run"
     assert cli.main(["train", "--spec", str(spec), "--split", str(split), "--traces", str(trace),
-                     "--out", str(out), "--no-mlflow", *flag]) == 0
+                     "--out", str(out), "--no-mlflow", "--device", "auto", *flag]) == 0
     assert seen and set(seen) == {expect}
     assert json.loads((out / "run.json").read_text())["cuda_graphs"] is False
 

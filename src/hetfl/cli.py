@@ -196,6 +196,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from hetfl.pipeline import run_cell, run_training, spec_from_arg
 
     torch.set_num_threads(args.threads)
+    if args.graphs and args.device == "cpu":
+        raise ConfigError("--graphs replays local steps from CUDA graphs; --device has value 'cpu', which is "
+                          "not allowed with it; allowed: cuda, auto (or leave out --graphs)")
     if args.cell:  # the workflow: every run of one or more cells in this process, cell after cell
         if not (args.split or args.splits_root):
             raise ConfigError("hetfl train --cell needs --split (one cell) or --splits-root")
@@ -481,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="on CUDA, replay local steps from CUDA graphs (engine.graphs), or not (--no-graphs); "
-                        "default: the engine's rule per model (no model yet); no effect on the CPU")
+                        "default: the engine's rule per model (no model yet); --graphs needs --device cuda "
+                        "or auto (auto without CUDA trains eagerly)")
     p.add_argument("--no-mlflow", action="store_true", help="do not mirror the run to MLflow")
     p.add_argument("--results-root", help="results directory: --cell writes runs under it; it holds the "
                                           "default MLflow store (default: results/)")
