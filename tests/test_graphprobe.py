@@ -25,6 +25,24 @@ def test_graph_replay_ends_where_the_eager_steps_end(name, device):
     assert r["max_abs_diff"] == 0 if device == "cpu" else r["max_abs_diff"] < 1e-5
 
 
+def test_graph_min_steps_by_hand():
+    """Capture 10 ms with 2 warm-up steps, eager 2 ms, replay 0.5 ms a step: n steps graphed cost
+    10 + (n - 2)·0.5 ms against 2n eager; equal at n = 6, faster from 7."""
+    assert graphprobe.graph_min_steps(10.0, 2.0, 0.5, warmup=2) == 7
+    assert graphprobe.graph_min_steps(0.0, 2.0, 1.0, warmup=2) == 3  # never fewer than the warm-up + 1
+    assert graphprobe.graph_min_steps(1.0, 2.0, 2.0, warmup=2) is None  # a replay that gains nothing
+    assert graphprobe.graph_min_steps(1.0, 2.0, 3.0, warmup=2) is None
+
+
+def test_the_probe_times_the_engines_capture_per_run():
+    """capture_s: the engine's capture of a run (GRAPH_WARMUP eager steps, then the capture) timed, and
+    graph_min_steps derived from it and the two rates."""
+    r = graphprobe.probe("logreg-synthetic", torch.device("cpu"), clients=2, steps=2, repeat=2)
+    assert r["capture_s"] > 0
+    e, g = (r["clients"] / r[f"{k}_client_steps_per_s"] for k in ("eager", "graph"))
+    assert r["graph_min_steps"] == graphprobe.graph_min_steps(r["capture_s"], e, g)
+
+
 def test_a_step_that_moves_the_parameters_is_compared(monkeypatch):
     """The comparison sees a difference: a 'graph' that runs one extra step ends elsewhere."""
     monkeypatch.setattr(graphprobe, "capture", lambda step, device, warmup: lambda: (step(), step()))

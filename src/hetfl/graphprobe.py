@@ -8,7 +8,10 @@ the arithmetic, and with deterministic kernels the result, does not change. This
 one block's step of each workload of `hetfl bench`, without the engine's minibatch gathers, its warm-up
 steps or its captures (`hetfl bench --graphs` times the whole engine with them): K clients' `sgd_step`
 (forward, backward and update of the whole block, in place) run eagerly and replayed from a graph, each
-`--steps` times from the same parameters, with the parameters they end at compared.
+`--steps` times from the same parameters, with the parameters they end at compared. It also times what
+the engine pays per run of steps before its first replay (`capture` with GRAPH_WARMUP eager warm-up
+steps on a new side stream, then the capture and the graph's instantiation) and says from how many steps
+a run gains (`graph_min_steps`): the measured GRAPH_MIN_STEPS.
 
     python -m hetfl.graphprobe [--workloads W1,...] [--clients K] [--steps S] [--repeat R] [--json PATH]
 
@@ -19,6 +22,7 @@ probe itself (tests/test_graphprobe.py). `scripts/gpu-check` runs it after its c
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -41,8 +45,18 @@ from hetfl.bench import (
     workload_model,
     write_json,
 )
-from hetfl.engine.graphs import capture
+from hetfl.engine.graphs import GRAPH_WARMUP, capture
 from hetfl.engine.reproducible import reproducible_cuda
+
+
+def graph_min_steps(capture_s: float, eager_s: float, replay_s: float, warmup: int = GRAPH_WARMUP
+                    ) -> int | None:
+    """The shortest run of n steps that is faster graphed than eager: capture_s (the warm-up steps, the
+    capture and the instantiation) + (n - warmup)·replay_s < n·eager_s, n > warmup; None when a replay is
+    no faster than an eager step (per-step seconds)."""
+    if replay_s >= eager_s:
+        return None
+    return max(warmup + 1, math.floor((capture_s - warmup * replay_s) / (eager_s - replay_s)) + 1)
 
 
 def probe(name: str, device: torch.device, clients: int | None = None, steps: int = 10, repeat: int = 3,
@@ -89,8 +103,18 @@ def probe(name: str, device: torch.device, clients: int | None = None, steps: in
         times["graph"].append(run(replay, graph_params))
     rates = {k: K * steps / statistics.median(v) for k, v in times.items()}
     diff = max(float((a - b).abs().max()) for a, b in zip(eager_params, graph_params, strict=True))
+    captures = []
+    for _ in range(repeat):  # what the engine pays per run before its first replay (engine.graphs.run_steps)
+        synchronize(device)
+        t0 = time.perf_counter()
+        again = capture(step_of(graph_params), device, warmup=GRAPH_WARMUP)
+        synchronize(device)
+        captures.append(time.perf_counter() - t0)
+        del again  # the graph and its memory pool
+    capture_s = statistics.median(captures)
     return {**record, "eager_client_steps_per_s": rates["eager"], "graph_client_steps_per_s": rates["graph"],
-            "speedup": rates["graph"] / rates["eager"], "max_abs_diff": diff}
+            "speedup": rates["graph"] / rates["eager"], "max_abs_diff": diff, "capture_s": capture_s,
+            "graph_min_steps": graph_min_steps(capture_s, K / rates["eager"], K / rates["graph"])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         records.append(r)
         print(f"{name:22s} K={r['clients']:<4d} " + (f"capture failed: {r['error']}" if "error" in r else
               f"eager {r['eager_client_steps_per_s']:10.1f}  graph {r['graph_client_steps_per_s']:10.1f} "
-              f"client steps/s  {r['speedup']:5.2f}x  max |diff| {r['max_abs_diff']:.2e}"), flush=True)
+              f"client steps/s  {r['speedup']:5.2f}x  max |diff| {r['max_abs_diff']:.2e}  capture "
+              f"{1e3 * r['capture_s']:.1f} ms, a run gains from {r['graph_min_steps'] or '-'} steps"),
+              flush=True)
     write_json(records, args.json)
     return 0
 
