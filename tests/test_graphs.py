@@ -152,8 +152,8 @@ def _mlp_round():
     g = torch.Generator().manual_seed(0)
     params = m.init_params(g)
     x, y = torch.randn(40, 784, generator=g), torch.randint(0, 10, (40,), generator=g)
-    idx = torch.randint(0, 40, (3, 8, 5), generator=g).numpy()
-    return m, params, x, y, idx, np.array([8, 7, 2])
+    idx = torch.randint(0, 40, (3, 9, 5), generator=g).numpy()
+    return m, params, x, y, idx, np.array([9, 8, 1])  # a run of 7 steps (two clients): long enough to graph
 
 
 @pytest.mark.parametrize("rule,option,correction,expect", [
@@ -174,9 +174,11 @@ def test_local_sgd_follows_the_rule_unless_told(rule, option, correction, expect
         real(step, feed, n, device, graphed)
 
     monkeypatch.setattr(local, "run_steps", spy)
+    events = _spy(monkeypatch)
     fix = (lambda p, g, ctx: g) if correction else None
     out = local_sgd(m, params, x, y, idx, steps, 0.1, correction=fix, graphs=option)
     assert seen and set(seen) == {expect}
+    assert events.count("replay") == (5 if expect else 0)  # the run of 7: 2 warm-up steps, 5 replays
     eager = local_sgd(m, params, x, y, idx, steps, 0.1, correction=fix, graphs=False)
     for a, b in zip(out, eager, strict=True):  # on the CPU the same steps, eagerly: bitwise
         assert torch.equal(a, b)
