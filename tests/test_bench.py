@@ -92,6 +92,30 @@ def test_graphs_flag_reaches_the_engine_and_its_record(flag, option, recorded, c
     assert {r["engine"]: r["graphs"] for r in records} == {"batched": recorded, "reference": False}
 
 
+def test_ref_threads_times_the_reference_loop_on_its_own_thread_count(capsys, monkeypatch):
+    """--ref-threads 1 with --threads 2: every reference call runs on one torch thread, every engine call
+    on two, the caller's count is back after, and each record says its engine's threads; a count below 1
+    is refused before any work."""
+    seen: dict[str, set[int]] = {"batched": set(), "reference": set()}
+    for name, engine in (("local_sgd", "batched"), ("local_sgd_reference", "reference")):
+        real = getattr(bench, name)
+        monkeypatch.setattr(bench, name, lambda *a, _r=real, _e=engine, **k: seen[_e].add(
+            torch.get_num_threads()) or _r(*a, **k))
+    before = torch.get_num_threads()
+    try:
+        assert bench.main(["--workloads", "logreg-synthetic", "--steps", "2", "--repeat", "1", "--clients",
+                           "2", "--device", "cpu", "--threads", "2", "--ref-threads", "1", "--json"]) == 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    records = json.loads(capsys.readouterr().out)
+    assert seen == {"batched": {2}, "reference": {1}}
+    assert {r["engine"]: r["threads"] for r in records} == {"batched": 2, "reference": 1}
+    monkeypatch.setattr(bench, "run_workload", lambda *a, **k: pytest.fail("measured despite bad input"))
+    assert bench.main(["--workloads", "logreg-synthetic", "--device", "cpu", "--ref-threads", "0"]) == 2
+    assert "--ref-threads has value 0, which is not allowed; allowed: 1 or more" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value,message", [
     ('{"channels_last": false}', "model 'mlp' (workload mlp-mnist) does not take them"),
     ("[1]", "has value '[1]', which is not allowed; allowed: a JSON object"),

@@ -288,13 +288,29 @@ def engine_fn(engine: str, prob: Problem, clients: int | None = None, graphs: bo
     raise ValueError(f"engine '{engine}' is unknown; allowed: {', '.join(ENGINES)}")
 
 
+def _with_threads(fn: Callable[[], list[Tensor]], threads: int) -> Callable[[], list[Tensor]]:
+    """fn, called with `threads` torch threads (the caller's count restored after)."""
+    if threads == torch.get_num_threads():
+        return fn
+
+    def call() -> list[Tensor]:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(before)
+    return call
+
+
 def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: int = 3,
                  clients: int | None = None, ref_clients: int | None = None, batch: int | None = None,
-                 model_params: dict[str, Any] | None = None, graphs: bool | None = None
-                 ) -> list[dict[str, Any]]:
+                 model_params: dict[str, Any] | None = None, graphs: bool | None = None,
+                 ref_threads: int | None = None) -> list[dict[str, Any]]:
     """Time both engines on one workload; one record per engine (median rate, CPU time, peak RSS).
     graphs: the batched engine with CUDA graphs (engine.graphs; on the CPU the same steps eagerly) or
-    without; None: the executor's rule (executor.graphs_rule).
+    without; None: the executor's rule (executor.graphs_rule). ref_threads: torch threads of the
+    reference loop (None: the same as the engine's), e.g. 1, where the loop runs faster on one thread.
 
     The engines' runs alternate (batched, reference, batched, …) and each keeps the median of its runs,
     so a burst of other load hits both alike. The reference loop trains clients one after another, so its
@@ -305,9 +321,11 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     prob = make_problem(w, steps, device, clients)
     K = len(prob.steps)
     counts = {"batched": K, "reference": min(K, ref_clients or K)}
+    threads = {"batched": torch.get_num_threads(), "reference": ref_threads or torch.get_num_threads()}
     for engine in ENGINES:  # warm-up: thread pools, allocator, oneDNN primitive caches
-        engine_fn(engine, make_problem(w, 1, device, clients), min(counts[engine], 4), graphs)()
-    fns = {e: engine_fn(e, prob, counts[e], graphs) for e in ENGINES}
+        _with_threads(engine_fn(engine, make_problem(w, 1, device, clients), min(counts[engine], 4), graphs),
+                      threads[engine])()
+    fns = {e: _with_threads(engine_fn(e, prob, counts[e], graphs), threads[e]) for e in ENGINES}
     walls: dict[str, list[float]] = {e: [] for e in ENGINES}
     cpus: dict[str, list[float]] = {e: [] for e in ENGINES}
     peak = dict.fromkeys(ENGINES, 0.0)
@@ -335,7 +353,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
             "batch": w.batch, "steps": steps, "repeat": repeat,
             "client_steps_per_s": work / float(np.median(walls[engine])),
             "cpu_s_per_client_step": float(np.median(cpus[engine])) / work,
-            "peak_rss_mb": peak[engine], "device": device.type,
+            "peak_rss_mb": peak[engine], "device": device.type, "threads": threads[engine],
             "executor": (f"block {plan.block}, {plan.workers} worker{'s' if plan.workers > 1 else ''}"
                          + (", CUDA graphs" if graphed and device.type == "cuda" else "")
                          if engine == "batched" else "per-client torch.nn + autograd + SGD"),
@@ -461,12 +479,17 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
               threads: int | None = None, repeat: int = 3, clients: int | None = None,
               ref_clients: int | None = None, batch: int | None = None,
               model_params: dict[str, Any] | None = None, eval_samples: int | None = None,
-              graphs: bool | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              graphs: bool | None = None, ref_threads: int | None = None
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
     model on top of its own (e.g. {"channels_last": False} for the convolutional models). eval_samples:
     also time evaluation on that many samples per workload (run_eval; records with mode "evaluate",
     after the training records, whose mode is "train"). graphs: the batched engine with CUDA graphs or
-    without (None: the executor's rule)."""
+    without (None: the executor's rule). ref_threads: the reference loop's torch threads (None: `threads`;
+    each record says its engine's)."""
+    if ref_threads is not None and ref_threads < 1:
+        raise ValueError(f"--ref-threads has value {ref_threads}, which is not allowed; allowed: 1 or more "
+                         f"torch threads for the reference loop")
     check_workloads(workloads, model_params)
     dev = resolve_device(device)
     if dev.type == "cuda":
@@ -478,7 +501,7 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
                "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
     records = [r for name in workloads
                for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch,
-                                     model_params, graphs)]
+                                     model_params, graphs, ref_threads)]
     add_bounds(records, machine["matmul_gflops"], machine["copy_gbps"])
     for r in records:
         r["mode"] = "train"
@@ -486,7 +509,8 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
         records += [r for name in workloads for r in run_eval(WORKLOADS[name], eval_samples, dev, repeat,
                                                                model_params)]
     for r in records:
-        r["device_name"], r["threads"] = machine["device_name"], machine["threads"]
+        r["device_name"] = machine["device_name"]
+        r.setdefault("threads", machine["threads"])  # evaluation records: the machine's
     return records, machine
 
 
@@ -570,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=None, help="override the workloads' minibatch sizes")
     parser.add_argument("--ref-clients", type=int, default=0,
                         help="time the reference on only the first N clients, a quick look (default 0: all)")
+    parser.add_argument("--ref-threads", type=int, default=None,
+                        help="torch threads of the reference loop (default: --threads), e.g. 1: on 2 cores "
+                             "the loop of small models runs faster on one thread than on two")
     parser.add_argument("--model-params", metavar="JSON", default=None,
                         help='keyword arguments for every workload\'s model, a JSON object, e.g. '
                              '\'{"channels_last": false}\' (the convolutional models\' NCHW layout)')
@@ -597,13 +624,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.count_ops:
             return _print_op_counts(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
-                               args.ref_clients or None, args.batch, model_params, args.eval, args.graphs)
+                               args.ref_clients or None, args.batch, model_params, args.eval, args.graphs,
+                               args.ref_threads)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2
     print(f"{m['device_name']} ({m['device']}, {m['threads']} threads, torch {m['torch']}): "
           f"matmul {m['matmul_gflops']:.0f} GFLOP/s, copy {m['copy_gbps']:.1f} GB/s; "
-          f"median of {args.repeat} runs per engine",
+          f"median of {args.repeat} runs per engine"
+          + (f"; the reference loop on {args.ref_threads} thread(s)" if args.ref_threads else ""),
           file=sys.stderr if args.json == "-" else sys.stdout)
     out = sys.stderr if args.json == "-" else sys.stdout
     print(format_table([r for r in records if r["mode"] == "train"]), file=out)
