@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -280,3 +281,7 @@ def test_a_run_with_graphs_is_reproducible_and_equals_the_eager_run(device, tmp_
         pd.testing.assert_frame_equal(graphed, eager)
     assert eager[["round", "metric"]].equals(graphed[["round", "metric"]])
     np.testing.assert_allclose(graphed["value"], eager["value"], rtol=1e-5, atol=1e-6)
+    if not graphed["value"].equals(eager["value"]):  # said in pytest's summary: the GPU's finding
+        diff = float((graphed["value"] - eager["value"]).abs().max())
+        warnings.warn(f"graphs on {device}: metrics within float32 rounding of the eager run, not bitwise "
+                      f"(largest difference {diff:.2e})", stacklevel=1)
