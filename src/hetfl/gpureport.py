@@ -1,0 +1,260 @@
+"""What a `scripts/gpu-check` run found, and the decisions docs/engine.md leaves to it, in one report.
+
+A lease of a GPU is 15 minutes and one call's output comes back as its last 12,000 characters, so the
+check ends by printing this (and writes it beside the JSONs): the bench against the loop and the ≥ 10×
+target (issue 12), every comparison behind the engine's CUDA rules against the default rows, the CUDA
+graph probe, and the engine with graphs against the engine without. From the last two it proposes the
+graphs rule: the models whose engine gains at least `min_gain` with graphs (set `cuda_graphs = True` on
+their class, engine.executor.graphs_rule) and GRAPH_MIN_STEPS, the largest of those models' measured
+`graph_min_steps` (every run that long gains for each of them). The proposals are read, not applied.
+
+    python -m hetfl.gpureport GPU_BENCH_JSON [--min-gain G] [--markdown PATH]
+
+GPU_BENCH_JSON is the check's main file (its GPU_BENCH_JSON, e.g. /tmp/j/gpu-bench.json); the other files
+are found beside it by their suffixes (-nhwc, -graphs, -steps20, ...). Missing files are skipped: a check
+run by parts writes only its parts' files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hetfl.bench import WORKLOADS, workload_model
+from hetfl.engine.graphs import GRAPH_MIN_STEPS
+
+#: the ≥ 10× target on CUDA (issue 12)
+CUDA_TARGET = 10.0
+#: the comparisons of gpu-check's part `compare`: suffix -> what the rows ran with
+VARIANTS = {"nhwc": "channels_last true", "grouped": "conv grouped", "unfold": "conv unfold",
+            "lstm-ops": "cell ops"}
+SMALL_ROUNDS = (2, 3, 4)
+#: a replay that ends farther than this from the eager steps' parameters failed (float32 rounding is far
+#: below it; a stale feed or a wrong capture is far above)
+REPLAY_TOLERANCE = 1e-4
+#: part `graphs`: the engine without and with graphs, suffix pairs
+GRAPH_PAIRS = {"20 steps per client": ("steps20", "steps20-graphs"),
+               "FedFOR E = 1 round": ("fedfor-e1", "fedfor-e1-graphs")}
+
+
+def load(path: Path) -> list[dict[str, Any]] | None:
+    """A JSON list of records, or None when the file is not there."""
+    if not path.exists():
+        return None
+    records = json.loads(path.read_text())
+    if not isinstance(records, list):
+        raise ValueError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
+    return records
+
+
+def sibling(main: Path, suffix: str) -> Path:
+    return main.with_name(f"{main.stem}-{suffix}{main.suffix}")
+
+
+def train_rates(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Training records as one row per workload: batched and reference client steps/s, the ratio, the
+    batched engine's share of the matmul rate."""
+    df = pd.DataFrame([r for r in records if r.get("mode", "train") == "train"])
+    if df.empty:
+        return pd.DataFrame(columns=["batched", "reference", "vs loop", "% matmul", "K"])
+    wide = df.pivot_table(index="workload", columns="engine", values="client_steps_per_s", sort=False)
+    out = pd.DataFrame({"batched": wide.get("batched"), "reference": wide.get("reference")})
+    out["vs loop"] = out["batched"] / out["reference"]
+    batched = df[df["engine"] == "batched"].set_index("workload")
+    out["% matmul"] = 100 * batched["fraction_of_matmul"] if "fraction_of_matmul" in batched else float("nan")
+    out["K"] = batched["clients"]
+    return out
+
+
+def model_class(workload: str) -> str:
+    """The class of a workload's model, where `cuda_graphs = True` would go."""
+    cls = type(workload_model(WORKLOADS[workload]))
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _fmt(x: Any, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and pd.isna(x)):
+        return "—"
+    if isinstance(x, float):
+        if x == 0:
+            return "0"  # exactly: a replay bitwise equal to the eager steps
+        return f"{x:.3g}" if 0 < abs(x) < 10 ** -digits else f"{x:,.{digits}f}"
+    return str(x)
+
+
+def _table(df: pd.DataFrame, digits: dict[str, int] | None = None) -> str:
+    digits = digits or {}
+    shown = df.reset_index()
+    align = tuple("right" if pd.api.types.is_numeric_dtype(shown[c]) else "left" for c in shown.columns)
+    for col in shown.columns:
+        shown[col] = [_fmt(v, digits.get(col, 2)) for v in shown[col]]
+    # the cells are formatted here: tabulate must not parse them back into numbers
+    return shown.to_markdown(index=False, disable_numparse=True, colalign=align)
+
+
+def bench_section(main: list[dict[str, Any]]) -> tuple[str, pd.DataFrame]:
+    rates = train_rates(main)
+    device = next((r.get("device") for r in main if r.get("device")), "?")
+    if device == "cuda":
+        rates[f"≥ {CUDA_TARGET:g}×"] = ["yes" if v >= CUDA_TARGET else "no" for v in rates["vs loop"]]
+    name = next((r.get("device_name") for r in main if r.get("device_name")), "?")
+    head = (f"## The bench (`hetfl bench --device {device}`), {name}\n\nclient steps/s; the loop is the "
+            f"per-client torch.nn loop\n\n")
+    return head + _table(rates, {"batched": 0, "reference": 0, "% matmul": 1, "K": 0}), rates
+
+
+def compare_section(default: pd.DataFrame, variants: dict[str, list[dict[str, Any]]],
+                    small: dict[int, list[dict[str, Any]]]) -> str:
+    rows = []
+    for suffix, records in variants.items():
+        for workload, r in train_rates(records).iterrows():
+            base = default["batched"].get(workload, float("nan"))
+            rows.append({"variant": VARIANTS[suffix], "workload": workload, "batched": r["batched"],
+                         "default": base, "variant ÷ default": r["batched"] / base})
+    out = ["## The comparisons behind the CUDA rules (part `compare`)"]
+    if rows:
+        out += ["\nbatched client steps/s with the variant ÷ the default rows above (> 1: the variant is "
+                "faster)\n",
+                _table(pd.DataFrame(rows).set_index(["variant", "workload"]), {"batched": 0, "default": 0})]
+    srows = [{"K": k, "workload": w, "batched": r["batched"], "reference": r["reference"],
+              "vs loop": r["vs loop"]}
+             for k, records in small.items() for w, r in train_rates(records).iterrows()]
+    if srows:
+        out += ["\nthe LSTMs in small rounds (below `cuda_batched_from` the batched engine trains client by "
+                "client on cuDNN)\n", _table(pd.DataFrame(srows).set_index(["K", "workload"]),
+                                             {"batched": 0, "reference": 0})]
+    return "\n".join(out)
+
+
+def probe_table(probe: list[dict[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for r in probe:
+        rows.append({"workload": r["workload"], "K": r.get("clients"),
+                     "eager": r.get("eager_client_steps_per_s"),
+                     "graph": r.get("graph_client_steps_per_s"), "replay ÷ eager": r.get("speedup"),
+                     "max abs diff": r.get("max_abs_diff"), "capture s": r.get("capture_s"),
+                     "graph_min_steps": r.get("graph_min_steps"), "error": r.get("error", "")})
+    return pd.DataFrame(rows).set_index("workload")
+
+
+def graph_gains(pairs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> pd.DataFrame:
+    """Per (round, workload): the batched engine without and with graphs, and each against the loop."""
+    rows = []
+    for label, (eager, graphed) in pairs.items():
+        e, g = train_rates(eager), train_rates(graphed)
+        for workload in e.index.intersection(g.index):
+            rows.append({"round": label, "workload": workload, "no graphs": e.at[workload, "batched"],
+                         "graphs": g.at[workload, "batched"],
+                         "graphs ÷ no graphs": g.at[workload, "batched"] / e.at[workload, "batched"],
+                         "vs loop, no graphs": e.at[workload, "vs loop"],
+                         "vs loop, graphs": g.at[workload, "vs loop"]})
+    cols = ["round", "workload", "no graphs", "graphs", "graphs ÷ no graphs", "vs loop, no graphs",
+            "vs loop, graphs"]
+    return pd.DataFrame(rows, columns=cols).set_index(["round", "workload"])
+
+
+def proposals(gains: pd.DataFrame, probe: pd.DataFrame | None, min_gain: float) -> list[str]:
+    """The graphs rule the measurements support: models whose engine gains >= min_gain at 20 steps per
+    client, GRAPH_MIN_STEPS from the probe, and what the FedFOR E = 1 round says about per-round captures."""
+    out: list[str] = []
+    if probe is None:
+        bad = pd.DataFrame()
+    else:
+        diff = probe["max abs diff"].astype(float)
+        bad = probe[(probe["error"] != "") | ~(diff.fillna(float("inf")) <= REPLAY_TOLERANCE)]
+        for workload, r in probe[(diff > 0) & (diff <= REPLAY_TOLERANCE)].iterrows():
+            out.append(f"- {workload}: a replay ends within {r['max abs diff']:.3g} of the eager steps, not "
+                       f"bitwise (the same kernels should give the same bits)")
+    for workload, r in bad.iterrows():
+        why = r["error"] or f"max abs diff {_fmt(r['max abs diff'], 6)}"
+        out.append(f"- **{workload}: a replay did not end where the eager steps end** ({why}): no rule "
+                   f"for it before that is understood")
+    key = "20 steps per client"
+    rounds = gains.index.get_level_values("round")
+    steps20 = gains.xs(key, level="round") if key in rounds else gains.iloc[0:0]
+    winners = [w for w, r in steps20.iterrows() if r["graphs ÷ no graphs"] >= min_gain and w not in bad.index]
+    losers = [w for w in steps20.index if w not in winners]
+    for w in winners:
+        r = steps20.loc[w]
+        out.append(f"- set `cuda_graphs = True` on `{model_class(w)}` ({w}: the engine with graphs "
+                   f"{r['graphs ÷ no graphs']:.2f}× without, {r['vs loop, graphs']:.1f}× the loop)")
+    for w in losers:
+        gain = steps20.at[w, "graphs ÷ no graphs"]
+        out.append(f"- keep {w} eager: graphs {gain:.2f}× (below {min_gain:g}×)")
+    if winners and probe is not None:
+        steps = [probe.at[w, "graph_min_steps"] for w in winners if w in probe.index]
+        steps = [int(s) for s in steps if s is not None and not pd.isna(s)]
+        if steps:
+            out.append(f"- GRAPH_MIN_STEPS = {max(steps)} (now {GRAPH_MIN_STEPS}): the largest of the "
+                       f"winners' measured graph_min_steps ({', '.join(map(str, steps))})")
+    key = "FedFOR E = 1 round"
+    if key in rounds:
+        for w, r in gains.xs(key, level="round").iterrows():
+            verdict = ("per-round captures pay at E = 1" if r["graphs ÷ no graphs"] >= 1
+                       else "per-round captures lose at E = 1: graphs kept across rounds are the next step")
+            gain = r["graphs ÷ no graphs"]
+            out.append(f"- FedFOR's E = 1 round ({w}): graphs {gain:.2f}× without, {verdict}")
+    return out or ["- nothing to propose: part `graphs` wrote no engine comparison"]
+
+
+def report(main_path: Path, min_gain: float = 1.05) -> str:
+    """The markdown report of the gpu-check run whose main JSON is `main_path` (see the module doc)."""
+    main = load(main_path)
+    sections = []
+    default = pd.DataFrame(columns=["batched"])
+    if main is not None:
+        text, default = bench_section(main)
+        sections.append(text)
+    variants = {s: r for s in VARIANTS if (r := load(sibling(main_path, s))) is not None}
+    small = {k: r for k in SMALL_ROUNDS if (r := load(sibling(main_path, f"lstm-{k}"))) is not None}
+    if variants or small:
+        sections.append(compare_section(default, variants, small))
+    probe_records = load(sibling(main_path, "graphs"))
+    probe = None if probe_records is None else probe_table(probe_records)
+    if probe is not None:
+        sections.append("## The CUDA graph probe (one block's step, eager and replayed)\n\n" + _table(
+            probe, {"K": 0, "eager": 0, "graph": 0, "capture s": 3, "max abs diff": 3, "graph_min_steps": 0}))
+    pairs = {label: (e, g) for label, (a, b) in GRAPH_PAIRS.items()
+             if (e := load(sibling(main_path, a))) is not None
+             and (g := load(sibling(main_path, b))) is not None}
+    gains = graph_gains(pairs)
+    if pairs:
+        sections.append("## The engine with and without CUDA graphs (part `graphs`)\n\nbatched client "
+                        "steps/s\n\n" + _table(gains, {"no graphs": 0, "graphs": 0}))
+    if probe is not None or pairs:
+        sections.append(f"## Proposed (read, not applied; a gain counts from {min_gain:g}×)\n\n"
+                        + "\n".join(proposals(gains, probe, min_gain)))
+    if not sections:
+        raise FileNotFoundError(f"{main_path}: neither it nor any of its sibling files (-graphs, -steps20, "
+                                f"...) exists; give the GPU_BENCH_JSON path gpu-check wrote")
+    return "# gpu-check report\n\n" + "\n\n".join(sections) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hetfl.gpureport", description=__doc__.split("\n\n")[0])
+    parser.add_argument("json", metavar="GPU_BENCH_JSON", help="gpu-check's main JSON (its GPU_BENCH_JSON)")
+    parser.add_argument("--min-gain", type=float, default=1.05,
+                        help="the engine's speed-up with graphs from which a model's rule proposes them "
+                             "(default 1.05)")
+    parser.add_argument("--markdown", metavar="PATH", default=None, help="also write the report here")
+    args = parser.parse_args(argv)
+    if not args.min_gain > 0:
+        parser.error(f"--min-gain: {args.min_gain} is not allowed; give a ratio above 0, e.g. 1.05")
+    try:
+        text = report(Path(args.json), args.min_gain)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"gpureport: {err}", file=sys.stderr)
+        return 2
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""python -m hetfl.gpureport: gpu-check's JSONs read back into one report, and the graphs rule proposed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hetfl import bench, gpureport, graphprobe
+from hetfl.engine.graphs import GRAPH_MIN_STEPS
+
+
+def rec(workload: str, engine: str, rate: float, clients: int = 64, device: str = "cuda") -> dict:
+    return {"workload": workload, "engine": engine, "client_steps_per_s": rate, "mode": "train",
+            "clients": clients, "fraction_of_matmul": 0.125, "device": device, "device_name": "NVIDIA H100"}
+
+
+def pair(workload: str, batched: float, reference: float, **kw) -> list[dict]:
+    return [rec(workload, "batched", batched, **kw), rec(workload, "reference", reference, **kw)]
+
+
+def probe_rec(workload: str, min_steps: int | None, diff: float = 0.0, error: str | None = None) -> dict:
+    r = {"workload": workload, "clients": 64, "eager_client_steps_per_s": 100.0,
+         "graph_client_steps_per_s": 300.0, "speedup": 3.0, "max_abs_diff": diff, "capture_s": 0.25,
+         "graph_min_steps": min_steps}
+    return {**r, "error": error} if error else r
+
+
+def write(directory: Path, name: str, records: list[dict]) -> None:
+    (directory / name).write_text(json.dumps(records))
+
+
+def table_row(text: str, *cells: str) -> str:
+    """The one markdown row of `text` that holds every cell."""
+    rows = [line for line in text.splitlines()
+            if line.startswith("|") and all(f" {c} " in line for c in cells)]
+    assert len(rows) == 1, (cells, rows)
+    return rows[0]
+
+
+@pytest.fixture()
+def check_dir(tmp_path: Path) -> Path:
+    """A gpu-check run's files, by hand: every part."""
+    write(tmp_path, "gpu-bench.json", pair("resnet20-cifar", 750.0, 150.0) + pair("cnn-mnist", 1000.0, 40.0))
+    write(tmp_path, "gpu-bench-nhwc.json", pair("cnn-mnist", 500.0, 40.0))
+    write(tmp_path, "gpu-bench-lstm-2.json", pair("char-lstm-shakespeare", 90.0, 120.0, clients=2))
+    write(tmp_path, "gpu-bench-graphs.json", [
+        probe_rec("resnet20-cifar", 9), probe_rec("vgg11-cifar", 3),
+        probe_rec("char-lstm-shakespeare", 4, diff=0.5), probe_rec("sent-lstm-sent140", 7, diff=3e-7)])
+    write(tmp_path, "gpu-bench-steps20.json", pair("resnet20-cifar", 100.0, 20.0)
+          + pair("vgg11-cifar", 100.0, 20.0) + pair("char-lstm-shakespeare", 100.0, 20.0)
+          + pair("sent-lstm-sent140", 100.0, 10.0))
+    write(tmp_path, "gpu-bench-steps20-graphs.json", pair("resnet20-cifar", 200.0, 20.0)
+          + pair("vgg11-cifar", 102.0, 20.0) + pair("char-lstm-shakespeare", 150.0, 20.0)
+          + pair("sent-lstm-sent140", 110.0, 10.0))
+    write(tmp_path, "gpu-bench-fedfor-e1.json", pair("resnet20-cifar", 100.0, 25.0, clients=10))
+    write(tmp_path, "gpu-bench-fedfor-e1-graphs.json", pair("resnet20-cifar", 80.0, 25.0, clients=10))
+    return tmp_path
+
+
+def test_report_reads_every_part_and_computes_the_ratios(check_dir: Path) -> None:
+    text = gpureport.report(check_dir / "gpu-bench.json")
+    assert "NVIDIA H100" in text
+    # the bench against the loop, and the 10x target on CUDA
+    assert " no " in table_row(text, "resnet20-cifar", "750", "150", "5.00")
+    assert " yes " in table_row(text, "cnn-mnist", "1,000", "40", "25.00")
+    # a variant against the default rows
+    table_row(text, "channels_last true", "cnn-mnist", "500", "1,000", "0.50")
+    # small rounds: against their own loop
+    table_row(text, "2", "char-lstm-shakespeare", "90", "120", "0.75")
+    # the probe, and the engine with graphs against without (and each against the loop)
+    table_row(text, "resnet20-cifar", "64", "100", "300", "3.00", "0.250", "9")
+    table_row(text, "20 steps per client", "resnet20-cifar", "100", "200", "2.00", "5.00", "10.00")
+    table_row(text, "FedFOR E = 1 round", "resnet20-cifar", "100", "80", "0.80", "4.00", "3.20")
+
+
+def test_proposals_follow_the_measurements(check_dir: Path) -> None:
+    text = gpureport.report(check_dir / "gpu-bench.json", min_gain=1.05)
+    proposed = text.split("## Proposed")[1]
+    # ResNet-20 gains 2x and sent-LSTM 1.1x: their classes get the attribute
+    assert "set `cuda_graphs = True` on `hetfl.models.zoo.ResNet20`" in proposed
+    # the engine's model, not its torch.nn twin
+    assert "set `cuda_graphs = True` on `hetfl.models.zoo.TextLSTM`" not in proposed
+    sent = gpureport.model_class("sent-lstm-sent140")
+    assert f"set `cuda_graphs = True` on `{sent}`" in proposed
+    # VGG-11's 1.02x is below the gain asked for
+    assert "keep vgg11-cifar eager: graphs 1.02×" in proposed
+    # the char-LSTM gains 1.5x, but its replay did not end where its eager steps end: flagged, not proposed
+    assert "**char-lstm-shakespeare: a replay did not end where the eager steps end**" in proposed
+    assert gpureport.model_class("char-lstm-shakespeare") not in proposed
+    # within the tolerance but not bitwise: said, and still proposed
+    assert "sent-lstm-sent140: a replay ends within 3e-07 of the eager steps, not bitwise" in proposed
+    # GRAPH_MIN_STEPS: the largest of the winners' (9 and 7), not of the flagged char-LSTM's or VGG-11's
+    assert f"GRAPH_MIN_STEPS = 9 (now {GRAPH_MIN_STEPS})" in proposed
+    assert "(9, 7)" in proposed
+    # FedFOR's E = 1 round loses with per-round captures
+    assert "per-round captures lose at E = 1: graphs kept across rounds are the next step" in proposed
+    # a higher bar drops the sent-LSTM
+    stricter = gpureport.report(check_dir / "gpu-bench.json", min_gain=1.5).split("## Proposed")[1]
+    assert f"on `{sent}`" not in stricter and "GRAPH_MIN_STEPS = 9" in stricter
+    assert "(9)" in stricter
+
+
+def test_missing_parts_are_skipped_and_no_files_is_an_error(check_dir: Path, tmp_path_factory,
+                                                            capsys) -> None:
+    for name in ["gpu-bench-graphs.json", "gpu-bench-steps20.json", "gpu-bench-fedfor-e1.json"]:
+        (check_dir / name).unlink()
+    text = gpureport.report(check_dir / "gpu-bench.json")
+    assert "## The bench" in text and "## The comparisons" in text
+    assert "graph probe" not in text and "## Proposed" not in text
+    empty = tmp_path_factory.mktemp("empty")
+    assert gpureport.main([str(empty / "gpu-bench.json")]) == 2
+    err = capsys.readouterr().err
+    assert str(empty / "gpu-bench.json") in err and "GPU_BENCH_JSON" in err
+    assert gpureport.main([str(check_dir / "gpu-bench.json"), "--markdown", str(empty / "r.md")]) == 0
+    assert (empty / "r.md").read_text() == capsys.readouterr().out.rstrip("\n") + "\n"
+
+
+def test_min_gain_must_be_positive(check_dir: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        gpureport.main([str(check_dir / "gpu-bench.json"), "--min-gain", "0"])
+    assert "--min-gain: 0.0 is not allowed" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_a_list_of_records_is_refused(check_dir: Path, capsys) -> None:
+    (check_dir / "gpu-bench-nhwc.json").write_text('{"workload": "cnn-mnist"}')
+    assert gpureport.main([str(check_dir / "gpu-bench.json")]) == 2
+    assert "gpu-bench-nhwc.json: expected a JSON list of records, got dict" in capsys.readouterr().err
+
+
+def test_report_of_real_bench_and_probe_files(tmp_path: Path) -> None:
+    """The files `hetfl bench` and the probe write (here on the CPU) are what the report reads."""
+    main = tmp_path / "gpu-bench.json"
+    common = ["--workloads", "logreg-synthetic", "--repeat", "1", "--threads", "1"]
+    assert bench.main([*common, "--steps", "2", "--json", str(main)]) == 0
+    for graphs, suffix in [("--no-graphs", "steps20"), ("--graphs", "steps20-graphs")]:
+        out = str(tmp_path / f"gpu-bench-{suffix}.json")
+        assert bench.main([*common, "--steps", "6", graphs, "--json", out]) == 0
+    assert graphprobe.main(["--workloads", "logreg-synthetic", "--steps", "2", "--repeat", "1",
+                            "--json", str(tmp_path / "gpu-bench-graphs.json")]) == 0
+    rate = {}
+    for s in ["", "-steps20", "-steps20-graphs"]:
+        records = json.loads((tmp_path / f"gpu-bench{s}.json").read_text())
+        rate[s] = next(r["client_steps_per_s"] for r in records if r["engine"] == "batched")
+    text = gpureport.report(main, min_gain=1e-9)  # any gain: the CPU's "graphs" are the eager steps
+    assert "`hetfl bench --device cpu`" in text and "≥ 10×" not in text  # the CUDA target only on CUDA
+    table_row(text, "20 steps per client", "logreg-synthetic", f"{rate['-steps20']:,.0f}",
+              f"{rate['-steps20-graphs']:,.0f}", f"{rate['-steps20-graphs'] / rate['-steps20']:.2f}")
+    assert "set `cuda_graphs = True` on `hetfl.models.logreg.LogReg`" in text
