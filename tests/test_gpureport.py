@@ -148,3 +148,40 @@ def test_report_of_real_bench_and_probe_files(tmp_path: Path) -> None:
     table_row(text, "20 steps per client", "logreg-synthetic", f"{rate['-steps20']:,.0f}",
               f"{rate['-steps20-graphs']:,.0f}", f"{rate['-steps20-graphs'] / rate['-steps20']:.2f}")
     assert "set `cuda_graphs = True` on `hetfl.models.logreg.LogReg`" in text
+
+
+PYTEST_LOG = """\
+........F.......s.....                                                   [100%]
+=================================== FAILURES ===================================
+_____________________ test_one_round_equals_loop[cuda-cnn] _____________________
+E   AssertionError: 3.6e-03 > 1e-04
+=============================== warnings summary ===============================
+tests/test_resume.py::test_a_run_with_graphs_is_reproducible_and_equals_the_eager_run[cuda]
+  /w/tests/test_resume.py:286: UserWarning: graphs on cuda: metrics within float32 rounding of the eager \
+run, not bitwise (largest difference 2.4e-07)
+    warnings.warn(f"graphs on {device}: metrics within float32 rounding of the eager run, not bitwise "
+=========================== short test summary info ============================
+FAILED tests/test_models.py::test_one_round_equals_loop[cuda-cnn] - AssertionError: 3.6e-03 > 1e-04
+1 failed, 20 passed, 1 skipped, 1 warning in 81.23s (0:01:21)
+"""
+
+
+def test_report_summarises_the_pytest_logs(check_dir: Path) -> None:
+    (check_dir / "gpu-bench-graph-tests.log").write_text(PYTEST_LOG)
+    (check_dir / "gpu-bench-tests.log").write_text("....\n271 passed, 1 skipped in 80.00s (0:01:20)\n")
+    text = gpureport.report(check_dir / "gpu-bench.json")
+    tests = text.split("## Tests")[1].split("\n## ")[0]
+    assert "the tests with a CUDA case: **271 passed, 1 skipped in 80.00s (0:01:20)**" in tests
+    assert "the CUDA-graph tests: **1 failed, 20 passed, 1 skipped, 1 warning in 81.23s (0:01:21)**" in tests
+    assert "- FAILED tests/test_models.py::test_one_round_equals_loop[cuda-cnn] - AssertionError" in tests
+    assert "UserWarning: graphs on cuda: metrics within float32 rounding of the eager run, not bitwise " \
+           "(largest difference 2.4e-07)" in tests
+    # the failure and the finding; nothing else of the log
+    assert sum(line.startswith("- ") for line in tests.splitlines()) == 2
+    # a log cut short says so; and the logs alone make a report
+    (check_dir / "gpu-bench-tests.log").write_text("....\n")
+    for f in check_dir.glob("*.json"):
+        f.unlink()
+    text = gpureport.report(check_dir / "gpu-bench.json")
+    assert "the tests with a CUDA case: **no pytest summary line (cut short?)**" in text
+    assert "## The bench" not in text

@@ -1,18 +1,19 @@
 """What a `scripts/gpu-check` run found, and the decisions docs/engine.md leaves to it, in one report.
 
 A lease of a GPU is 15 minutes and one call's output comes back as its last 12,000 characters, so the
-check ends by printing this (and writes it beside the JSONs): the bench against the loop and the ≥ 10×
-target (issue 12), every comparison behind the engine's CUDA rules against the default rows, the CUDA
-graph probe, and the engine with graphs against the engine without. From the last two it proposes the
-graphs rule: the models whose engine gains at least `min_gain` with graphs (set `cuda_graphs = True` on
-their class, engine.executor.graphs_rule) and GRAPH_MIN_STEPS, the largest of those models' measured
-`graph_min_steps` (every run that long gains for each of them). The proposals are read, not applied.
+check ends by printing this (and writes it beside the JSONs): its tests' outcome (the pytest summaries,
+failures and findings), the bench against the loop and the ≥ 10× target (issue 12), every comparison
+behind the engine's CUDA rules against the default rows, the CUDA graph probe, and the engine with graphs
+against the engine without. From the last two it proposes the graphs rule: the models whose engine gains
+at least `min_gain` with graphs (set `cuda_graphs = True` on their class, engine.executor.graphs_rule)
+and GRAPH_MIN_STEPS, the largest of those models' measured `graph_min_steps` (every run that long gains
+for each of them). The proposals are read, not applied.
 
     python -m hetfl.gpureport GPU_BENCH_JSON [--min-gain G] [--markdown PATH]
 
 GPU_BENCH_JSON is the check's main file (its GPU_BENCH_JSON, e.g. /tmp/j/gpu-bench.json); the other files
-are found beside it by their suffixes (-nhwc, -graphs, -steps20, ...). Missing files are skipped: a check
-run by parts writes only its parts' files.
+are found beside it by their suffixes (-nhwc, -graphs, -steps20, ..., and the pytest logs -tests.log and
+-graph-tests.log). Missing files are skipped: a check run by parts writes only its parts' files.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ CUDA_TARGET = 10.0
 VARIANTS = {"nhwc": "channels_last true", "grouped": "conv grouped", "unfold": "conv unfold",
             "lstm-ops": "cell ops"}
 SMALL_ROUNDS = (2, 3, 4)
+#: the pytest logs gpu-check writes beside the JSONs (suffix, .log)
+TEST_LOGS = {"the tests with a CUDA case": "tests", "the CUDA-graph tests": "graph-tests"}
+#: failures or warnings listed per log, at most
+MAX_LISTED = 20
 #: a replay that ends farther than this from the eager steps' parameters failed (float32 rounding is far
 #: below it; a stale feed or a wrong capture is far above)
 REPLAY_TOLERANCE = 1e-4
@@ -202,10 +207,30 @@ def proposals(gains: pd.DataFrame, probe: pd.DataFrame | None, min_gain: float) 
     return out or ["- nothing to propose: part `graphs` wrote no engine comparison"]
 
 
+def tests_section(logs: dict[str, str]) -> str:
+    """Per pytest log of the check: its closing summary line, its failures and errors, and the warnings
+    that carry a finding (a CUDA run with graphs close to the eager run but not bitwise)."""
+    out = ["## Tests"]
+    for label, text in logs.items():
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        outcomes = ("passed", "failed", "error", "skipped")
+        summary = next((line.strip("= ") for line in reversed(lines)
+                        if " in " in line and any(w in line for w in outcomes)),
+                       "no pytest summary line (cut short?)")
+        out.append(f"\n{label}: **{summary}**")
+        out += [f"- {line}" for line in lines if line.startswith(("FAILED", "ERROR"))][:MAX_LISTED]
+        out += [f"- {line}" for line in lines if "Warning: " in line and "bitwise" in line][:MAX_LISTED]
+    return "\n".join(out)
+
+
 def report(main_path: Path, min_gain: float = 1.05) -> str:
     """The markdown report of the gpu-check run whose main JSON is `main_path` (see the module doc)."""
     main = load(main_path)
     sections = []
+    logs = {label: path.read_text(errors="replace") for label, suffix in TEST_LOGS.items()
+            if (path := sibling(main_path, suffix).with_suffix(".log")).exists()}
+    if logs:
+        sections.append(tests_section(logs))
     default = pd.DataFrame(columns=["batched"])
     if main is not None:
         text, default = bench_section(main)
@@ -231,7 +256,7 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
                         + "\n".join(proposals(gains, probe, min_gain)))
     if not sections:
         raise FileNotFoundError(f"{main_path}: neither it nor any of its sibling files (-graphs, -steps20, "
-                                f"...) exists; give the GPU_BENCH_JSON path gpu-check wrote")
+                                f"-tests.log, ...) exists; give the GPU_BENCH_JSON path gpu-check wrote")
     return "# gpu-check report\n\n" + "\n\n".join(sections) + "\n"
 
 
