@@ -54,6 +54,11 @@ def check_dir(tmp_path: Path) -> Path:
     write(tmp_path, "gpu-bench-steps20-graphs.json", pair("resnet20-cifar", 200.0, 20.0)
           + pair("vgg11-cifar", 102.0, 20.0) + pair("char-lstm-shakespeare", 150.0, 20.0)
           + pair("sent-lstm-sent140", 110.0, 10.0))
+    write(tmp_path, "gpu-bench-profile.json", [{
+        "workload": "resnet20-cifar", "clients": 64, "batch": 32, "steps": 3, "round_ms": 250.0, "workers": 1,
+        "kernels_per_round": 24344.0, "kernel_ms": 180.0,
+        "ops": [{"op": "convolution_backward", "calls": 114.0, "share": 0.55}],
+        "kernels": [{"kernel": "cudnn::wgrad", "launches": 7296.0, "share": 0.4}]}])
     write(tmp_path, "gpu-bench-fedfor-e1.json", pair("resnet20-cifar", 100.0, 25.0, clients=10))
     write(tmp_path, "gpu-bench-fedfor-e1-graphs.json", pair("resnet20-cifar", 80.0, 25.0, clients=10))
     return tmp_path
@@ -69,6 +74,9 @@ def test_report_reads_every_part_and_computes_the_ratios(check_dir: Path) -> Non
     table_row(text, "channels_last true", "cnn-mnist", "500", "1,000", "0.50")
     # small rounds: against their own loop
     table_row(text, "2", "char-lstm-shakespeare", "90", "120", "0.75")
+    # where a round's time goes
+    assert "24,344 kernels a round (8,115 a step)" in text
+    assert "convolution_backward 55% (114 calls)" in text and "cudnn::wgrad 40% (7,296)" in text
     # the probe, and the engine with graphs against without (and each against the loop)
     table_row(text, "resnet20-cifar", "64", "100", "300", "3.00", "0.250", "9")
     table_row(text, "20 steps per client", "resnet20-cifar", "100", "200", "2.00", "5.00", "10.00")

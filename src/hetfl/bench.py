@@ -612,17 +612,26 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"instead of timing, count the ATen operators of one batched step of K clients "
                              f"(--clients, default {CUDA_CLIENTS}) on the meta device: a lower bound of its "
                              f"kernel launches on a GPU")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of timing, profile the batched engine's round (torch.profiler, "
+                             "--repeat rounds after one untimed): the operators with the most self time and, "
+                             "on CUDA, the kernels a round launches (hetfl.stepprofile)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
     retain_freed_memory()  # as `hetfl train` runs (engine.allocator); both engines allocate through it
     try:
         model_params = parse_model_params(args.model_params)
-        if args.eval is not None and (args.eval < 1 or args.count_ops):
+        if args.eval is not None and (args.eval < 1 or args.count_ops or args.profile):
             raise ValueError(f"--eval has value {args.eval}; allowed: a positive number of samples, and not "
-                             f"with --count-ops (which times nothing)")
+                             f"with --count-ops or --profile (which time no evaluation)")
+        if args.count_ops and args.profile:
+            raise ValueError("--count-ops and --profile are both given; allowed: one of them (--count-ops "
+                             "counts on the meta device, --profile runs on --device)")
         check_json_path(args.json)
         if args.count_ops:
             return _print_op_counts(names, args, model_params)
+        if args.profile:
+            return _print_profile(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
                                args.ref_clients or None, args.batch, model_params, args.eval, args.graphs,
                                args.ref_threads)
@@ -646,6 +655,16 @@ def _print_op_counts(names: list[str], args: argparse.Namespace, model_params: d
     check_workloads(names, model_params)
     records = [count_ops(WORKLOADS[n], args.clients, args.batch, model_params) for n in names]
     print(format_ops_table(records), file=sys.stderr if args.json == "-" else sys.stdout)
+    write_json(records, args.json)
+    return 0
+
+
+def _print_profile(names: list[str], args: argparse.Namespace, model_params: dict[str, Any]) -> int:
+    from hetfl.stepprofile import format_profile, run_profile
+
+    records = run_profile(names, args.device, args.threads, args.steps, args.clients, args.batch,
+                          model_params, args.graphs, args.repeat)
+    print(format_profile(records), file=sys.stderr if args.json == "-" else sys.stdout)
     write_json(records, args.json)
     return 0
 

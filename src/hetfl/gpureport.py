@@ -3,11 +3,12 @@
 A lease of a GPU is 15 minutes and one call's output comes back as its last 12,000 characters, so the
 check ends by printing this (and writes it beside the JSONs): its tests' outcome (the pytest summaries,
 failures and findings), the bench against the loop and the ≥ 10× target (issue 12), every comparison
-behind the engine's CUDA rules against the default rows, the CUDA graph probe, and the engine with graphs
-against the engine without. From the last two it proposes the graphs rule: the models whose engine gains
-at least `min_gain` with graphs (set `cuda_graphs = True` on their class, engine.executor.graphs_rule)
-and GRAPH_MIN_STEPS, the largest of those models' measured `graph_min_steps` (every run that long gains
-for each of them). The proposals are read, not applied.
+behind the engine's CUDA rules against the default rows, where a round's time goes (`hetfl bench
+--profile`), the CUDA graph probe, and the engine with graphs against the engine without. From the last
+two it proposes the graphs rule: the models whose engine gains at least `min_gain` with graphs (set
+`cuda_graphs = True` on their class, engine.executor.graphs_rule) and GRAPH_MIN_STEPS, the largest of
+those models' measured `graph_min_steps` (every run that long gains for each of them). The proposals are
+read, not applied.
 
     python -m hetfl.gpureport GPU_BENCH_JSON [--min-gain G] [--markdown PATH]
 
@@ -28,6 +29,7 @@ import pandas as pd
 
 from hetfl.bench import WORKLOADS, workload_model
 from hetfl.engine.graphs import GRAPH_MIN_STEPS
+from hetfl.stepprofile import format_profile
 
 #: the ≥ 10× target on CUDA (issue 12)
 CUDA_TARGET = 10.0
@@ -239,6 +241,10 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
     small = {k: r for k in SMALL_ROUNDS if (r := load(sibling(main_path, f"lstm-{k}"))) is not None}
     if variants or small:
         sections.append(compare_section(default, variants, small))
+    profile = load(sibling(main_path, "profile"))
+    if profile is not None:
+        sections.append("## Where a round's time goes (`hetfl bench --profile`)\n\n```\n"
+                        + format_profile(profile, top=5) + "\n```")
     probe_records = load(sibling(main_path, "graphs"))
     probe = None if probe_records is None else probe_table(probe_records)
     if probe is not None:
