@@ -11,9 +11,11 @@ from hetfl import bench, gpureport, graphprobe
 from hetfl.engine.graphs import GRAPH_MIN_STEPS
 
 
-def rec(workload: str, engine: str, rate: float, clients: int = 64, device: str = "cuda") -> dict:
+def rec(workload: str, engine: str, rate: float, clients: int = 64, device: str = "cuda",
+        steps: int = 3) -> dict:
     return {"workload": workload, "engine": engine, "client_steps_per_s": rate, "mode": "train",
-            "clients": clients, "fraction_of_matmul": 0.125, "device": device, "device_name": "NVIDIA H100"}
+            "clients": clients, "steps": steps, "model_params": {}, "fraction_of_matmul": 0.125,
+            "device": device, "device_name": "NVIDIA H100"}
 
 
 def pair(workload: str, batched: float, reference: float, **kw) -> list[dict]:
@@ -59,6 +61,10 @@ def check_dir(tmp_path: Path) -> Path:
         "kernels_per_round": 24344.0, "kernel_ms": 180.0,
         "ops": [{"op": "convolution_backward", "calls": 114.0, "share": 0.55}],
         "kernels": [{"kernel": "cudnn::wgrad", "launches": 7296.0, "share": 0.4}]}])
+    write(tmp_path, "gpu-bench-profile-unfold.json", [{
+        "workload": "resnet20-cifar", "model_params": {"conv": "unfold"}, "clients": 64, "batch": 32,
+        "steps": 3, "round_ms": 300.0, "workers": 1, "kernels_per_round": 1000.0, "kernel_ms": 290.0,
+        "ops": [{"op": "bmm", "calls": 100.0, "share": 0.7}], "kernels": []}])
     write(tmp_path, "gpu-bench-fedfor-e1.json", pair("resnet20-cifar", 100.0, 25.0, clients=10))
     write(tmp_path, "gpu-bench-fedfor-e1-graphs.json", pair("resnet20-cifar", 80.0, 25.0, clients=10))
     return tmp_path
@@ -77,6 +83,12 @@ def test_report_reads_every_part_and_computes_the_ratios(check_dir: Path) -> Non
     # where a round's time goes
     assert "24,344 kernels a round (8,115 a step)" in text
     assert "convolution_backward 55% (114 calls)" in text and "cudnn::wgrad 40% (7,296)" in text
+    # how busy the GPU is in a round timed without the profiler: 64 clients x 3 steps at 750 steps/s
+    assert "- resnet20-cifar: kernels run 70 % of a round (180.0 of 256.0 ms at the bench's rate), partly " \
+           "launch-bound" in text
+    # the unfold profile: no bench row of its model parameters here (part compare's unfold rows would be)
+    assert "conv unfold:" in text and "1,000 kernels a round" in text
+    assert text.count("kernels run") == 1
     # the probe, and the engine with graphs against without (and each against the loop)
     table_row(text, "resnet20-cifar", "64", "100", "300", "3.00", "0.250", "9")
     table_row(text, "20 steps per client", "resnet20-cifar", "100", "200", "2.00", "5.00", "10.00")
@@ -193,3 +205,19 @@ def test_report_summarises_the_pytest_logs(check_dir: Path) -> None:
     text = gpureport.report(check_dir / "gpu-bench.json")
     assert "the tests with a CUDA case: **no pytest summary line (cut short?)**" in text
     assert "## The bench" not in text
+
+
+def test_busy_share_times_the_round_by_the_matching_bench_row() -> None:
+    profile = {"workload": "resnet20-cifar", "clients": 64, "steps": 3, "kernel_ms": 96.0,
+               "model_params": {"conv": "unfold"}}
+    default = rec("resnet20-cifar", "batched", 750.0)
+    unfold = {**rec("resnet20-cifar", "batched", 600.0), "model_params": {"conv": "unfold"}}
+    assert gpureport.busy_share(profile, [default]) is None  # other model parameters: another round
+    assert gpureport.busy_share(profile, [default, unfold]) == pytest.approx((0.3, 320.0))
+    assert gpureport.busy_share({**profile, "steps": 20}, [default, unfold]) is None
+    on_cpu = {k: v for k, v in profile.items() if k != "kernel_ms"}
+    assert gpureport.busy_share(on_cpu, [unfold]) is None
+    text = gpureport.profile_section({"conv unfold": [{**profile, "batch": 32, "round_ms": 400.0, "ops": [],
+                                                       "kernels_per_round": 900.0}]}, [unfold])
+    assert "kernels run 30 % of a round (96.0 of 320.0 ms at the bench's rate), mostly idle between " \
+           "kernels: launch-bound" in text

@@ -41,6 +41,10 @@ SMALL_ROUNDS = (2, 3, 4)
 TEST_LOGS = {"the tests with a CUDA case": "tests", "the CUDA-graph tests": "graph-tests"}
 #: failures or warnings listed per log, at most
 MAX_LISTED = 20
+#: the profiles gpu-check writes (suffix: what they ran with)
+PROFILES = {"profile": "the defaults", "profile-unfold": "conv unfold"}
+#: the GPU's busy share of a round below which it is called launch-bound, and from which kernel-bound
+LAUNCH_BOUND, KERNEL_BOUND = 0.5, 0.8
 #: a replay that ends farther than this from the eager steps' parameters failed (float32 rounding is far
 #: below it; a stale feed or a wrong capture is far above)
 REPLAY_TOLERANCE = 1e-4
@@ -209,6 +213,40 @@ def proposals(gains: pd.DataFrame, probe: pd.DataFrame | None, min_gain: float) 
     return out or ["- nothing to propose: part `graphs` wrote no engine comparison"]
 
 
+def busy_share(profile: dict[str, Any], bench: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """(kernel time ÷ the round's time, the round's ms) for a CUDA profile record, the round timed without
+    the profiler: the bench's batched rate for the same workload, clients, steps and model parameters."""
+    if "kernel_ms" not in profile:
+        return None
+    for r in bench:
+        if (r.get("mode", "train") == "train" and r["engine"] == "batched"
+                and r["workload"] == profile["workload"] and r.get("clients") == profile["clients"]
+                and r.get("steps") == profile["steps"]
+                and r.get("model_params", {}) == profile.get("model_params", {})):
+            round_ms = 1e3 * profile["clients"] * profile["steps"] / r["client_steps_per_s"]
+            return profile["kernel_ms"] / round_ms, round_ms
+    return None
+
+
+def profile_section(profiles: dict[str, list[dict[str, Any]]], bench: list[dict[str, Any]]) -> str:
+    """The profiles, and per CUDA profile how busy the GPU is in a round timed without the profiler: a
+    GPU idle between small kernels most of the round is launch-bound (CUDA graphs' lever); one busy all
+    round is bound by its kernels (another algorithm's, or none)."""
+    out = ["## Where a round's time goes (`hetfl bench --profile`)"]
+    for label, records in profiles.items():
+        out.append(f"\n{label}:\n\n```\n{format_profile(records, top=5)}\n```")
+        for r in records:
+            busy = busy_share(r, bench)
+            if busy is None:
+                continue
+            share, round_ms = busy
+            verdict = ("mostly idle between kernels: launch-bound" if share < LAUNCH_BOUND
+                       else "busy: bound by its kernels" if share >= KERNEL_BOUND else "partly launch-bound")
+            out.append(f"- {r['workload']}: kernels run {100 * share:.0f} % of a round "
+                       f"({r['kernel_ms']:,.1f} of {round_ms:,.1f} ms at the bench's rate), {verdict}")
+    return "\n".join(out)
+
+
 def tests_section(logs: dict[str, str]) -> str:
     """Per pytest log of the check: its closing summary line, its failures and errors, and the warnings
     that carry a finding (a CUDA run with graphs close to the eager run but not bitwise)."""
@@ -241,10 +279,10 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
     small = {k: r for k in SMALL_ROUNDS if (r := load(sibling(main_path, f"lstm-{k}"))) is not None}
     if variants or small:
         sections.append(compare_section(default, variants, small))
-    profile = load(sibling(main_path, "profile"))
-    if profile is not None:
-        sections.append("## Where a round's time goes (`hetfl bench --profile`)\n\n```\n"
-                        + format_profile(profile, top=5) + "\n```")
+    profiles = {label: r for suffix, label in PROFILES.items() if (r := load(sibling(main_path, suffix)))}
+    if profiles:
+        # the unfold profile's round is timed by part compare's unfold rows
+        sections.append(profile_section(profiles, (main or []) + variants.get("unfold", [])))
     probe_records = load(sibling(main_path, "graphs"))
     probe = None if probe_records is None else probe_table(probe_records)
     if probe is not None:
