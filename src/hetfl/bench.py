@@ -245,6 +245,14 @@ def random_inputs(w: Workload, n: int, gen: torch.Generator) -> Tensor:
     return torch.randn(n, *w.input_shape, generator=gen)
 
 
+def workload_problem(w: Workload, steps: int | None, device: torch.device, clients: int | None = None,
+                     batch: int | None = None, model_params: dict[str, Any] | None = None) -> Problem:
+    """The problem `hetfl bench` times for workload w, with the command's overrides (None: the workload's
+    own steps, clients, minibatch and model)."""
+    w = dataclasses.replace(with_model_params(w, model_params), batch=batch or w.batch)
+    return make_problem(w, steps or w.steps, device, clients)
+
+
 def make_problem(w: Workload, steps: int, device: torch.device, clients: int | None = None,
                  seed: int = 0) -> Problem:
     """Random data of the workload's shapes (no downloads): each client holds up to 20 minibatches."""
@@ -316,10 +324,8 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     so a burst of other load hits both alike. The reference loop trains clients one after another, so its
     rate does not depend on how many it trains: `ref_clients` times only the first few (None: all).
     """
-    steps = steps or w.steps
-    w = dataclasses.replace(with_model_params(w, model_params), batch=batch or w.batch)
-    prob = make_problem(w, steps, device, clients)
-    K = len(prob.steps)
+    prob = workload_problem(w, steps, device, clients, batch, model_params)
+    w, steps, K = prob.workload, int(prob.steps[0]), len(prob.steps)
     counts = {"batched": K, "reference": min(K, ref_clients or K)}
     threads = {"batched": torch.get_num_threads(), "reference": ref_threads or torch.get_num_threads()}
     for engine in ENGINES:  # warm-up: thread pools, allocator, oneDNN primitive caches

@@ -22,7 +22,6 @@ workers.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -37,10 +36,9 @@ from hetfl.bench import (
     check_workloads,
     device_name,
     engine_fn,
-    make_problem,
     resolve_device,
     synchronize,
-    with_model_params,
+    workload_problem,
 )
 from hetfl.engine import executor
 from hetfl.engine.reproducible import reproducible_cuda
@@ -85,12 +83,8 @@ def profile_workload(w: Workload, device: torch.device, steps: int | None = None
                      graphs: bool | None = None, rounds: int = 2, top: int = TOP) -> dict[str, Any]:
     """The batched engine's round of workload `w` (K clients, `steps` local steps each; the bench's
     defaults), profiled over `rounds` rounds after one untimed round."""
-    w = with_model_params(w, model_params)
-    if batch:
-        w = dataclasses.replace(w, batch=batch)
-    steps = steps or w.steps
-    prob = make_problem(w, steps, device, clients)
-    K = len(prob.steps)
+    prob = workload_problem(w, steps, device, clients, batch, model_params)
+    w, steps, K = prob.workload, int(prob.steps[0]), len(prob.steps)
     stacks = [p.unsqueeze(0).expand(K, *p.shape) for p in prob.params]
     workers = executor.make_plan(prob.model, stacks, prob.x[:w.batch].unsqueeze(0), K).workers
     fn = engine_fn("batched", prob, graphs=graphs)
@@ -105,11 +99,9 @@ def profile_workload(w: Workload, device: torch.device, steps: int | None = None
         wall = time.perf_counter() - t0
     return {"workload": w.name, "model": w.model, "model_params": dict(model_params or {}),
             "mode": "profile", "engine": "batched", "clients": K, "batch": w.batch, "steps": steps,
-            "rounds": rounds,
-            "device": device.type, "threads": torch.get_num_threads(), "workers": workers,
+            "rounds": rounds, "device": device.type, "threads": torch.get_num_threads(), "workers": workers,
             "graphs": hasattr(prob.model, "sgd_step") and executor.graphs_on(prob.model, device, graphs),
-            "round_ms": wall * 1e3 / rounds,
-            **summarize(prof.key_averages(), device, rounds, top)}
+            "round_ms": wall * 1e3 / rounds, **summarize(prof.key_averages(), device, rounds, top)}
 
 
 def run_profile(workloads: Sequence[str], device: str = "auto", threads: int | None = None,
