@@ -92,6 +92,33 @@ def test_graphs_flag_reaches_the_engine_and_its_record(flag, option, recorded, c
     assert {r["engine"]: r["graphs"] for r in records} == {"batched": recorded, "reference": False}
 
 
+@pytest.mark.parametrize("flags,kept", [(["--graphs", "--keep-graphs"], True), (["--keep-graphs"], False),
+                                        (["--graphs"], False)])
+def test_keep_graphs_shares_one_cache_over_the_timed_rounds(flags, kept, capsys, monkeypatch):
+    """--keep-graphs: the batched engine's timed rounds share one GraphCache, so where graphs are on the
+    first round captures and the later rounds only replay; where graphs are off (the rule: none on the
+    CPU) nothing is kept. The batched record says so."""
+    from hetfl.engine import graphs
+
+    captures, caches = [], set()
+    real_capture, real_sgd = graphs.capture, bench.local_sgd
+    monkeypatch.setattr(graphs, "capture", lambda *a: captures.append(1) or real_capture(*a))
+
+    def sgd(*a, **k):
+        caches.add(id(k["graph_cache"]) if k.get("graph_cache") is not None else None)
+        return real_sgd(*a, **k)
+
+    monkeypatch.setattr(bench, "local_sgd", sgd)
+    assert bench.main(["--workloads", "logreg-synthetic", "--steps", "7", "--repeat", "3", "--clients", "2",
+                       "--device", "cpu", "--threads", "1", *flags, "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert {r["engine"]: r["graphs_kept"] for r in records} == {"batched": kept, "reference": False}
+    if "--keep-graphs" in flags:
+        assert len(caches - {None}) == 1  # the timed rounds' one (the untimed warm-up keeps none)
+    # one block of 2 clients x 7 steps: one capture in all when kept, one per timed round when not
+    assert len(captures) == (1 if kept else 3 if "--graphs" in flags else 0)
+
+
 def test_ref_threads_times_the_reference_loop_on_its_own_thread_count(capsys, monkeypatch):
     """--ref-threads 1 with --threads 2: every reference call runs on one torch thread, every engine call
     on two, the caller's count is back after, and each record says its engine's threads; a count below 1

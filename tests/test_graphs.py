@@ -183,3 +183,76 @@ def test_local_sgd_follows_the_rule_unless_told(rule, option, correction, expect
     for a, b in zip(out, eager, strict=True):  # on the CPU the same steps, eagerly: bitwise
         assert torch.equal(a, b)
 
+
+
+def test_a_kept_graph_is_captured_once_then_replays_every_step_of_later_runs(monkeypatch):
+    """engine.graphs.run_kept: a kept graph's first run of at least KEPT_MIN_STEPS steps warms up and
+    captures; every later run replays all its steps, each after its own feed. Shorter runs before the
+    capture train eagerly."""
+    events = _spy(monkeypatch)
+    buffer = [None]
+    seen: list[int] = []
+    kept = graphs.Kept([], torch.empty(0), lambda: seen.append(buffer[0]))
+
+    def run(n: int) -> None:
+        graphs.run_kept(kept, lambda i: buffer.__setitem__(0, i), n, torch.device("cpu"))
+
+    assert graphs.KEPT_MIN_STEPS == graphs.GRAPH_WARMUP + 1 == 3
+    run(2)  # too short to capture: eager
+    assert events == [] and seen == [0, 1] and kept.replay is None
+    run(4)  # captured after 2 warm-up steps, 2 replays
+    assert events == ["capture after 2 warm-up steps", "replay", "replay"] and seen[2:] == [0, 1, 2, 3]
+    run(5)  # kept: every step replayed, none eager, no capture
+    assert events[3:] == ["replay"] * 5 and seen[6:] == [0, 1, 2, 3, 4]
+    run(1)
+    assert events[8:] == ["replay"] and seen[11:] == [0]
+
+
+def test_graph_cache_keeps_the_most_recent_graphs_and_the_plan():
+    cache = graphs.GraphCache(limit=2)
+    made: list[str] = []
+
+    def make(name):
+        return lambda: made.append(name) or graphs.Kept([], torch.empty(0), lambda: None)
+
+    a = cache.kept("a", make("a"))
+    assert cache.kept("a", make("a")) is a and made == ["a"]
+    cache.kept("b", make("b"))
+    cache.kept("a", make("a"))  # a is now the most recent
+    cache.kept("c", make("c"))  # b, the least recent, goes
+    assert len(cache) == 2 and made == ["a", "b", "c"]
+    assert cache.kept("a", make("a")) is a
+    cache.kept("b", make("b"))
+    assert made == ["a", "b", "c", "b"]
+    plans: list[int] = []
+    assert cache.plan("k", lambda: plans.append(1) or "plan") == "plan"
+    assert cache.plan("k", lambda: plans.append(2) or "other") == "plan" and plans == [1]
+    with pytest.raises(ValueError, match="GraphCache limit 0 is not allowed; allowed: 1 or more"):
+        graphs.GraphCache(limit=0)
+
+
+def test_local_sgd_keeps_graphs_across_rounds_and_ends_where_eager_rounds_end(monkeypatch):
+    """local_sgd(graph_cache=...): the first round captures its run of 7 steps (the runs of 1 step stay
+    eager), the second round, from other parameters and minibatches, replays all 7 without a capture; a
+    new learning rate is a new graph. On the CPU every round is bitwise the eager round."""
+    m, params, x, y, idx, steps = _mlp_round()
+    events = _spy(monkeypatch)
+    cache = graphs.GraphCache()
+    g = torch.Generator().manual_seed(1)
+    rounds = [(params, idx, 0.1), ([p + 0.01 * torch.randn(p.shape, generator=g) for p in params],
+                                   torch.randint(0, 40, idx.shape, generator=g).numpy(), 0.1),
+              (params, idx, 0.05)]
+    expected_events = [["capture after 2 warm-up steps"] + ["replay"] * 5, ["replay"] * 7,
+                       ["capture after 2 warm-up steps"] + ["replay"] * 5]
+    for (start, batch_idx, lr), expect in zip(rounds, expected_events, strict=True):
+        del events[:]
+        out = local_sgd(m, start, x, y, batch_idx, steps, lr, graphs=True, graph_cache=cache)
+        assert events == expect
+        eager = local_sgd(m, start, x, y, batch_idx, steps, lr, graphs=False, graph_cache=cache)
+        assert all(torch.equal(a, b) for a, b in zip(out, eager, strict=True))
+    assert len(cache) == 2  # lr 0.1 and 0.05: one block, one run of 7 steps each
+    # without graphs the cache is not used: nothing captured, nothing kept
+    fresh = graphs.GraphCache()
+    del events[:]
+    local_sgd(m, params, x, y, idx, steps, 0.1, graphs=False, graph_cache=fresh)
+    assert events == [] and len(fresh) == 0

@@ -151,6 +151,37 @@ def test_cuda_graph_runs_equal_per_client_loop(family, device, monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", FAMILIES, ids=IDS)
+def test_kept_cuda_graphs_over_two_rounds_equal_per_client_loop(family, device, monkeypatch):
+    """`graph_cache` (engine.graphs.GraphCache): graphs kept across rounds. The first round captures its
+    long runs, the second round, from other parameters, replays them without a capture; both rounds end
+    where the per-client loop ends (float64), and on the CPU bitwise where eager rounds end. A kept graph
+    that trained stale rows (the first round's), or wrote its rows back to the wrong clients, would end
+    elsewhere."""
+    _, name, shape, kwargs, vocab = family
+    model, params, x, y, idx = _problem(name, shape, kwargs, vocab, device=device, steps=GRAPH_STEPS)
+    params = [p.double() for p in params]
+    x = x if vocab else x.double()
+    captures = []
+    real = graphs.capture
+    monkeypatch.setattr(graphs, "capture", lambda *a: captures.append(a[2]) or real(*a))
+    cache = graphs.GraphCache()
+    second = [p + 0.01 * torch.linspace(-1, 1, p.numel(), dtype=p.dtype, device=p.device).view_as(p)
+              for p in params]
+    for start in (params, second):
+        before = len(captures)
+        out = local_sgd(model, start, x, y, idx, GRAPH_STEPS, 0.1, graphs=True, graph_cache=cache)
+        if start is params:
+            assert len(captures) > before, "no run was long enough to be captured: the test checks nothing"
+        else:
+            assert len(captures) == before, "the second round captured again: nothing was kept"
+        _close(out, local_sgd_reference(model, start, x, y, idx, GRAPH_STEPS, 0.1), rtol=1e-9, atol=1e-12)
+        if device == "cpu":
+            eager = local_sgd(model, start, x, y, idx, GRAPH_STEPS, 0.1)
+            assert all(torch.equal(a, b) for a, b in zip(out, eager, strict=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", FAMILIES, ids=IDS)
 def test_float32_round_equals_per_client_loop(family, device):
     """float32, the executor each model gets by default (on the CPU the LSTMs' per-client path is
     oneDNN's fused kernel, float32 only: the float64 test above never takes it). The tolerance allows

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from hetfl.engine import executor
 from hetfl.engine.allocator import retain_freed_memory
-from hetfl.engine.graphs import GRAPH_MIN_STEPS
+from hetfl.engine.graphs import GRAPH_MIN_STEPS, GraphCache
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
@@ -282,14 +282,18 @@ class _ModuleOn:
         return getattr(self._model, name)
 
 
-def engine_fn(engine: str, prob: Problem, clients: int | None = None, graphs: bool | None = None
-              ) -> Callable[[], list[Tensor]]:
+def engine_fn(engine: str, prob: Problem, clients: int | None = None, graphs: bool | None = None,
+              keep_graphs: bool = False) -> Callable[[], list[Tensor]]:
     """A call that runs one round of local training of the first `clients` clients (all: None); graphs:
-    the batched engine replays runs of steps from CUDA graphs (engine.graphs) or not; None: its rule."""
+    the batched engine replays runs of steps from CUDA graphs (engine.graphs) or not; None: its rule.
+    keep_graphs: the calls share one GraphCache, so where graphs are on, later rounds replay the graphs
+    the first captured, as the rounds of a run with kept graphs do."""
     w, n = prob.workload, clients or len(prob.steps)
     idx, steps = prob.batch_idx[:n], prob.steps[:n]  # absolute indices: a prefix of rows is a subset
     if engine == "batched":
-        return lambda: local_sgd(prob.model, prob.params, prob.x, prob.y, idx, steps, w.lr, graphs=graphs)
+        cache = GraphCache() if keep_graphs else None
+        return lambda: local_sgd(prob.model, prob.params, prob.x, prob.y, idx, steps, w.lr, graphs=graphs,
+                                 graph_cache=cache)
     if engine == "reference":
         model = prob.model if prob.x.device.type == "cpu" else _ModuleOn(prob.model, prob.x.device)
         return lambda: local_sgd_reference(model, prob.params, prob.x, prob.y, idx, steps, w.lr)  # type: ignore
@@ -314,10 +318,12 @@ def _with_threads(fn: Callable[[], list[Tensor]], threads: int) -> Callable[[], 
 def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: int = 3,
                  clients: int | None = None, ref_clients: int | None = None, batch: int | None = None,
                  model_params: dict[str, Any] | None = None, graphs: bool | None = None,
-                 ref_threads: int | None = None) -> list[dict[str, Any]]:
+                 ref_threads: int | None = None, keep_graphs: bool = False) -> list[dict[str, Any]]:
     """Time both engines on one workload; one record per engine (median rate, CPU time, peak RSS).
     graphs: the batched engine with CUDA graphs (engine.graphs; on the CPU the same steps eagerly) or
-    without; None: the executor's rule (executor.graphs_rule). ref_threads: torch threads of the
+    without; None: the executor's rule (executor.graphs_rule). keep_graphs: kept across the timed rounds
+    (engine.graphs.GraphCache: the first timed round captures, the median is of rounds that replay, as a
+    run's rounds after its first do). ref_threads: torch threads of the
     reference loop (None: the same as the engine's), e.g. 1, where the loop runs faster on one thread.
 
     The engines' runs alternate (batched, reference, batched, …) and each keeps the median of its runs,
@@ -331,7 +337,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     for engine in ENGINES:  # warm-up: thread pools, allocator, oneDNN primitive caches
         _with_threads(engine_fn(engine, make_problem(w, 1, device, clients), min(counts[engine], 4), graphs),
                       threads[engine])()
-    fns = {e: _with_threads(engine_fn(e, prob, counts[e], graphs), threads[e]) for e in ENGINES}
+    fns = {e: _with_threads(engine_fn(e, prob, counts[e], graphs, keep_graphs), threads[e]) for e in ENGINES}
     walls: dict[str, list[float]] = {e: [] for e in ENGINES}
     cpus: dict[str, list[float]] = {e: [] for e in ENGINES}
     peak = dict.fromkeys(ENGINES, 0.0)
@@ -361,9 +367,11 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
             "cpu_s_per_client_step": float(np.median(cpus[engine])) / work,
             "peak_rss_mb": peak[engine], "device": device.type, "threads": threads[engine],
             "executor": (f"block {plan.block}, {plan.workers} worker{'s' if plan.workers > 1 else ''}"
-                         + (", CUDA graphs" if graphed and device.type == "cuda" else "")
+                         + (f", CUDA graphs{' kept across rounds' if keep_graphs else ''}"
+                            if graphed and device.type == "cuda" else "")
                          if engine == "batched" else "per-client torch.nn + autograd + SGD"),
             "graphs": graphed and engine == "batched",
+            "graphs_kept": graphed and keep_graphs and engine == "batched",
             "flops_per_client_step": train_flops(prob.model, w.batch),
             "bytes_per_client_step": step_bytes(prob.model, prob.params, w.batch),
         }
@@ -485,7 +493,7 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
               threads: int | None = None, repeat: int = 3, clients: int | None = None,
               ref_clients: int | None = None, batch: int | None = None,
               model_params: dict[str, Any] | None = None, eval_samples: int | None = None,
-              graphs: bool | None = None, ref_threads: int | None = None
+              graphs: bool | None = None, ref_threads: int | None = None, keep_graphs: bool = False
               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
     model on top of its own (e.g. {"channels_last": False} for the convolutional models). eval_samples:
@@ -507,7 +515,7 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
                "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
     records = [r for name in workloads
                for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch,
-                                     model_params, graphs, ref_threads)]
+                                     model_params, graphs, ref_threads, keep_graphs)]
     add_bounds(records, machine["matmul_gflops"], machine["copy_gbps"])
     for r in records:
         r["mode"] = "train"
@@ -614,6 +622,10 @@ def main(argv: list[str] | None = None) -> int:
                              f"CUDA graph (engine.graphs; a run of fewer than {GRAPH_MIN_STEPS} steps trains "
                              f"eagerly: give --steps {GRAPH_MIN_STEPS} or more), or not (--no-graphs); "
                              f"default: the engine's rule per model (no model yet)")
+    parser.add_argument("--keep-graphs", action="store_true",
+                        help="where graphs are on (--graphs, or the rule), keep them across the timed "
+                             "rounds (engine.graphs.GraphCache): the first round captures, later rounds "
+                             "replay every step, as a run's rounds with kept graphs")
     parser.add_argument("--count-ops", action="store_true",
                         help=f"instead of timing, count the ATen operators of one batched step of K clients "
                              f"(--clients, default {CUDA_CLIENTS}) on the meta device: a lower bound of its "
@@ -640,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
             return _print_profile(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
                                args.ref_clients or None, args.batch, model_params, args.eval, args.graphs,
-                               args.ref_threads)
+                               args.ref_threads, args.keep_graphs)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2
@@ -669,7 +681,7 @@ def _print_profile(names: list[str], args: argparse.Namespace, model_params: dic
     from hetfl.stepprofile import format_profile, run_profile
 
     records = run_profile(names, args.device, args.threads, args.steps, args.clients, args.batch,
-                          model_params, args.graphs, args.repeat)
+                          model_params, args.graphs, args.repeat, args.keep_graphs)
     print(format_profile(records), file=sys.stderr if args.json == "-" else sys.stdout)
     write_json(records, args.json)
     return 0

@@ -80,14 +80,16 @@ def summarize(events: Iterable[Any], device: torch.device, rounds: int, top: int
 
 def profile_workload(w: Workload, device: torch.device, steps: int | None = None, clients: int | None = None,
                      batch: int | None = None, model_params: dict[str, Any] | None = None,
-                     graphs: bool | None = None, rounds: int = 2, top: int = TOP) -> dict[str, Any]:
+                     graphs: bool | None = None, rounds: int = 2, top: int = TOP,
+                     keep_graphs: bool = False) -> dict[str, Any]:
     """The batched engine's round of workload `w` (K clients, `steps` local steps each; the bench's
-    defaults), profiled over `rounds` rounds after one untimed round."""
+    defaults), profiled over `rounds` rounds after one untimed round (which, with kept graphs, captures
+    them: the profiled rounds replay)."""
     prob = workload_problem(w, steps, device, clients, batch, model_params)
     w, steps, K = prob.workload, int(prob.steps[0]), len(prob.steps)
     stacks = [p.unsqueeze(0).expand(K, *p.shape) for p in prob.params]
     workers = executor.make_plan(prob.model, stacks, prob.x[:w.batch].unsqueeze(0), K).workers
-    fn = engine_fn("batched", prob, graphs=graphs)
+    fn = engine_fn("batched", prob, graphs=graphs, keep_graphs=keep_graphs)
     fn()  # untimed: first calls (allocator, library handles, cuDNN's algorithm choice)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     synchronize(device)
@@ -97,17 +99,18 @@ def profile_workload(w: Workload, device: torch.device, steps: int | None = None
             fn()
         synchronize(device)
         wall = time.perf_counter() - t0
+    graphed = hasattr(prob.model, "sgd_step") and executor.graphs_on(prob.model, device, graphs)
     return {"workload": w.name, "model": w.model, "model_params": dict(model_params or {}),
             "mode": "profile", "engine": "batched", "clients": K, "batch": w.batch, "steps": steps,
             "rounds": rounds, "device": device.type, "threads": torch.get_num_threads(), "workers": workers,
-            "graphs": hasattr(prob.model, "sgd_step") and executor.graphs_on(prob.model, device, graphs),
+            "graphs": graphed, "graphs_kept": graphed and keep_graphs,
             "round_ms": wall * 1e3 / rounds, **summarize(prof.key_averages(), device, rounds, top)}
 
 
 def run_profile(workloads: Sequence[str], device: str = "auto", threads: int | None = None,
                 steps: int | None = None, clients: int | None = None, batch: int | None = None,
                 model_params: dict[str, Any] | None = None, graphs: bool | None = None,
-                rounds: int = 2) -> list[dict[str, Any]]:
+                rounds: int = 2, keep_graphs: bool = False) -> list[dict[str, Any]]:
     """profile_workload for every workload, on the device and in the mode `hetfl bench` times (on CUDA
     IEEE float32 and deterministic kernels, as `hetfl train` runs)."""
     check_workloads(workloads, model_params)
@@ -118,8 +121,8 @@ def run_profile(workloads: Sequence[str], device: str = "auto", threads: int | N
         reproducible_cuda()
     if threads:
         torch.set_num_threads(threads)
-    records = [profile_workload(WORKLOADS[n], dev, steps, clients, batch, model_params, graphs, rounds)
-               for n in workloads]
+    records = [profile_workload(WORKLOADS[n], dev, steps, clients, batch, model_params, graphs, rounds,
+                                keep_graphs=keep_graphs) for n in workloads]
     for r in records:
         r["device_name"] = device_name(dev)
     return records
@@ -130,7 +133,8 @@ def format_profile(records: list[dict[str, Any]], top: int = 6) -> str:
     out = []
     for r in records:
         head = (f"{r['workload']} (K {r['clients']}, B {r['batch']}, {r['steps']} steps"
-                + (", graphs" if r.get("graphs") else "") + f"): {r['round_ms']:,.1f} ms a round profiled")
+                + (", graphs kept" if r.get("graphs_kept") else ", graphs" if r.get("graphs") else "")
+                + f"): {r['round_ms']:,.1f} ms a round profiled")
         if "kernels_per_round" in r:
             per_step = r["kernels_per_round"] / r["steps"]
             head += (f", {r['kernels_per_round']:,.0f} kernels a round ({per_step:,.0f} a step), "

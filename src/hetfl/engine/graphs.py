@@ -19,14 +19,21 @@ is how the orchestration is tested without a GPU (tests/test_graphs.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 #: eager steps of a run before its capture (on the capture's stream)
 GRAPH_WARMUP = 2
 #: a run of fewer steps trains eagerly
 GRAPH_MIN_STEPS = 6
+#: a kept graph (GraphCache) is captured in the first run of at least this many steps: its capture is paid
+#: once for every later round, so one replay in the capturing run is enough
+KEPT_MIN_STEPS = GRAPH_WARMUP + 1
 
 Step = Callable[[], None]
 Feed = Callable[[int], None]
@@ -65,6 +72,95 @@ def capture(step: Step, device: torch.device, warmup: int = 0, feed: Feed | None
     return graph.replay
 
 
+@dataclass
+class Kept:
+    """One kept graph's fixed addresses: the block's working rows (copied in before a run, out after), the
+    minibatch indices a step reads, the step over them, and its replay once captured."""
+
+    rows: list[Tensor]
+    static: Tensor
+    step: Step
+    replay: Step | None = None
+
+
+class GraphCache:
+    """CUDA graphs kept across the rounds of a run (`local_sgd(..., graph_cache=...)`), instead of captured
+    anew in every run of steps (`run_steps`).
+
+    A graph replays its kernels on the addresses it was captured with. A round's parameter stacks are new
+    tensors, so a kept graph trains copies of a block's working rows at fixed addresses (`Kept.rows`):
+    the rows are copied in before a run and out after it, two copies of the block's parameters a run
+    against a capture and GRAPH_WARMUP eager steps. The key says what the captured step fixed: the model,
+    the block's first row and clients, the minibatch size, the learning rate (a Python float, fixed into
+    the kernels' arguments), the parameters' shapes, dtypes and device, and the data tensors' addresses. A
+    run whose key is new captures (from KEPT_MIN_STEPS steps); a run whose key is kept replays every step.
+    So kept graphs pay where rounds repeat their blocks: every round's clients work the same number of
+    steps at a constant learning rate (FedFOR), not under Ruan et al.'s η0/τ, where every round has a new
+    key. At most `limit` graphs are kept, the least recently used dropped first (with its memory pool).
+
+    The executor's plan is kept too (`plan`): on CUDA a block's size is set by the device's free memory,
+    which the kept graphs' pools lower, and a smaller block would be a new key every round.
+    """
+
+    def __init__(self, limit: int = 8) -> None:
+        if limit < 1:
+            raise ValueError(f"GraphCache limit {limit} is not allowed; allowed: 1 or more graphs")
+        self.limit = limit
+        self._kept: OrderedDict[Hashable, Kept] = OrderedDict()
+        self._plans: dict[Hashable, object] = {}
+        self._lock = threading.Lock()  # CPU workers train blocks on threads (tests run them)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def kept(self, key: Hashable, make: Callable[[], Kept] | None = None) -> Kept | None:
+        """The kept graph of `key`; when there is none, `make()`'s (uncaptured), or None without `make`."""
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+            if make is None:
+                return None
+            entry = self._kept[key] = make()
+            while len(self._kept) > self.limit:
+                self._kept.popitem(last=False)
+            return entry
+
+    def plan(self, key: Hashable, make: Callable[[], object]) -> object:
+        """The executor's plan for `key`, made once."""
+        with self._lock:
+            if key not in self._plans:
+                self._plans[key] = make()
+            return self._plans[key]
+
+
+def run_kept(kept: Kept, feed: Feed, n: int, device: torch.device) -> None:
+    """Steps i = 0 .. n - 1 of a run on a kept graph's rows: `feed(i)`, then the step. Replayed from the
+    kept graph; where it has none yet, captured after GRAPH_WARMUP eager steps if n >= KEPT_MIN_STEPS,
+    else every step eagerly."""
+    start = 0
+    if kept.replay is None:
+        if n < KEPT_MIN_STEPS:
+            for i in range(n):
+                feed(i)
+                kept.step()
+            return
+        kept.replay = _capture_run(kept.step, feed, n, device)
+        start = GRAPH_WARMUP
+    for i in range(start, n):
+        feed(i)
+        kept.replay()
+
+
+def _capture_run(step: Step, feed: Feed, n: int, device: torch.device) -> Step:
+    try:
+        return capture(step, device, GRAPH_WARMUP, feed)
+    except Exception as err:  # a step that cannot be captured: say which option asked for it
+        raise RuntimeError(f"a CUDA graph of a run of {n} local steps failed to capture "
+                           f"({type(err).__name__}: {err}); run without CUDA graphs: hetfl train or hetfl "
+                           f"bench --no-graphs (local_sgd graphs=False)") from err
+
+
 def replayed_steps(runs: list[int]) -> int:
     """How many of a block's steps `run_steps` replays from graphs, given its runs' lengths (engine.local's
     runs of one working prefix): n - GRAPH_WARMUP of every run of n >= GRAPH_MIN_STEPS steps; the rest
@@ -81,12 +177,7 @@ def run_steps(step: Step, feed: Feed, n: int, device: torch.device, graphed: boo
             feed(i)
             step()
         return
-    try:
-        replay = capture(step, device, GRAPH_WARMUP, feed)
-    except Exception as err:  # a step that cannot be captured: say which option asked for it
-        raise RuntimeError(f"a CUDA graph of a run of {n} local steps failed to capture "
-                           f"({type(err).__name__}: {err}); run without CUDA graphs: hetfl train or hetfl "
-                           f"bench --no-graphs (local_sgd graphs=False)") from err
+    replay = _capture_run(step, feed, n, device)
     for i in range(GRAPH_WARMUP, n):
         feed(i)
         replay()

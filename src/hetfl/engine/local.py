@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from hetfl.engine import executor
-from hetfl.engine.graphs import run_steps
+from hetfl.engine.graphs import KEPT_MIN_STEPS, GraphCache, Kept, run_kept, run_steps
 from hetfl.models.base import BatchedModel
 
 # correction(params, grads, ctx) -> grads: an algorithm's change to the local gradient (prox, control
@@ -30,7 +30,7 @@ PERMUTE_COPY_BYTES = 8 << 20
 def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor, y_train: Tensor,
               batch_idx: np.ndarray, steps: np.ndarray, lr: float, correction: Correction | None = None,
               ctx: dict[str, list[Tensor]] | None = None, start: list[Tensor] | None = None,
-              graphs: bool | None = None) -> list[Tensor]:
+              graphs: bool | None = None, graph_cache: GraphCache | None = None) -> list[Tensor]:
     """Ruan et al. Eq. (1): w_{i+1}^k = w_i^k − η_τ g_i^k for i < s_τ^k, for every client at once.
 
     batch_idx: [K, S, B] absolute indices (see minibatch.minibatch_indices); steps: [K];
@@ -40,6 +40,8 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     graphs: on CUDA, replay each run of steps with the same working prefix from a CUDA graph
     (engine.graphs; the fused path only); elsewhere the same steps eagerly. None: the executor's rule
     (executor.graphs_rule: the model's `cuda_graphs`).
+    graph_cache: where graphs are on, keep them across calls (the rounds of a run) in this cache instead
+    of capturing every run anew (engine.graphs.GraphCache); None: a run's graph is freed when it ends.
     Returns the clients' final parameters, stacked [K, ...] in the input order.
     """
     K = len(steps)
@@ -57,21 +59,23 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     fused = correction is None and hasattr(model, "sgd_step")
     active = working_prefix(steps_sorted)
     batch = idx.shape[2] if idx.dim() == 3 else 0
+    graphed = fused and executor.graphs_on(model, device, graphs)
+    kept = graph_cache if graphed else None
+    shapes = tuple((tuple(p.shape[1:]), p.dtype) for p in params)
+
+    def make_plan() -> executor.Plan:
+        return executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K)
+
     # Blocks of clients (engine.executor: how many per block, and CPU workers): each block runs all its
     # steps before the next, so its weights stay in cache between steps. Clients are independent, so the
     # result does not depend on the blocks.
-    plan = executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K)
+    plan = make_plan() if kept is None else kept.plan((id(model), K, batch, shapes, device), make_plan)
     blocks = executor.blocks(K, plan)
-    graphed = fused and executor.graphs_on(model, device, graphs)
 
-    def train_run(lo: int, m: int, j0: int, j1: int) -> None:
-        """Steps j0 <= j < j1 of the block's first m clients from row lo."""
-        static = torch.empty((m, batch), dtype=idx.dtype, device=device)  # the indices a step reads
-        rows = [p[lo:lo + m] for p in params]
-        rows_ctx = {k: [t[lo:lo + m] for t in v] for k, v in ctx_sorted.items()}
-
-        def feed(i: int) -> None:
-            static.copy_(idx[lo:lo + m, j0 + i])
+    def step_on(rows: list[Tensor], static: Tensor, rows_ctx: dict[str, list[Tensor]]) -> Callable[[], None]:
+        """One SGD step of the clients whose working rows are `rows`, on the minibatch indices in
+        `static` [m, B] (which a run's feed fills before each step)."""
+        m = len(static)
 
         def step() -> None:
             flat = static.view(-1)
@@ -86,7 +90,45 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
             for p, g in zip(rows, grads, strict=True):
                 p.sub_(g, alpha=lr)
 
-        run_steps(step, feed, j1 - j0, device, graphed)
+        return step
+
+    def train_run(lo: int, m: int, j0: int, j1: int) -> None:
+        """Steps j0 <= j < j1 of the block's first m clients from row lo."""
+        if kept is not None and train_kept(lo, m, j0, j1):
+            return
+        static = torch.empty((m, batch), dtype=idx.dtype, device=device)  # the indices a step reads
+        rows_ctx = {k: [t[lo:lo + m] for t in v] for k, v in ctx_sorted.items()}
+
+        def feed(i: int) -> None:
+            static.copy_(idx[lo:lo + m, j0 + i])
+
+        run_steps(step_on([p[lo:lo + m] for p in params], static, rows_ctx), feed, j1 - j0, device, graphed)
+
+    def train_kept(lo: int, m: int, j0: int, j1: int) -> bool:
+        """train_run on a kept graph's rows (engine.graphs.GraphCache): copied in, trained, copied out.
+        False, having trained nothing, where no graph of the run's key is kept and the run is too short to
+        capture one (it then trains eagerly, on no rows of its own)."""
+        def make() -> Kept:
+            rows = [torch.empty_like(p[lo:lo + m]) for p in params]
+            static = torch.empty((m, batch), dtype=idx.dtype, device=device)
+            return Kept(rows, static, step_on(rows, static, {}))
+
+        # blocks in turn share a kept graph of their size (one stream); CPU workers' blocks run at once
+        slot = lo if plan.workers > 1 else 0
+        key = (id(model), slot, m, batch, lr, shapes, device, x_train.data_ptr(), y_train.data_ptr())
+        entry = kept.kept(key, make if j1 - j0 >= KEPT_MIN_STEPS else None)  # type: ignore[union-attr]
+        if entry is None:
+            return False
+        for r, p in zip(entry.rows, params, strict=True):
+            r.copy_(p[lo:lo + m])
+
+        def feed(i: int) -> None:
+            entry.static.copy_(idx[lo:lo + m, j0 + i])
+
+        run_kept(entry, feed, j1 - j0, device)
+        for r, p in zip(entry.rows, params, strict=True):
+            p[lo:lo + m].copy_(r)
+        return True
 
     def train_block(lo: int, hi: int) -> None:
         # runs of steps with the same working prefix: the same clients and shapes, only the minibatches
