@@ -121,6 +121,20 @@ def test_graphs_on_the_cpu_is_refused_before_any_work(capsys, tmp_path, monkeypa
     assert not (tmp_path / "run").exists() and not (tmp_path / "data_splits").exists()
 
 
+@pytest.mark.parametrize("flags,given", [
+    (["--keep-graphs"], "--device cpu"),
+    (["--keep-graphs", "--no-graphs", "--device", "auto"], "--no-graphs")])
+def test_keep_graphs_without_graphs_is_refused_before_any_work(flags, given, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(json.dumps(TINY))
+    rc, err = _main(capsys, "train", "--config", "c.yaml", "--experiment", "e", "--run", "NIID_T1_B_s0",
+                    "--no-mlflow", "--out", "run", *flags)
+    assert rc == 2 and err.strip() == (
+        f"hetfl train: error: --keep-graphs keeps CUDA graphs across rounds; {given} is not allowed with it; "
+        f"allowed: --graphs or the engine's rule, on --device cuda or auto")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data_splits").exists()
+
+
 # -- item 9: the README's by-hand calls on results/<exp>/* ------------------------------------------------
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):

@@ -197,15 +197,15 @@ def test_a_kept_graph_is_captured_once_then_replays_every_step_of_later_runs(mon
     def run(n: int) -> None:
         graphs.run_kept(kept, lambda i: buffer.__setitem__(0, i), n, torch.device("cpu"))
 
-    assert graphs.KEPT_MIN_STEPS == graphs.GRAPH_WARMUP + 1 == 3
-    run(2)  # too short to capture: eager
-    assert events == [] and seen == [0, 1] and kept.replay is None
-    run(4)  # captured after 2 warm-up steps, 2 replays
-    assert events == ["capture after 2 warm-up steps", "replay", "replay"] and seen[2:] == [0, 1, 2, 3]
+    assert graphs.KEPT_MIN_STEPS == graphs.GRAPH_WARMUP == 2
+    run(1)  # too short to capture: eager
+    assert events == [] and seen == [0] and kept.replay is None
+    run(2)  # its 2 steps are the warm-up; then the capture, which runs nothing
+    assert events == ["capture after 2 warm-up steps"] and seen[1:] == [0, 1]
     run(5)  # kept: every step replayed, none eager, no capture
-    assert events[3:] == ["replay"] * 5 and seen[6:] == [0, 1, 2, 3, 4]
+    assert events[1:] == ["replay"] * 5 and seen[3:] == [0, 1, 2, 3, 4]
     run(1)
-    assert events[8:] == ["replay"] and seen[11:] == [0]
+    assert events[6:] == ["replay"] and seen[8:] == [0]
 
 
 def test_graph_cache_keeps_the_most_recent_graphs_and_the_plan():

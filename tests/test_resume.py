@@ -249,6 +249,29 @@ def test_hetfl_train_passes_its_graphs_option_down(flag, expect, tmp_path, monke
     assert json.loads((out / "run.json").read_text())["cuda_graphs"] is False
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="--device auto would train on CUDA")
+def test_hetfl_train_keep_graphs_gives_every_round_one_cache(tmp_path, monkeypatch):
+    """`hetfl train --graphs --keep-graphs`: every local_sgd call of the run gets the same GraphCache (one
+    per run or cell, kept across its rounds); without --keep-graphs none. run.json says whether graphs were
+    kept (never on the CPU)."""
+    run = dataclasses.replace(SPEC, algorithm="fedavg", algorithm_params={}, rounds=3)
+    split, trace = _inputs(tmp_path, run)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(run.to_dict()))
+    real = pipeline.local_sgd
+    caches: list[object] = []
+    monkeypatch.setattr(pipeline, "local_sgd",
+                        lambda *a, **k: caches.append(k.get("graph_cache")) or real(*a, **k))
+    for flags, kept in ((["--graphs", "--keep-graphs"], True), (["--graphs"], False)):
+        caches.clear()
+        out = tmp_path / f"run-{kept}"
+        assert cli.main(["train", "--spec", str(spec), "--split", str(split), "--traces", str(trace),
+                         "--out", str(out), "--no-mlflow", "--device", "auto", *flags]) == 0
+        assert len(caches) == run.rounds
+        assert len({id(c) for c in caches}) == 1 and (caches[0] is not None) == kept
+        assert json.loads((out / "run.json").read_text())["cuda_graphs_kept"] is False
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device (scripts/gpu-check runs this on a GPU machine)"))])
 def test_a_run_with_graphs_is_reproducible_and_equals_the_eager_run(device, tmp_path, monkeypatch,
@@ -257,31 +280,42 @@ def test_a_run_with_graphs_is_reproducible_and_equals_the_eager_run(device, tmp_
     CPU the same steps eagerly, bitwise), a rerun gives bitwise the same metrics, and the run ends where the
     eager run ends (on CUDA a replay runs the captured kernels again; float32 rounding allowed, should the
     graph's stream pick other kernels). Every client trains E = 8 steps (one trace, T_0: every device
-    completes), so every round has a run long enough to capture."""
+    completes), so every round has a run long enough to capture. The same with graphs kept across rounds
+    (`keep_graphs`, what `hetfl train --keep-graphs` passes): at a constant learning rate the first round
+    captures and the later rounds replay, so the run captures fewer graphs than it has rounds."""
     from hetfl.engine import graphs
 
     spec = dataclasses.replace(SPEC, model="mlp", algorithm="fedavg", algorithm_params={}, eta0=0.1, rounds=4,
-                               num_traces=1, trace_order=("T_0",), local_epochs=8)
+                               num_traces=1, trace_order=("T_0",), local_epochs=8, lr_schedule="constant")
     split, trace = _inputs(tmp_path, spec)
     captures: list[int] = []
     real = graphs.capture
     monkeypatch.setattr(graphs, "capture", lambda *a: captures.append(a[2]) or real(*a))
     runs = {}
-    for name, option in (("eager", False), ("graphs", True), ("graphs-again", True)):
+    modes = (("eager", False, False), ("graphs", True, False), ("graphs-again", True, False),
+             ("kept", True, True), ("kept-again", True, True))
+    for name, option, keep in modes:
         before = len(captures)
         assert run_training(spec, split, trace, tmp_path / name, device=device, progress=False,
-                            checkpoint_every=0, graphs=option).status == "ok"
-        assert (len(captures) - before >= spec.rounds) == option, name  # a capture a round, at least
+                            checkpoint_every=0, graphs=option, keep_graphs=keep).status == "ok"
+        captured = len(captures) - before
+        if keep:  # the first round's blocks capture, the later rounds replay them
+            assert 0 < captured < spec.rounds, (name, captured)
+        else:
+            assert (captured >= spec.rounds) == option, name  # a capture a round, at least
         runs[name] = pd.read_parquet(tmp_path / name / "metrics.parquet")
-        recorded = json.loads((tmp_path / name / "run.json").read_text())["cuda_graphs"]
-        assert recorded is (option and device == "cuda")
-    pd.testing.assert_frame_equal(runs["graphs-again"], runs["graphs"])
-    eager, graphed = runs["eager"], runs["graphs"]
-    if device == "cpu":
-        pd.testing.assert_frame_equal(graphed, eager)
-    assert eager[["round", "metric"]].equals(graphed[["round", "metric"]])
-    np.testing.assert_allclose(graphed["value"], eager["value"], rtol=1e-5, atol=1e-6)
-    if not graphed["value"].equals(eager["value"]):  # said in pytest's summary: the GPU's finding
-        diff = float((graphed["value"] - eager["value"]).abs().max())
-        warnings.warn(f"graphs on {device}: metrics within float32 rounding of the eager run, not bitwise "
-                      f"(largest difference {diff:.2e})", stacklevel=1)
+        info = json.loads((tmp_path / name / "run.json").read_text())
+        assert info["cuda_graphs"] is (option and device == "cuda")
+        assert info["cuda_graphs_kept"] is (keep and device == "cuda")
+    eager = runs["eager"]
+    for name in ("graphs", "kept"):
+        graphed = runs[name]
+        pd.testing.assert_frame_equal(runs[f"{name}-again"], graphed)
+        if device == "cpu":
+            pd.testing.assert_frame_equal(graphed, eager)
+        assert eager[["round", "metric"]].equals(graphed[["round", "metric"]])
+        np.testing.assert_allclose(graphed["value"], eager["value"], rtol=1e-5, atol=1e-6)
+        if not graphed["value"].equals(eager["value"]):  # said in pytest's summary: the GPU's finding
+            diff = float((graphed["value"] - eager["value"]).abs().max())
+            warnings.warn(f"{name} graphs on {device}: metrics within float32 rounding of the eager run, not "
+                          f"bitwise (largest difference {diff:.2e})", stacklevel=1)

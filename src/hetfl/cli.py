@@ -199,6 +199,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.graphs and args.device == "cpu":
         raise ConfigError("--graphs replays local steps from CUDA graphs; --device has value 'cpu', which is "
                           "not allowed with it; allowed: cuda, auto (or leave out --graphs)")
+    if args.keep_graphs and (args.graphs is False or args.device == "cpu"):
+        given = "--no-graphs" if args.graphs is False else "--device cpu"
+        raise ConfigError(f"--keep-graphs keeps CUDA graphs across rounds; {given} is not allowed with it; "
+                          f"allowed: --graphs or the engine's rule, on --device cuda or auto")
     if args.cell:  # the workflow: every run of one or more cells in this process, cell after cell
         if not (args.split or args.splits_root):
             raise ConfigError("hetfl train --cell needs --split (one cell) or --splits-root")
@@ -212,7 +216,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             traces = {s.run: paths.trace_file(s, args.traces_root) for s in specs}
             statuses = run_cell(specs, split, traces, args.results_root or "results", args.log_dir,
                                 device=args.device, checkpoint_every=args.checkpoint_every,
-                                graphs=args.graphs)
+                                graphs=args.graphs, keep_graphs=args.keep_graphs)
             print(f"cell {key}: " + ", ".join(f"{n} {s}" for n, s in _count(statuses.values())),
                   file=sys.stderr)
         return 0
@@ -233,7 +237,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         split, trace = _prepare_by_hand(spec)
         out = Path(args.out) if args.out else paths.run_dir(spec)
     result = run_training(spec, split, trace, out, device=args.device, checkpoint_every=args.checkpoint_every,
-                          graphs=args.graphs)
+                          graphs=args.graphs, keep_graphs=args.keep_graphs)
     if not args.no_mlflow:  # by hand: mirror this run (the workflow mirrors per experiment: rule track)
         _mirror_by_hand(out, args.results_root or "results")
     print(f"{spec.experiment}/{spec.run}: {result.status} after {result.rounds_done} rounds -> {out}",
@@ -486,6 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on CUDA, replay local steps from CUDA graphs (engine.graphs), or not (--no-graphs); "
                         "default: the engine's rule per model (no model yet); --graphs needs --device cuda "
                         "or auto (auto without CUDA trains eagerly)")
+    p.add_argument("--keep-graphs", action="store_true",
+                   help="where CUDA graphs are on (--graphs, or the rule), keep them across rounds "
+                        "(engine.graphs.GraphCache): a round that repeats a block's clients, minibatch and "
+                        "learning rate replays every step without a new capture")
     p.add_argument("--no-mlflow", action="store_true", help="do not mirror the run to MLflow")
     p.add_argument("--results-root", help="results directory: --cell writes runs under it; it holds the "
                                           "default MLflow store (default: results/)")

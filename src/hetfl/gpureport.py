@@ -48,9 +48,12 @@ LAUNCH_BOUND, KERNEL_BOUND = 0.5, 0.8
 #: a replay that ends farther than this from the eager steps' parameters failed (float32 rounding is far
 #: below it; a stale feed or a wrong capture is far above)
 REPLAY_TOLERANCE = 1e-4
-#: part `graphs`: the engine without and with graphs, suffix pairs
-GRAPH_PAIRS = {"20 steps per client": ("steps20", "steps20-graphs"),
-               "FedFOR E = 1 round": ("fedfor-e1", "fedfor-e1-graphs")}
+#: part `graphs`: the engine without graphs, with graphs captured per run, and with graphs kept across
+#: rounds, by the files' suffixes ("": the main file, part bench's rows; None: not measured)
+GRAPH_RUNS = {"20 steps per client": ("steps20", "steps20-graphs", "steps20-kept"),
+              "FedFOR E = 1 round": ("fedfor-e1", "fedfor-e1-graphs", "fedfor-e1-kept"),
+              "the bench's own steps": ("", None, "kept")}
+GRAPH_MODES = ("no graphs", "graphs", "kept")
 
 
 def load(path: Path) -> list[dict[str, Any]] | None:
@@ -153,19 +156,29 @@ def probe_table(probe: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("workload")
 
 
-def graph_gains(pairs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> pd.DataFrame:
-    """Per (round, workload): the batched engine without and with graphs, and each against the loop."""
+def graph_gains(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> pd.DataFrame:
+    """Per (round, workload) measured without graphs and with them either way: the batched engine's rate
+    without graphs, with graphs captured per run and with graphs kept across rounds, each with graphs ÷
+    without and against the loop (NaN: that way not measured)."""
     rows = []
-    for label, (eager, graphed) in pairs.items():
-        e, g = train_rates(eager), train_rates(graphed)
-        for workload in e.index.intersection(g.index):
-            rows.append({"round": label, "workload": workload, "no graphs": e.at[workload, "batched"],
-                         "graphs": g.at[workload, "batched"],
-                         "graphs ÷ no graphs": g.at[workload, "batched"] / e.at[workload, "batched"],
-                         "vs loop, no graphs": e.at[workload, "vs loop"],
-                         "vs loop, graphs": g.at[workload, "vs loop"]})
-    cols = ["round", "workload", "no graphs", "graphs", "graphs ÷ no graphs", "vs loop, no graphs",
-            "vs loop, graphs"]
+    for label, by_mode in runs.items():
+        rates = {mode: train_rates(records) for mode, records in by_mode.items()}
+        eager = rates["no graphs"]
+        for workload in eager.index:
+            row: dict[str, Any] = {"round": label, "workload": workload}
+            for mode in GRAPH_MODES:
+                r = rates.get(mode)
+                measured = r is not None and workload in r.index
+                row[mode] = r.at[workload, "batched"] if measured else float("nan")
+            if all(pd.isna(row[mode]) for mode in GRAPH_MODES[1:]):
+                continue
+            for mode in GRAPH_MODES[1:]:
+                row[f"{mode} ÷ no graphs"] = row[mode] / row["no graphs"]
+            for mode in GRAPH_MODES:
+                row[f"vs loop, {mode}"] = row[mode] / eager.at[workload, "reference"]
+            rows.append(row)
+    cols = (["round", "workload", *GRAPH_MODES] + [f"{m} ÷ no graphs" for m in GRAPH_MODES[1:]]
+            + [f"vs loop, {m}" for m in GRAPH_MODES])
     return pd.DataFrame(rows, columns=cols).set_index(["round", "workload"])
 
 
@@ -189,7 +202,7 @@ def proposals(gains: pd.DataFrame, probe: pd.DataFrame | None, min_gain: float) 
     rounds = gains.index.get_level_values("round")
     steps20 = gains.xs(key, level="round") if key in rounds else gains.iloc[0:0]
     winners = [w for w, r in steps20.iterrows() if r["graphs ÷ no graphs"] >= min_gain and w not in bad.index]
-    losers = [w for w in steps20.index if w not in winners]
+    losers = [w for w in steps20.index if w not in winners and w not in bad.index]  # flagged above
     for w in winners:
         r = steps20.loc[w]
         out.append(f"- set `cuda_graphs = True` on `{model_class(w)}` ({w}: the engine with graphs "
@@ -197,6 +210,25 @@ def proposals(gains: pd.DataFrame, probe: pd.DataFrame | None, min_gain: float) 
     for w in losers:
         gain = steps20.at[w, "graphs ÷ no graphs"]
         out.append(f"- keep {w} eager: graphs {gain:.2f}× (below {min_gain:g}×)")
+    # kept graphs: where they gain over graphs captured per run (the same rounds), and at the bench's own
+    # steps, too short for a graph per run, where they are the only graphs
+    for label in ("20 steps per client", "FedFOR E = 1 round"):
+        if label not in rounds:
+            continue
+        for w, r in gains.xs(label, level="round").iterrows():
+            if pd.isna(r["kept"]) or pd.isna(r["graphs"]) or w in bad.index:
+                continue
+            if r["kept"] >= min_gain * r["graphs"]:
+                out.append(f"- {w}, {label}: graphs kept across rounds {r['kept'] / r['graphs']:.2f}× "
+                           f"graphs captured per run ({r['vs loop, kept']:.1f}× the loop): keep them in "
+                           f"training too (`local_sgd(graph_cache=...)`; `hetfl train` passes none yet)")
+    own = "the bench's own steps"
+    if own in rounds:
+        for w, r in gains.xs(own, level="round").iterrows():
+            if not pd.isna(r["kept"]):
+                target = "meets" if r["vs loop, kept"] >= CUDA_TARGET else "misses"
+                out.append(f"- {w} at the bench's own steps with kept graphs: {r['kept ÷ no graphs']:.2f}× "
+                           f"without, {r['vs loop, kept']:.1f}× the loop ({target} {CUDA_TARGET:g}×)")
     if winners and probe is not None:
         steps = [probe.at[w, "graph_min_steps"] for w in winners if w in probe.index]
         steps = [int(s) for s in steps if s is not None and not pd.isna(s)]
@@ -207,7 +239,7 @@ def proposals(gains: pd.DataFrame, probe: pd.DataFrame | None, min_gain: float) 
     if key in rounds:
         for w, r in gains.xs(key, level="round").iterrows():
             verdict = ("per-round captures pay at E = 1" if r["graphs ÷ no graphs"] >= 1
-                       else "per-round captures lose at E = 1: graphs kept across rounds are the next step")
+                       else "per-round captures lose at E = 1 (graphs kept across rounds: the kept column)")
             gain = r["graphs ÷ no graphs"]
             out.append(f"- FedFOR's E = 1 round ({w}): graphs {gain:.2f}× without, {verdict}")
     return out or ["- nothing to propose: part `graphs` wrote no engine comparison"]
@@ -288,14 +320,19 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
     if probe is not None:
         sections.append("## The CUDA graph probe (one block's step, eager and replayed)\n\n" + _table(
             probe, {"K": 0, "eager": 0, "graph": 0, "capture s": 3, "max abs diff": 3, "graph_min_steps": 0}))
-    pairs = {label: (e, g) for label, (a, b) in GRAPH_PAIRS.items()
-             if (e := load(sibling(main_path, a))) is not None
-             and (g := load(sibling(main_path, b))) is not None}
-    gains = graph_gains(pairs)
-    if pairs:
+    runs = {}
+    for label, suffixes in GRAPH_RUNS.items():
+        by_mode = {mode: records for mode, suffix in zip(GRAPH_MODES, suffixes, strict=True)
+                   if suffix is not None
+                   and (records := main if suffix == "" else load(sibling(main_path, suffix))) is not None}
+        if "no graphs" in by_mode and len(by_mode) > 1:
+            runs[label] = by_mode
+    gains = graph_gains(runs)
+    if len(gains):
         sections.append("## The engine with and without CUDA graphs (part `graphs`)\n\nbatched client "
-                        "steps/s\n\n" + _table(gains, {"no graphs": 0, "graphs": 0}))
-    if probe is not None or pairs:
+                        "steps/s: without graphs, with graphs captured per run, with graphs kept across "
+                        "rounds\n\n" + _table(gains, dict.fromkeys(GRAPH_MODES, 0)))
+    if probe is not None or len(gains):
         sections.append(f"## Proposed (read, not applied; a gain counts from {min_gain:g}×)\n\n"
                         + "\n".join(proposals(gains, probe, min_gain)))
     if not sections:

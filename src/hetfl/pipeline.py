@@ -36,6 +36,7 @@ from hetfl.data.build import check_split
 from hetfl.data.events import Event, Schedule, build_schedule
 from hetfl.data.federation import Federation, load_federation
 from hetfl.engine import executor
+from hetfl.engine.graphs import GraphCache
 from hetfl.engine.local import local_sgd
 from hetfl.engine.reproducible import reproducible_cuda
 from hetfl.engine.runner import (
@@ -201,9 +202,10 @@ class RunJob:
                  device: str = "cpu", progress: bool | TextIO = True,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
                  prov: Provenance | None = None, data: Data | None = None,
-                 graphs: bool | None = None) -> None:
+                 graphs: bool | None = None, keep_graphs: bool = False) -> None:
         self.spec, self.out_dir = spec, Path(out_dir)
         self.graphs = graphs  # CUDA graphs for local steps (engine.graphs); None: the executor's rule
+        self.keep_graphs = keep_graphs  # kept across rounds (engine.graphs.GraphCache) where they are on
         self.split_npz, self.traces_npz = split_npz, traces_npz
         self.device = resolve_device(device)
         if self.device.type == "cuda":
@@ -301,8 +303,9 @@ class RunJob:
             "code_fingerprint": self.prov.code,
             "device": str(self.device),
             # CUDA graphs on for the run's fused local steps (engine.graphs): asked for, or the model's rule
-            "cuda_graphs": self.device.type == "cuda" and executor.graphs_on(self.loop.model, self.device,
-                                                                             self.graphs),
+            "cuda_graphs": (graphed := self.device.type == "cuda"
+                            and executor.graphs_on(self.loop.model, self.device, self.graphs)),
+            "cuda_graphs_kept": graphed and self.keep_graphs,
             "torch_threads": torch.get_num_threads(),
             # a run trained stacked with others shares their wall time (engine.runner.train_stacked)
             "stacked_runs": self.stacked_with,
@@ -322,23 +325,27 @@ class RunJob:
 def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, out_dir: str | Path,
                  *, device: str = "cpu", progress: bool | TextIO = True,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
-                 prov: Provenance | None = None, graphs: bool | None = None) -> TrainResult:
+                 prov: Provenance | None = None, graphs: bool | None = None,
+                 keep_graphs: bool = False) -> TrainResult:
     """Train one run and write metrics.parquet and run.json (each atomically).
 
     progress: True prints progress lines to stderr, a stream prints them there, False prints none.
     fed: the split already loaded. checkpoint_every = 0 keeps no mid-run checkpoint.
     graphs: on CUDA, replay local steps from CUDA graphs (engine.graphs) or not; None: the engine's rule.
+    keep_graphs: where graphs are on, keep them across the run's rounds (engine.graphs.GraphCache).
     """
     job = RunJob(spec, split_npz, traces_npz, out_dir, device=device, progress=progress,
-                 checkpoint_every=checkpoint_every, fed=fed, prov=prov, graphs=graphs)
+                 checkpoint_every=checkpoint_every, fed=fed, prov=prov, graphs=graphs,
+                 keep_graphs=keep_graphs)
     if job.restored is not None:
         return job.restored
-    return job.finish(train_stacked([job.loop], _trainer(graphs))[0])
+    return job.finish(train_stacked([job.loop], _trainer(graphs, keep_graphs))[0])
 
 
-def _trainer(graphs: bool | None):
-    """engine.local.local_sgd with the CUDA-graphs option (None: the executor's rule)."""
-    return functools.partial(local_sgd, graphs=graphs)
+def _trainer(graphs: bool | None, keep_graphs: bool = False):
+    """engine.local.local_sgd with the CUDA-graphs option (None: the executor's rule) and, with
+    keep_graphs, one GraphCache for every round it trains."""
+    return functools.partial(local_sgd, graphs=graphs, graph_cache=GraphCache() if keep_graphs else None)
 
 
 def _cpu(obj: Any) -> Any:
@@ -358,12 +365,13 @@ STACK_MAX_PARAMETERS = 1_000_000
 
 def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, str | Path],
              results_root: str | Path = "results", log_dir: str | Path | None = None, *, device: str = "cpu",
-             checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, graphs: bool | None = None) -> dict[str, str]:
+             checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, graphs: bool | None = None,
+             keep_graphs: bool = False) -> dict[str, str]:
     """Train every run of a cell (runs that share a split) in this process: imports, the split and the code
     fingerprint are paid once, and small models train all their runs stacked (engine.runner.train_stacked:
     each run ends bitwise where it would alone). traces_of maps each run name to its trace file; each run
     writes <results_root>/<experiment>/<run>/ and, with log_dir, its progress to <log_dir>/<run>.log.
-    graphs: as run_training's. Returns {run: status}."""
+    graphs, keep_graphs: as run_training's (one GraphCache for the cell). Returns {run: status}."""
     if len({s.split_key for s in specs}) > 1:
         raise ValueError(f"a cell's runs share one split; got {sorted({s.split_key for s in specs})}")
     fed = load_federation(split_npz)
@@ -383,12 +391,12 @@ def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, s
             jobs.append(RunJob(spec, split_npz, traces_of[spec.run],
                                Path(results_root) / spec.experiment / spec.run, device=device,
                                progress=stream, checkpoint_every=checkpoint_every, prov=prov,
-                               data=data[spec.model], graphs=graphs))
+                               data=data[spec.model], graphs=graphs, keep_graphs=keep_graphs))
         todo = [j for j in jobs if j.restored is None]
         small = [j for j in todo if sum(p.numel() for p in j.loop.params) < STACK_MAX_PARAMETERS]
         for job in small:
             job.stacked_with = len(small)
-        trainer = _trainer(graphs)
+        trainer = _trainer(graphs, keep_graphs)
         for job, result in zip(small, train_stacked([j.loop for j in small], trainer), strict=True):
             job.finish(result)
         for job in (j for j in todo if j not in small):

@@ -31,9 +31,10 @@ from torch import Tensor
 GRAPH_WARMUP = 2
 #: a run of fewer steps trains eagerly
 GRAPH_MIN_STEPS = 6
-#: a kept graph (GraphCache) is captured in the first run of at least this many steps: its capture is paid
-#: once for every later round, so one replay in the capturing run is enough
-KEPT_MIN_STEPS = GRAPH_WARMUP + 1
+#: a kept graph (GraphCache) is captured in the first run of at least this many steps (its warm-up; the
+#: capture runs nothing): the capture is paid once for every later round, so the capturing run need not
+#: replay any step itself
+KEPT_MIN_STEPS = GRAPH_WARMUP
 
 Step = Callable[[], None]
 Feed = Callable[[int], None]
