@@ -221,7 +221,7 @@ def proposals(gains: pd.DataFrame, probe: pd.DataFrame | None, min_gain: float) 
             if r["kept"] >= min_gain * r["graphs"]:
                 out.append(f"- {w}, {label}: graphs kept across rounds {r['kept'] / r['graphs']:.2f}× "
                            f"graphs captured per run ({r['vs loop, kept']:.1f}× the loop): keep them in "
-                           f"training too (`local_sgd(graph_cache=...)`; `hetfl train` passes none yet)")
+                           f"training too (`hetfl train --keep-graphs`; the rule does not keep them yet)")
     own = "the bench's own steps"
     if own in rounds:
         for w, r in gains.xs(own, level="round").iterrows():
