@@ -175,6 +175,8 @@ def test_report_of_real_bench_and_probe_files(tmp_path: Path) -> None:
     for graphs, suffix in [("--no-graphs", "steps20"), ("--graphs", "steps20-graphs")]:
         out = str(tmp_path / f"gpu-bench-{suffix}.json")
         assert bench.main([*common, "--steps", "6", graphs, "--json", out]) == 0
+    assert bench.main([*common, "--steps", "2", "--graphs", "--keep-graphs", "--json",
+                       str(tmp_path / "gpu-bench-kept.json")]) == 0
     assert graphprobe.main(["--workloads", "logreg-synthetic", "--steps", "2", "--repeat", "1",
                             "--json", str(tmp_path / "gpu-bench-graphs.json")]) == 0
     rate = {}
@@ -186,6 +188,9 @@ def test_report_of_real_bench_and_probe_files(tmp_path: Path) -> None:
     table_row(text, "20 steps per client", "logreg-synthetic", f"{rate['-steps20']:,.0f}",
               f"{rate['-steps20-graphs']:,.0f}", f"{rate['-steps20-graphs'] / rate['-steps20']:.2f}")
     assert "set `cuda_graphs = True` on `hetfl.models.logreg.LogReg`" in text
+    # kept graphs at the bench's own steps: said, without the CUDA target on the CPU
+    line = next(x for x in text.splitlines() if "at the bench's own steps with kept graphs" in x)
+    assert line.endswith("the loop") and "10×" not in line
 
 
 PYTEST_LOG = """\
@@ -216,6 +221,8 @@ def test_report_summarises_the_pytest_logs(check_dir: Path) -> None:
            "(largest difference 2.4e-07)" in tests
     # the failure and the finding; nothing else of the log
     assert sum(line.startswith("- ") for line in tests.splitlines()) == 2
+    # last, after the proposals: the end of a cut output keeps it
+    assert text.rindex("## Tests") > text.index("## Proposed") and text.endswith(tests.rstrip("\n") + "\n")
     # a log cut short says so; and the logs alone make a report
     (check_dir / "gpu-bench-tests.log").write_text("....\n")
     for f in check_dir.glob("*.json"):
