@@ -119,6 +119,21 @@ def test_keep_graphs_shares_one_cache_over_the_timed_rounds(flags, kept, capsys,
     assert len(captures) == (1 if kept else 3 if "--graphs" in flags else 0)
 
 
+def test_no_reference_times_the_batched_engine_only(capsys, monkeypatch):
+    """--no-reference: no call of the reference loop, only batched records, with no speed-up; refused with
+    --eval (which times evaluation against the torch.nn module) before any work."""
+    monkeypatch.setattr(bench, "local_sgd_reference", lambda *a, **k: pytest.fail("the loop ran"))
+    argv = ["--workloads", "logreg-synthetic,mlp-mnist", "--steps", "2", "--repeat", "1", "--clients", "2",
+            "--device", "cpu", "--threads", "1", "--no-reference", "--json"]
+    assert bench.main(argv) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["workload"], r["engine"]) for r in records] == [("logreg-synthetic", "batched"),
+                                                              ("mlp-mnist", "batched")]
+    assert all(r["speedup"] is None and r["client_steps_per_s"] > 0 for r in records)
+    assert bench.main(["--no-reference", "--eval", "64"]) == 2
+    assert "--no-reference and --eval are both given" in capsys.readouterr().err
+
+
 def test_ref_threads_times_the_reference_loop_on_its_own_thread_count(capsys, monkeypatch):
     """--ref-threads 1 with --threads 2: every reference call runs on one torch thread, every engine call
     on two, the caller's count is back after, and each record says its engine's threads; a count below 1

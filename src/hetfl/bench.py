@@ -318,12 +318,14 @@ def _with_threads(fn: Callable[[], list[Tensor]], threads: int) -> Callable[[], 
 def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: int = 3,
                  clients: int | None = None, ref_clients: int | None = None, batch: int | None = None,
                  model_params: dict[str, Any] | None = None, graphs: bool | None = None,
-                 ref_threads: int | None = None, keep_graphs: bool = False) -> list[dict[str, Any]]:
+                 ref_threads: int | None = None, keep_graphs: bool = False,
+                 engines: Sequence[str] = ENGINES) -> list[dict[str, Any]]:
     """Time both engines on one workload; one record per engine (median rate, CPU time, peak RSS).
     graphs: the batched engine with CUDA graphs (engine.graphs; on the CPU the same steps eagerly) or
     without; None: the executor's rule (executor.graphs_rule). keep_graphs: kept across the timed rounds
     (engine.graphs.GraphCache: the first timed round captures, the median is of rounds that replay, as a
-    run's rounds after its first do). ref_threads: torch threads of the
+    run's rounds after its first do). engines: the engines timed, e.g. only the batched one where another
+    run timed the loop. ref_threads: torch threads of the
     reference loop (None: the same as the engine's), e.g. 1, where the loop runs faster on one thread.
 
     The engines' runs alternate (batched, reference, batched, …) and each keeps the median of its runs,
@@ -334,16 +336,16 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     w, steps, K = prob.workload, int(prob.steps[0]), len(prob.steps)
     counts = {"batched": K, "reference": min(K, ref_clients or K)}
     threads = {"batched": torch.get_num_threads(), "reference": ref_threads or torch.get_num_threads()}
-    for engine in ENGINES:  # warm-up: thread pools, allocator, oneDNN primitive caches
+    for engine in engines:  # warm-up: thread pools, allocator, oneDNN primitive caches
         _with_threads(engine_fn(engine, make_problem(w, 1, device, clients), min(counts[engine], 4), graphs),
                       threads[engine])()
-    fns = {e: _with_threads(engine_fn(e, prob, counts[e], graphs, keep_graphs), threads[e]) for e in ENGINES}
-    walls: dict[str, list[float]] = {e: [] for e in ENGINES}
-    cpus: dict[str, list[float]] = {e: [] for e in ENGINES}
-    peak = dict.fromkeys(ENGINES, 0.0)
-    peak_dev = dict.fromkeys(ENGINES, 0.0)
+    fns = {e: _with_threads(engine_fn(e, prob, counts[e], graphs, keep_graphs), threads[e]) for e in engines}
+    walls: dict[str, list[float]] = {e: [] for e in engines}
+    cpus: dict[str, list[float]] = {e: [] for e in engines}
+    peak = dict.fromkeys(engines, 0.0)
+    peak_dev = dict.fromkeys(engines, 0.0)
     for _ in range(repeat):
-        for engine in ENGINES:
+        for engine in engines:
             _reset_peak_rss()
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
@@ -357,7 +359,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
                               prob.x[:w.batch].unsqueeze(0), K)
     graphed = hasattr(prob.model, "sgd_step") and executor.graphs_on(prob.model, device, graphs)
     records = []
-    for engine in ENGINES:
+    for engine in engines:
         work = float(prob.steps[:counts[engine]].sum())
         rec: dict[str, Any] = {
             "workload": w.name, "model": w.model, "model_params": dict(model_params or {}), "engine": engine,
@@ -493,14 +495,15 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
               threads: int | None = None, repeat: int = 3, clients: int | None = None,
               ref_clients: int | None = None, batch: int | None = None,
               model_params: dict[str, Any] | None = None, eval_samples: int | None = None,
-              graphs: bool | None = None, ref_threads: int | None = None, keep_graphs: bool = False
-              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              graphs: bool | None = None, ref_threads: int | None = None, keep_graphs: bool = False,
+              reference: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
     model on top of its own (e.g. {"channels_last": False} for the convolutional models). eval_samples:
     also time evaluation on that many samples per workload (run_eval; records with mode "evaluate",
     after the training records, whose mode is "train"). graphs: the batched engine with CUDA graphs or
     without (None: the executor's rule). ref_threads: the reference loop's torch threads (None: `threads`;
-    each record says its engine's)."""
+    each record says its engine's). keep_graphs: see run_workload. reference: also time the per-client
+    loop (False: the batched engine only, whose records then carry no speed-up)."""
     if ref_threads is not None and ref_threads < 1:
         raise ValueError(f"--ref-threads has value {ref_threads}, which is not allowed; allowed: 1 or more "
                          f"torch threads for the reference loop")
@@ -515,7 +518,8 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
                "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
     records = [r for name in workloads
                for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch,
-                                     model_params, graphs, ref_threads, keep_graphs)]
+                                     model_params, graphs, ref_threads, keep_graphs,
+                                     ENGINES if reference else ("batched",))]
     add_bounds(records, machine["matmul_gflops"], machine["copy_gbps"])
     for r in records:
         r["mode"] = "train"
@@ -626,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where graphs are on (--graphs, or the rule), keep them across the timed "
                              "rounds (engine.graphs.GraphCache): the first round captures, later rounds "
                              "replay every step, as a run's rounds with kept graphs")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="time the batched engine only, where another run timed the loop on the same "
+                             "workload (its records then carry no speed-up)")
     parser.add_argument("--count-ops", action="store_true",
                         help=f"instead of timing, count the ATen operators of one batched step of K clients "
                              f"(--clients, default {CUDA_CLIENTS}) on the meta device: a lower bound of its "
@@ -642,6 +649,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.eval is not None and (args.eval < 1 or args.count_ops or args.profile):
             raise ValueError(f"--eval has value {args.eval}; allowed: a positive number of samples, and not "
                              f"with --count-ops or --profile (which time no evaluation)")
+        if args.no_reference and args.eval is not None:
+            raise ValueError("--no-reference and --eval are both given; allowed: one of them (--eval times "
+                             "the engine's evaluation against the torch.nn module's)")
         if args.count_ops and args.profile:
             raise ValueError("--count-ops and --profile are both given; allowed: one of them (--count-ops "
                              "counts on the meta device, --profile runs on --device)")
@@ -652,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
             return _print_profile(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
                                args.ref_clients or None, args.batch, model_params, args.eval, args.graphs,
-                               args.ref_threads, args.keep_graphs)
+                               args.ref_threads, args.keep_graphs, not args.no_reference)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2
