@@ -231,6 +231,29 @@ def test_graph_cache_keeps_the_most_recent_graphs_and_the_plan():
         graphs.GraphCache(limit=0)
 
 
+def test_kept_graphs_only_for_one_block_on_cuda():
+    """engine.graphs.keeps: on CUDA a round of several blocks was sized by the free memory, and each kept
+    graph holds a block step's activations: such rounds capture per run. On the CPU, any executor."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert graphs.keeps(cuda, 1) and graphs.keeps(cuda, 0)
+    assert not graphs.keeps(cuda, 2)
+    assert graphs.keeps(cpu, 1) and graphs.keeps(cpu, 7)
+
+
+def test_local_sgd_captures_per_run_where_its_round_may_not_keep_graphs(monkeypatch):
+    """local_sgd asks engine.graphs.keeps: where a round may not keep its graphs (on CUDA, several
+    memory-sized blocks), the cache it was given stays empty and each run captures its own graph."""
+    m, params, x, y, idx, steps = _mlp_round()
+    asked: list[tuple[str, int]] = []
+    monkeypatch.setattr(local, "keeps", lambda device, blocks: asked.append((device.type, blocks)) or False)
+    events = _spy(monkeypatch)
+    cache = graphs.GraphCache()
+    for _ in range(2):
+        local_sgd(m, params, x, y, idx, steps, 0.1, graphs=True, graph_cache=cache)
+    assert asked == [("cpu", 1)] * 2 and len(cache) == 0
+    assert events == (["capture after 2 warm-up steps"] + ["replay"] * 5) * 2
+
+
 def test_local_sgd_keeps_graphs_across_rounds_and_ends_where_eager_rounds_end(monkeypatch):
     """local_sgd(graph_cache=...): the first round captures its run of 7 steps (the runs of 1 step stay
     eager), the second round, from other parameters and minibatches, replays all 7 without a capture; a

@@ -135,6 +135,16 @@ class GraphCache:
             return self._plans[key]
 
 
+def keeps(device: torch.device, blocks: int) -> bool:
+    """Whether a round of `blocks` client blocks keeps its graphs (where a GraphCache is given): not on
+    CUDA when the round needs more than one block. There the blocks were sized by the free memory (half of
+    it, engine.executor.CUDA_MEMORY_SHARE), and each kept graph holds its own memory pool, one block step's
+    activations: the blocks' graphs (the full blocks' and the last, smaller one's) could not all be
+    kept. Such rounds capture per run, as without a cache. On the CPU nothing is captured and the rule
+    does not apply (the tests run kept graphs through every executor there)."""
+    return device.type != "cuda" or blocks <= 1
+
+
 def run_kept(kept: Kept, feed: Feed, n: int, device: torch.device) -> None:
     """Steps i = 0 .. n - 1 of a run on a kept graph's rows: `feed(i)`, then the step. Replayed from the
     kept graph; where it has none yet, captured after GRAPH_WARMUP eager steps if n >= KEPT_MIN_STEPS,

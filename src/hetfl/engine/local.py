@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from hetfl.engine import executor
-from hetfl.engine.graphs import KEPT_MIN_STEPS, GraphCache, Kept, run_kept, run_steps
+from hetfl.engine.graphs import KEPT_MIN_STEPS, GraphCache, Kept, keeps, run_kept, run_steps
 from hetfl.models.base import BatchedModel
 
 # correction(params, grads, ctx) -> grads: an algorithm's change to the local gradient (prox, control
@@ -71,6 +71,8 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     # result does not depend on the blocks.
     plan = make_plan() if kept is None else kept.plan((id(model), K, batch, shapes, device), make_plan)
     blocks = executor.blocks(K, plan)
+    if kept is not None and not keeps(device, len(blocks)):
+        kept = None  # memory-bound blocks on CUDA: graphs per run (engine.graphs.keeps)
 
     def step_on(rows: list[Tensor], static: Tensor, rows_ctx: dict[str, list[Tensor]]) -> Callable[[], None]:
         """One SGD step of the clients whose working rows are `rows`, on the minibatch indices in
