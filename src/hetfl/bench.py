@@ -253,6 +253,18 @@ def workload_problem(w: Workload, steps: int | None, device: torch.device, clien
     return make_problem(w, steps or w.steps, device, clients)
 
 
+def batched_plan(prob: Problem) -> executor.Plan:
+    """The executor the batched engine picks for the problem's round (its blocks, its CPU workers)."""
+    return executor.make_plan(prob.model, [p.unsqueeze(0) for p in prob.params],
+                              prob.x[:prob.workload.batch].unsqueeze(0), len(prob.steps))
+
+
+def batched_graphs(prob: Problem, graphs: bool | None) -> bool:
+    """Whether the batched engine replays the problem's local steps from CUDA graphs, given the option
+    (None: the executor's rule): only its fused steps are captured."""
+    return hasattr(prob.model, "sgd_step") and executor.graphs_on(prob.model, prob.x.device, graphs)
+
+
 def make_problem(w: Workload, steps: int, device: torch.device, clients: int | None = None,
                  seed: int = 0) -> Problem:
     """Random data of the workload's shapes (no downloads): each client holds up to 20 minibatches."""
@@ -355,9 +367,8 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
             peak[engine] = max(peak[engine], peak_rss_mb())
             if device.type == "cuda":
                 peak_dev[engine] = max(peak_dev[engine], torch.cuda.max_memory_allocated(device) / 2 ** 20)
-    plan = executor.make_plan(prob.model, [p.unsqueeze(0) for p in prob.params],
-                              prob.x[:w.batch].unsqueeze(0), K)
-    graphed = hasattr(prob.model, "sgd_step") and executor.graphs_on(prob.model, device, graphs)
+    plan = batched_plan(prob)
+    graphed = batched_graphs(prob, graphs)
     records = []
     for engine in engines:
         work = float(prob.steps[:counts[engine]].sum())

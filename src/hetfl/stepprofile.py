@@ -33,6 +33,8 @@ from torch.profiler import ProfilerActivity, profile
 from hetfl.bench import (
     WORKLOADS,
     Workload,
+    batched_graphs,
+    batched_plan,
     check_workloads,
     device_name,
     engine_fn,
@@ -40,7 +42,6 @@ from hetfl.bench import (
     synchronize,
     workload_problem,
 )
-from hetfl.engine import executor
 from hetfl.engine.reproducible import reproducible_cuda
 
 #: operators and kernels listed per workload
@@ -87,8 +88,7 @@ def profile_workload(w: Workload, device: torch.device, steps: int | None = None
     them: the profiled rounds replay)."""
     prob = workload_problem(w, steps, device, clients, batch, model_params)
     w, steps, K = prob.workload, int(prob.steps[0]), len(prob.steps)
-    stacks = [p.unsqueeze(0).expand(K, *p.shape) for p in prob.params]
-    workers = executor.make_plan(prob.model, stacks, prob.x[:w.batch].unsqueeze(0), K).workers
+    workers = batched_plan(prob).workers
     fn = engine_fn("batched", prob, graphs=graphs, keep_graphs=keep_graphs)
     fn()  # untimed: first calls (allocator, library handles, cuDNN's algorithm choice)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -99,7 +99,7 @@ def profile_workload(w: Workload, device: torch.device, steps: int | None = None
             fn()
         synchronize(device)
         wall = time.perf_counter() - t0
-    graphed = hasattr(prob.model, "sgd_step") and executor.graphs_on(prob.model, device, graphs)
+    graphed = batched_graphs(prob, graphs)
     return {"workload": w.name, "model": w.model, "model_params": dict(model_params or {}),
             "mode": "profile", "engine": "batched", "clients": K, "batch": w.batch, "steps": steps,
             "rounds": rounds, "device": device.type, "threads": torch.get_num_threads(), "workers": workers,
