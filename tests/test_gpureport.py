@@ -234,6 +234,28 @@ def test_report_summarises_the_pytest_logs(check_dir: Path) -> None:
     assert "## The bench" not in text
 
 
+def test_report_lists_the_steps_and_what_the_deadline_cut(check_dir: Path, capsys) -> None:
+    steps = check_dir / "gpu-bench-steps.tsv"
+    steps.write_text("tests\t0\t96\nbench\t1\t80\ngraphs\t124\t40\nkept\tskipped\t0\n")
+    (check_dir / "gpu-bench-tests.log").write_text("....\n271 passed in 80.00s (0:01:20)\n")
+    text = gpureport.report(check_dir / "gpu-bench.json")
+    section = text.split("## Steps")[1].split("\n## ")[0]
+    assert "4 steps in 216 s: 1 failed, 2 cut by the deadline" in section
+    assert " ok " in table_row(section, "tests", "96")
+    assert "FAILED (exit 1)" in table_row(section, "bench", "80")
+    assert "stopped at GPU_CHECK_DEADLINE" in table_row(section, "graphs", "40")
+    assert "skipped: past GPU_CHECK_DEADLINE" in table_row(section, "kept", "0")
+    # before the tests, which stay last
+    assert text.index("## Proposed") < text.index("## Steps") < text.index("## Tests")
+    # the steps alone make a report
+    for f in check_dir.glob("*.json"):
+        f.unlink()
+    assert "## Steps" in gpureport.report(check_dir / "gpu-bench.json")
+    steps.write_text("tests\t0\t96\nbench 1 80\n")
+    assert gpureport.main([str(check_dir / "gpu-bench.json")]) == 2
+    assert "gpu-bench-steps.tsv, line 2: 'bench 1 80' is not" in capsys.readouterr().err
+
+
 def test_busy_share_times_the_round_by_the_matching_bench_row() -> None:
     profile = {"workload": "resnet20-cifar", "clients": 64, "steps": 3, "kernel_ms": 96.0,
                "model_params": {"conv": "unfold"}}

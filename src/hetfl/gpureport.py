@@ -13,8 +13,9 @@ read, not applied.
     python -m hetfl.gpureport GPU_BENCH_JSON [--min-gain G] [--markdown PATH]
 
 GPU_BENCH_JSON is the check's main file (its GPU_BENCH_JSON, e.g. /tmp/j/gpu-bench.json); the other files
-are found beside it by their suffixes (-nhwc, -graphs, -steps20, ..., and the pytest logs -tests.log and
--graph-tests.log). Missing files are skipped: a check run by parts writes only its parts' files.
+are found beside it by their suffixes (-nhwc, -graphs, -steps20, ..., the pytest logs -tests.log and
+-graph-tests.log, and -steps.tsv, each step's exit status and seconds). Missing files are skipped: a
+check run by parts writes only its parts' files.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ CUDA_TARGET = 10.0
 VARIANTS = {"nhwc": "channels_last true", "grouped": "conv grouped", "unfold": "conv unfold",
             "lstm-ops": "cell ops"}
 SMALL_ROUNDS = (2, 3, 4)
+#: gpu-check's record of its steps beside the JSONs: one line per step, name, exit status or "skipped",
+#: seconds (tab-separated)
+STEPS_FILE = "steps"
+#: the exit status of a step `timeout` stopped at GPU_CHECK_DEADLINE
+TIMEOUT_STATUS = 124
 #: the pytest logs gpu-check writes beside the JSONs (suffix, .log)
 TEST_LOGS = {"the tests with a CUDA case": "tests", "the CUDA-graph tests": "graph-tests"}
 #: failures or warnings listed per log, at most
@@ -299,6 +305,37 @@ def tests_section(logs: dict[str, str]) -> str:
     return "\n".join(out)
 
 
+def read_steps(path: Path) -> pd.DataFrame | None:
+    """gpu-check's steps file as a table (step, status, seconds), or None when it is not there. A line
+    that is not name, status, seconds is an error naming the file and the line."""
+    if not path.exists():
+        return None
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        fields = line.split("\t")
+        if len(fields) != 3 or not fields[2].isdigit() or not (fields[1] == "skipped" or fields[1].isdigit()):
+            raise ValueError(f"{path}, line {n}: {line!r} is not "
+                             "'step<TAB>exit status or skipped<TAB>seconds'")
+        rows.append(fields)
+    return pd.DataFrame(rows, columns=["step", "status", "s"]).astype({"s": int})
+
+
+def steps_section(steps: pd.DataFrame) -> str:
+    """Each step of the check in the order run, as it ended, and how long it took: the time each part
+    needs on this GPU (for the next lease's plan), and what a deadline cut."""
+    def outcome(status: str) -> str:
+        if status == "skipped":
+            return "skipped: past GPU_CHECK_DEADLINE"
+        code = int(status)
+        return ("ok" if code == 0 else "stopped at GPU_CHECK_DEADLINE" if code == TIMEOUT_STATUS
+                else f"FAILED (exit {code})")
+    shown = steps.assign(status=steps["status"].map(outcome)).set_index("step")
+    cut = (steps["status"] == "skipped") | (steps["status"] == str(TIMEOUT_STATUS))
+    failed = ~cut & (steps["status"] != "0")
+    return (f"## Steps\n\n{len(steps)} steps in {steps['s'].sum():,} s: {failed.sum()} failed, "
+            f"{cut.sum()} cut by the deadline\n\n" + _table(shown, {"s": 0}))
+
+
 def report(main_path: Path, min_gain: float = 1.05) -> str:
     """The markdown report of the gpu-check run whose main JSON is `main_path` (see the module doc)."""
     main = load(main_path)
@@ -336,6 +373,9 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
         on_cuda = any(r.get("device") == "cuda" for r in main or [])
         sections.append(f"## Proposed (read, not applied; a gain counts from {min_gain:g}×)\n\n"
                         + "\n".join(proposals(gains, probe, min_gain, CUDA_TARGET if on_cuda else None)))
+    steps = read_steps(main_path.with_name(f"{main_path.stem}-{STEPS_FILE}.tsv"))
+    if steps is not None:
+        sections.append(steps_section(steps))
     # last: a remote call's output keeps its end when it is cut
     logs = {label: path.read_text(errors="replace") for label, suffix in TEST_LOGS.items()
             if (path := sibling(main_path, suffix).with_suffix(".log")).exists()}
@@ -343,7 +383,8 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
         sections.append(tests_section(logs))
     if not sections:
         raise FileNotFoundError(f"{main_path}: neither it nor any of its sibling files (-graphs, -steps20, "
-                                f"-tests.log, ...) exists; give the GPU_BENCH_JSON path gpu-check wrote")
+                                "-tests.log, -steps.tsv, ...) exists; give the GPU_BENCH_JSON path "
+                                "gpu-check wrote")
     return "# gpu-check report\n\n" + "\n\n".join(sections) + "\n"
 
 
