@@ -74,6 +74,7 @@ def test_model_params_reach_every_workloads_model(monkeypatch):
     assert built and all(k.get("channels_last") is False for k in built)
     assert {r["workload"] for r in records} == {"cnn-mnist", "resnet20-cifar"}
     assert all(r["model_params"] == {"channels_last": False} for r in records)
+    assert all(r["tf32"] is False for r in records)  # IEEE float32 unless --tf32 (CUDA only)
 
 
 @pytest.mark.parametrize("flag,option,recorded", [(["--graphs"], True, True), (["--no-graphs"], False, False),
@@ -317,10 +318,24 @@ def test_cuda_runs_are_reproducible_float32(torch_cuda_defaults, monkeypatch):
     assert bench.main(["--workloads", "logreg-synthetic", "--device", "cpu"]) == 2
     monkeypatch.setattr(bench, "resolve_device", lambda device: torch.device("cuda"))
     assert bench.main(["--workloads", "logreg-synthetic", "--device", "cuda"]) == 2
-    assert seen == [(True, True, False, None), (False, False, True, ":4096:8")]
+    # --tf32: TF32 products, the kernels deterministic all the same
+    assert bench.main(["--workloads", "logreg-synthetic", "--device", "cuda", "--tf32"]) == 2
+    assert seen == [(True, True, False, None), (False, False, True, ":4096:8"), (True, True, True, ":4096:8")]
     assert reproducible_cuda() == {"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False,
                                    "deterministic_algorithms": True, "cudnn.benchmark": False,
                                    "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    assert reproducible_cuda(tf32=True)["cudnn.allow_tf32"] is True
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--device", "cpu"], "--tf32 (TF32 products on CUDA) was given, but the bench runs on cpu; allowed: "
+                          "--tf32 with --device cuda"),
+    (["--profile"], "--tf32 is given with --count-ops or --profile; allowed: --tf32 with the timed bench "
+                    "only"),
+    (["--count-ops"], "--tf32 is given with --count-ops or --profile")])
+def test_tf32_is_refused_off_cuda_and_off_the_timed_bench(extra, message, capsys):
+    assert bench.main(["--workloads", "logreg-synthetic", "--tf32", "--repeat", "1", *extra]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_a_round_on_cuda_has_at_least_64_clients():

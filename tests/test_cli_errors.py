@@ -121,6 +121,17 @@ def test_graphs_on_the_cpu_is_refused_before_any_work(capsys, tmp_path, monkeypa
     assert not (tmp_path / "run").exists() and not (tmp_path / "data_splits").exists()
 
 
+def test_tf32_on_the_cpu_is_refused_before_any_work(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(json.dumps(TINY))
+    rc, err = _main(capsys, "train", "--config", "c.yaml", "--experiment", "e", "--run", "NIID_T1_B_s0",
+                    "--no-mlflow", "--out", "run", "--tf32")
+    assert rc == 2 and err.strip() == (
+        "hetfl train: error: --tf32 trains with TF32 products on CUDA; --device has value 'cpu', which is "
+        "not allowed with it; allowed: cuda, auto (or leave out --tf32)")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data_splits").exists()
+
+
 @pytest.mark.parametrize("flags,given", [
     (["--keep-graphs"], "--device cpu"),
     (["--keep-graphs", "--no-graphs", "--device", "auto"], "--no-graphs")])

@@ -34,12 +34,12 @@ esac
 """
 
 JSONS = ["", "-profile", "-profile-unfold", "-nhwc", "-grouped", "-unfold", "-lstm-ops", "-lstm-2", "-lstm-3",
-         "-lstm-4", "-graphs", "-kept", "-steps20", "-fedfor-e1", "-steps20-graphs", "-fedfor-e1-graphs",
-         "-steps20-kept", "-fedfor-e1-kept"]
-#: every step of the four parts, in the order run
+         "-lstm-4", "-tf32", "-graphs", "-kept", "-steps20", "-fedfor-e1", "-steps20-graphs",
+         "-fedfor-e1-graphs", "-steps20-kept", "-fedfor-e1-kept"]
+#: every step of the five parts, in the order run
 STEPS = ["tests", "bench", "profile", "profile-unfold", "nhwc", "grouped", "unfold", "lstm-ops", "lstm-2",
-         "lstm-3", "lstm-4", "graph-tests", "graphs", "kept", "steps20", "fedfor-e1", "steps20-graphs",
-         "fedfor-e1-graphs", "steps20-kept", "fedfor-e1-kept"]
+         "lstm-3", "lstm-4", "tf32", "graph-tests", "graphs", "kept", "steps20", "fedfor-e1",
+         "steps20-graphs", "fedfor-e1-graphs", "steps20-kept", "fedfor-e1-kept"]
 
 
 @pytest.fixture()
@@ -79,6 +79,13 @@ def test_every_part_runs_its_steps_and_the_tar_holds_every_file(fake: dict[str, 
     # the script's own options reach every bench (every JSON but the probe's), after the step's
     assert len(benches) == len(JSONS) - 1 and all(c.endswith("--repeat 3") for c in benches)
     assert done.stdout.rstrip().endswith("fake report")
+
+
+def test_parts_run_in_the_scripts_order_whatever_the_order_named(fake: dict[str, str]) -> None:
+    done = check(fake, GPU_CHECK_PARTS="graphs tf32 tests")
+    assert done.returncode == 0, done.stderr
+    assert [s[0] for s in steps(fake)] == ["tests", "tf32", *STEPS[STEPS.index("graph-tests"):]]
+    assert "--tf32" in Path(fake["FAKE_LOG"]).read_text()
 
 
 @pytest.mark.parametrize(("failing", "step"),
@@ -121,7 +128,7 @@ def test_a_check_killed_mid_step_leaves_the_tar_of_the_steps_before(fake: dict[s
 
 
 @pytest.mark.parametrize(("key", "value", "allowed"), [
-    ("GPU_CHECK_PARTS", "tests bogus", "allowed: tests, bench, compare, graphs"),
+    ("GPU_CHECK_PARTS", "tests bogus", "allowed: tests, bench, compare, tf32, graphs"),
     ("GPU_CHECK_DEADLINE", "5m", "allowed: whole seconds above 0"),
     ("GPU_CHECK_DEADLINE", "0", "allowed: whole seconds above 0"),
 ])

@@ -234,6 +234,21 @@ def test_report_summarises_the_pytest_logs(check_dir: Path) -> None:
     assert "## The bench" not in text
 
 
+def test_report_sets_tf32_against_the_ieee_rows(check_dir: Path) -> None:
+    """Part tf32: each engine's TF32 rate ÷ its IEEE rate (the default rows), the TF32 engine against the
+    TF32 loop, and the 10x target; absent without the file."""
+    assert "## TF32" not in gpureport.report(check_dir / "gpu-bench.json")
+    write(check_dir, "gpu-bench-tf32.json",
+          pair("resnet20-cifar", 2250.0, 200.0) + pair("vgg11-cifar", 90.0, 9.0))
+    text = gpureport.report(check_dir / "gpu-bench.json")
+    section = text.split("## TF32")[1].split("\n## ")[0]
+    # 2,250 / 750 = 3.00 the engine's gain, 200 / 150 = 1.33 the loop's, 11.25x the TF32 loop, 5x in IEEE
+    assert " yes " in table_row(section, "resnet20-cifar", "2,250", "200", "3.00", "1.33", "11.25", "5.00")
+    # no IEEE row for VGG-11 in this bench: its ratios to IEEE are not measured
+    assert " yes " in table_row(section, "vgg11-cifar", "90", "9", "—", "10.00")
+    assert text.index("## The comparisons") < text.index("## TF32") < text.index("## The CUDA graph probe")
+
+
 def test_report_lists_the_steps_and_what_the_deadline_cut(check_dir: Path, capsys) -> None:
     steps = check_dir / "gpu-bench-steps.tsv"
     steps.write_text("tests\t0\t96\nbench\t1\t80\ngraphs\t124\t40\nkept\tskipped\t0\n")

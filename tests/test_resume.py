@@ -229,6 +229,55 @@ def test_a_run_on_cuda_is_reproducible_and_equals_the_cpu_run(tmp_path, torch_cu
     np.testing.assert_allclose(cuda["value"], cpu["value"], rtol=1e-3, atol=5e-3)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device (scripts/gpu-check runs this on a GPU machine)")
+def test_a_tf32_run_on_cuda_is_reproducible_and_does_not_reuse_the_ieee_run(tmp_path, torch_cuda_defaults):
+    """`run_training(..., tf32=True)` (hetfl train --tf32): TF32 products, still deterministic kernels, so a
+    rerun gives bitwise the same metrics; run.json says cuda_tf32. In the directory of a finished IEEE run
+    it trains anew (its checkpoint key differs) instead of restoring the IEEE numbers, and ends near them
+    (TF32 keeps 10 mantissa bits in the products)."""
+    spec = dataclasses.replace(SPEC, model="mlp", algorithm="fedavg", algorithm_params={}, eta0=0.1, rounds=4)
+    split, trace = _inputs(tmp_path, spec)
+    runs = {}
+    for name, tf32 in (("ieee", False), ("tf32", True), ("tf32-again", True)):
+        out = tmp_path / ("shared" if name == "tf32" else name)
+        if name == "tf32":  # over a finished IEEE run: not restored
+            assert run_training(spec, split, trace, out, device="cuda", progress=False).status == "ok"
+            runs["ieee-shared"] = pd.read_parquet(out / "metrics.parquet")
+        result = run_training(spec, split, trace, out, device="cuda", progress=False, tf32=tf32)
+        assert result.status == "ok" and result.rounds_done == spec.rounds
+        assert json.loads((out / "run.json").read_text())["cuda_tf32"] is tf32
+        assert torch.backends.cudnn.allow_tf32 is tf32 and torch.backends.cuda.matmul.allow_tf32 is tf32
+        assert torch.are_deterministic_algorithms_enabled()
+        runs[name] = pd.read_parquet(out / "metrics.parquet")
+    pd.testing.assert_frame_equal(runs["tf32-again"], runs["tf32"])
+    pd.testing.assert_frame_equal(runs["ieee-shared"], runs["ieee"])
+    assert runs["ieee"][["round", "metric"]].equals(runs["tf32"][["round", "metric"]])
+    np.testing.assert_allclose(runs["tf32"]["value"], runs["ieee"]["value"], rtol=5e-2, atol=5e-2)
+    if runs["tf32"]["value"].equals(runs["ieee"]["value"]):  # said in pytest's summary: the GPU's finding
+        warnings.warn("tf32 on cuda: metrics bitwise equal to the IEEE run's (TF32 not in effect?)",
+                      stacklevel=1)
+
+
+def test_tf32_is_a_checkpoint_key_of_its_own_and_refused_off_cuda(tmp_path):
+    """A TF32 run's checkpoint key differs from the IEEE run's, which keeps the key it had before the option
+    existed (finished checkpoints stay valid); --tf32 on the CPU is refused before anything is written."""
+    import hashlib
+
+    key = pipeline.checkpoint_key(SPEC, "a" * 64, "b" * 64, "code")
+    before = json.dumps({"spec": SPEC.to_dict(), "split": "a" * 64, "traces": "b" * 64, "code": "code",
+                         "torch": torch.__version__, "numpy": np.__version__}, sort_keys=True)
+    assert key == hashlib.sha256(before.encode()).hexdigest()
+    assert pipeline.checkpoint_key(SPEC, "a" * 64, "b" * 64, "code", tf32=True) != key
+    split, trace = _inputs(tmp_path, SPEC)
+    with pytest.raises(ValueError, match=r"^--tf32 \(TF32 products on CUDA\) was asked for, but the run "
+                                         r"trains on cpu; allowed: --tf32 with --device cuda"):
+        run_training(SPEC, split, trace, tmp_path / "run", device="cpu", progress=False, tf32=True)
+    with pytest.raises(ValueError, match="--tf32"):
+        run_cell([SPEC], split, {SPEC.run: trace}, tmp_path / "cell", device="cpu", tf32=True)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cell").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="--device auto would train on CUDA")
 @pytest.mark.parametrize("flag,expect", [([], None), (["--graphs"], True), (["--no-graphs"], False)])
 def test_hetfl_train_passes_its_graphs_option_down(flag, expect, tmp_path, monkeypatch):
@@ -269,7 +318,8 @@ def test_hetfl_train_keep_graphs_gives_every_round_one_cache(tmp_path, monkeypat
                          "--out", str(out), "--no-mlflow", "--device", "auto", *flags]) == 0
         assert len(caches) == run.rounds
         assert len({id(c) for c in caches}) == 1 and (caches[0] is not None) == kept
-        assert json.loads((out / "run.json").read_text())["cuda_graphs_kept"] is False
+        info = json.loads((out / "run.json").read_text())
+        assert info["cuda_graphs_kept"] is False and info["cuda_tf32"] is False
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

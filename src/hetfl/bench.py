@@ -507,24 +507,31 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
               ref_clients: int | None = None, batch: int | None = None,
               model_params: dict[str, Any] | None = None, eval_samples: int | None = None,
               graphs: bool | None = None, ref_threads: int | None = None, keep_graphs: bool = False,
-              reference: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              reference: bool = True, tf32: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
     model on top of its own (e.g. {"channels_last": False} for the convolutional models). eval_samples:
     also time evaluation on that many samples per workload (run_eval; records with mode "evaluate",
     after the training records, whose mode is "train"). graphs: the batched engine with CUDA graphs or
     without (None: the executor's rule). ref_threads: the reference loop's torch threads (None: `threads`;
     each record says its engine's). keep_graphs: see run_workload. reference: also time the per-client
-    loop (False: the batched engine only, whose records then carry no speed-up)."""
+    loop (False: the batched engine only, whose records then carry no speed-up). tf32: on CUDA, both
+    engines and the matmul rate with TF32 products (engine.reproducible; `hetfl train --tf32`), each
+    record saying so; refused on another device."""
     if ref_threads is not None and ref_threads < 1:
         raise ValueError(f"--ref-threads has value {ref_threads}, which is not allowed; allowed: 1 or more "
                          f"torch threads for the reference loop")
     check_workloads(workloads, model_params)
     dev = resolve_device(device)
+    if tf32 and dev.type != "cuda":
+        raise ValueError(f"--tf32 (TF32 products on CUDA) was given, but the bench runs on {dev.type}; "
+                         f"allowed: --tf32 with --device cuda, or auto on a machine with CUDA")
     if dev.type == "cuda":
-        reproducible_cuda()  # as `hetfl train` runs on CUDA: both engines IEEE float32, deterministic
+        # as `hetfl train` runs on CUDA: both engines IEEE float32 (TF32 if asked), deterministic
+        reproducible_cuda(tf32)
     if threads:
         torch.set_num_threads(threads)
-    machine = {"device": dev.type, "device_name": device_name(dev), "threads": torch.get_num_threads(),
+    machine = {"device": dev.type, "device_name": device_name(dev), "tf32": tf32,
+               "threads": torch.get_num_threads(),
                "cpus": os.cpu_count(), "torch": torch.__version__,
                "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
     records = [r for name in workloads
@@ -538,7 +545,7 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
         records += [r for name in workloads for r in run_eval(WORKLOADS[name], eval_samples, dev, repeat,
                                                                model_params)]
     for r in records:
-        r["device_name"] = machine["device_name"]
+        r["device_name"], r["tf32"] = machine["device_name"], tf32
         r.setdefault("threads", machine["threads"])  # evaluation records: the machine's
     return records, machine
 
@@ -641,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where graphs are on (--graphs, or the rule), keep them across the timed "
                              "rounds (engine.graphs.GraphCache): the first round captures, later rounds "
                              "replay every step, as a run's rounds with kept graphs")
+    parser.add_argument("--tf32", action="store_true",
+                        help="on CUDA, both engines (and the matmul rate) with TF32 products, as `hetfl "
+                             "train --tf32` (default: IEEE float32); every record says tf32")
     parser.add_argument("--no-reference", action="store_true",
                         help="time the batched engine only, where another run timed the loop on the same "
                              "workload (its records then carry no speed-up)")
@@ -663,6 +673,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_reference and args.eval is not None:
             raise ValueError("--no-reference and --eval are both given; allowed: one of them (--eval times "
                              "the engine's evaluation against the torch.nn module's)")
+        if args.tf32 and (args.count_ops or args.profile):
+            raise ValueError("--tf32 is given with --count-ops or --profile; allowed: --tf32 with the timed "
+                             "bench only")
         if args.count_ops and args.profile:
             raise ValueError("--count-ops and --profile are both given; allowed: one of them (--count-ops "
                              "counts on the meta device, --profile runs on --device)")
@@ -673,11 +686,12 @@ def main(argv: list[str] | None = None) -> int:
             return _print_profile(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
                                args.ref_clients or None, args.batch, model_params, args.eval, args.graphs,
-                               args.ref_threads, args.keep_graphs, not args.no_reference)
+                               args.ref_threads, args.keep_graphs, not args.no_reference, args.tf32)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2
-    print(f"{m['device_name']} ({m['device']}, {m['threads']} threads, torch {m['torch']}): "
+    print(f"{m['device_name']} ({m['device']}{', TF32' if m['tf32'] else ''}, {m['threads']} threads, "
+          f"torch {m['torch']}): "
           f"matmul {m['matmul_gflops']:.0f} GFLOP/s, copy {m['copy_gbps']:.1f} GB/s; "
           f"median of {args.repeat} runs per engine"
           + (f"; the reference loop on {args.ref_threads} thread(s)" if args.ref_threads else ""),

@@ -203,6 +203,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         given = "--no-graphs" if args.graphs is False else "--device cpu"
         raise ConfigError(f"--keep-graphs keeps CUDA graphs across rounds; {given} is not allowed with it; "
                           f"allowed: --graphs or the engine's rule, on --device cuda or auto")
+    if args.tf32 and args.device == "cpu":
+        raise ConfigError("--tf32 trains with TF32 products on CUDA; --device has value 'cpu', which is not "
+                          "allowed with it; allowed: cuda, auto (or leave out --tf32)")
     if args.cell:  # the workflow: every run of one or more cells in this process, cell after cell
         if not (args.split or args.splits_root):
             raise ConfigError("hetfl train --cell needs --split (one cell) or --splits-root")
@@ -216,7 +219,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             traces = {s.run: paths.trace_file(s, args.traces_root) for s in specs}
             statuses = run_cell(specs, split, traces, args.results_root or "results", args.log_dir,
                                 device=args.device, checkpoint_every=args.checkpoint_every,
-                                graphs=args.graphs, keep_graphs=args.keep_graphs)
+                                graphs=args.graphs, keep_graphs=args.keep_graphs, tf32=args.tf32)
             print(f"cell {key}: " + ", ".join(f"{n} {s}" for n, s in _count(statuses.values())),
                   file=sys.stderr)
         return 0
@@ -237,7 +240,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         split, trace = _prepare_by_hand(spec)
         out = Path(args.out) if args.out else paths.run_dir(spec)
     result = run_training(spec, split, trace, out, device=args.device, checkpoint_every=args.checkpoint_every,
-                          graphs=args.graphs, keep_graphs=args.keep_graphs)
+                          graphs=args.graphs, keep_graphs=args.keep_graphs, tf32=args.tf32)
     if not args.no_mlflow:  # by hand: mirror this run (the workflow mirrors per experiment: rule track)
         _mirror_by_hand(out, args.results_root or "results")
     print(f"{spec.experiment}/{spec.run}: {result.status} after {result.rounds_done} rounds -> {out}",
@@ -494,6 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where CUDA graphs are on (--graphs, or the rule), keep them across rounds "
                         "(engine.graphs.GraphCache): a round that repeats a block's clients, minibatch and "
                         "learning rate replays every step without a new capture")
+    p.add_argument("--tf32", action="store_true",
+                   help="on CUDA, TF32 products in convolutions, RNNs and matmuls, for speed (default: IEEE "
+                        "float32, as on the CPU); still deterministic; run.json says cuda_tf32, and the "
+                        "checkpoint key includes it (engine.reproducible)")
     p.add_argument("--no-mlflow", action="store_true", help="do not mirror the run to MLflow")
     p.add_argument("--results-root", help="results directory: --cell writes runs under it; it holds the "
                                           "default MLflow store (default: results/)")

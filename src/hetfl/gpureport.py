@@ -151,6 +151,27 @@ def compare_section(default: pd.DataFrame, variants: dict[str, list[dict[str, An
     return "\n".join(out)
 
 
+def tf32_section(default: pd.DataFrame, tf32: list[dict[str, Any]], on_cuda: bool) -> str:
+    """Part `tf32`: every workload with TF32 products (`hetfl bench --tf32`, both engines), against the
+    default IEEE rows: the speed TF32 buys each engine, and the TF32 engine against the TF32 loop, with
+    the 10× target (on CUDA). An option a user may take (`hetfl train --tf32`), not the default."""
+    rates = train_rates(tf32)
+    rows = []
+    for workload, r in rates.iterrows():
+        ieee = default.loc[workload] if workload in default.index else None
+        row = {"workload": workload, "batched": r["batched"], "reference": r["reference"],
+               "batched ÷ IEEE": float("nan") if ieee is None else r["batched"] / ieee["batched"],
+               "loop ÷ IEEE": float("nan") if ieee is None else r["reference"] / ieee["reference"],
+               "vs loop": r["vs loop"], "IEEE vs loop": float("nan") if ieee is None else ieee["vs loop"]}
+        if on_cuda:
+            row[f"≥ {CUDA_TARGET:g}×"] = "yes" if r["vs loop"] >= CUDA_TARGET else "no"
+        rows.append(row)
+    return ("## TF32 products (part `tf32`: `hetfl bench --tf32`, an option, not the default)\n\nclient "
+            "steps/s of both engines with TF32; ÷ IEEE: against the default rows above (IEEE float32); "
+            "vs loop: the TF32 engine against the TF32 loop\n\n"
+            + _table(pd.DataFrame(rows).set_index("workload"), {"batched": 0, "reference": 0}))
+
+
 def probe_table(probe: list[dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for r in probe:
@@ -352,6 +373,9 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
     if profiles:
         # the unfold profile's round is timed by part compare's unfold rows
         sections.append(profile_section(profiles, (main or []) + variants.get("unfold", [])))
+    tf32 = load(sibling(main_path, "tf32"))
+    if tf32:
+        sections.append(tf32_section(default, tf32, any(r.get("device") == "cuda" for r in tf32)))
     probe_records = load(sibling(main_path, "graphs"))
     probe = None if probe_records is None else probe_table(probe_records)
     if probe is not None:

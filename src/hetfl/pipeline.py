@@ -58,6 +58,15 @@ CHECKPOINT = "checkpoint.pt"
 DEFAULT_CHECKPOINT_EVERY = 20
 
 
+def check_tf32(tf32: bool, device: torch.device) -> bool:
+    """TF32 is a CUDA precision: asked for on another device, a ValueError naming the option and what is
+    allowed (hetfl train --device auto lands here on a machine without CUDA)."""
+    if tf32 and device.type != "cuda":
+        raise ValueError(f"--tf32 (TF32 products on CUDA) was asked for, but the run trains on "
+                         f"{device.type}; allowed: --tf32 with --device cuda, or auto on a machine with CUDA")
+    return tf32
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -145,10 +154,12 @@ def provenance(algorithms: Iterable[str]) -> Provenance:
     return Provenance(fingerprint("train", tuple(sorted(set(algorithms)))), commit, dirty)
 
 
-def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str) -> str:
-    """A checkpoint continues a run only if nothing that decides its numbers has changed."""
-    blob = json.dumps({"spec": spec.to_dict(), "split": split_sha, "traces": traces_sha, "code": code,
-                       "torch": torch.__version__, "numpy": np.__version__}, sort_keys=True)
+def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str, tf32: bool = False) -> str:
+    """A checkpoint continues a run only if nothing that decides its numbers has changed. tf32: trained
+    with TF32 products on CUDA (engine.reproducible), a key of its own; IEEE runs keep the key they had."""
+    key = {"spec": spec.to_dict(), "split": split_sha, "traces": traces_sha, "code": code,
+           "torch": torch.__version__, "numpy": np.__version__}
+    blob = json.dumps({**key, "tf32": True} if tf32 else key, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -202,14 +213,16 @@ class RunJob:
                  device: str = "cpu", progress: bool | TextIO = True,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
                  prov: Provenance | None = None, data: Data | None = None,
-                 graphs: bool | None = None, keep_graphs: bool = False) -> None:
+                 graphs: bool | None = None, keep_graphs: bool = False, tf32: bool = False) -> None:
         self.spec, self.out_dir = spec, Path(out_dir)
         self.graphs = graphs  # CUDA graphs for local steps (engine.graphs); None: the executor's rule
         self.keep_graphs = keep_graphs  # kept across rounds (engine.graphs.GraphCache) where they are on
         self.split_npz, self.traces_npz = split_npz, traces_npz
         self.device = resolve_device(device)
+        self.tf32 = check_tf32(tf32, self.device)
         if self.device.type == "cuda":
-            reproducible_cuda()  # no TF32, deterministic kernels: reruns agree, and with the CPU to rounding
+            # deterministic kernels, and no TF32 unless asked: reruns agree, and with the CPU to rounding
+            reproducible_cuda(tf32)
         check_split(split_npz, spec.split_spec(), spec.seed)
         tr = traces.load_traces(traces_npz)
         check_traces(tr, spec, traces_npz)
@@ -225,7 +238,7 @@ class RunJob:
         self.prov = prov or provenance([spec.algorithm])
         self.split_sha, self.traces_sha = file_sha256(split_npz), file_sha256(traces_npz)
         self.participation = participation(tr, spec, fed.train_sizes)
-        self.key = checkpoint_key(spec, self.split_sha, self.traces_sha, self.prov.code)
+        self.key = checkpoint_key(spec, self.split_sha, self.traces_sha, self.prov.code, self.tf32)
         self.ckpt_path = self.out_dir / CHECKPOINT
         ckpt = _load_checkpoint(self.ckpt_path, self.key)
         self.restored: TrainResult | None = None
@@ -306,6 +319,8 @@ class RunJob:
             "cuda_graphs": (graphed := self.device.type == "cuda"
                             and executor.graphs_on(self.loop.model, self.device, self.graphs)),
             "cuda_graphs_kept": graphed and self.keep_graphs,
+            # TF32 products on CUDA (engine.reproducible; hetfl train --tf32), else IEEE float32
+            "cuda_tf32": self.tf32,
             "torch_threads": torch.get_num_threads(),
             # a run trained stacked with others shares their wall time (engine.runner.train_stacked)
             "stacked_runs": self.stacked_with,
@@ -326,17 +341,18 @@ def run_training(spec: RunSpec, split_npz: str | Path, traces_npz: str | Path, o
                  *, device: str = "cpu", progress: bool | TextIO = True,
                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, fed: Federation | None = None,
                  prov: Provenance | None = None, graphs: bool | None = None,
-                 keep_graphs: bool = False) -> TrainResult:
+                 keep_graphs: bool = False, tf32: bool = False) -> TrainResult:
     """Train one run and write metrics.parquet and run.json (each atomically).
 
     progress: True prints progress lines to stderr, a stream prints them there, False prints none.
     fed: the split already loaded. checkpoint_every = 0 keeps no mid-run checkpoint.
     graphs: on CUDA, replay local steps from CUDA graphs (engine.graphs) or not; None: the engine's rule.
     keep_graphs: where graphs are on, keep them across the run's rounds (engine.graphs.GraphCache).
+    tf32: on CUDA, TF32 products instead of IEEE float32 (engine.reproducible; refused on the CPU).
     """
     job = RunJob(spec, split_npz, traces_npz, out_dir, device=device, progress=progress,
                  checkpoint_every=checkpoint_every, fed=fed, prov=prov, graphs=graphs,
-                 keep_graphs=keep_graphs)
+                 keep_graphs=keep_graphs, tf32=tf32)
     if job.restored is not None:
         return job.restored
     return job.finish(train_stacked([job.loop], _trainer(graphs, keep_graphs))[0])
@@ -366,17 +382,18 @@ STACK_MAX_PARAMETERS = 1_000_000
 def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, str | Path],
              results_root: str | Path = "results", log_dir: str | Path | None = None, *, device: str = "cpu",
              checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, graphs: bool | None = None,
-             keep_graphs: bool = False) -> dict[str, str]:
+             keep_graphs: bool = False, tf32: bool = False) -> dict[str, str]:
     """Train every run of a cell (runs that share a split) in this process: imports, the split and the code
     fingerprint are paid once, and small models train all their runs stacked (engine.runner.train_stacked:
     each run ends bitwise where it would alone). traces_of maps each run name to its trace file; each run
     writes <results_root>/<experiment>/<run>/ and, with log_dir, its progress to <log_dir>/<run>.log.
-    graphs, keep_graphs: as run_training's (one GraphCache for the cell). Returns {run: status}."""
+    graphs, keep_graphs, tf32: as run_training's (one GraphCache for the cell). Returns {run: status}."""
     if len({s.split_key for s in specs}) > 1:
         raise ValueError(f"a cell's runs share one split; got {sorted({s.split_key for s in specs})}")
     fed = load_federation(split_npz)
     prov = provenance(s.algorithm for s in specs)
     dev = resolve_device(device)
+    check_tf32(tf32, dev)  # before the cell's data goes to the device
     data: dict[str, Data] = {}  # one copy on the device per model's view of the data
     statuses: dict[str, str] = {}
     with contextlib.ExitStack() as files:
@@ -391,7 +408,7 @@ def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, s
             jobs.append(RunJob(spec, split_npz, traces_of[spec.run],
                                Path(results_root) / spec.experiment / spec.run, device=device,
                                progress=stream, checkpoint_every=checkpoint_every, prov=prov,
-                               data=data[spec.model], graphs=graphs, keep_graphs=keep_graphs))
+                               data=data[spec.model], graphs=graphs, keep_graphs=keep_graphs, tf32=tf32))
         todo = [j for j in jobs if j.restored is None]
         small = [j for j in todo if sum(p.numel() for p in j.loop.params) < STACK_MAX_PARAMETERS]
         for job in small:

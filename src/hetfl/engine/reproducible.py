@@ -17,6 +17,12 @@ workspace (CUBLAS_WORKSPACE_CONFIG, set before its first use). Ops with no deter
 
 `reproducible_cuda()` is called where hetfl trains or measures on CUDA (pipeline.RunJob, hetfl bench)
 and by the tests on a CUDA machine. Nothing changes on the CPU, whose kernels are deterministic already.
+
+TF32 on request (`reproducible_cuda(tf32=True)`; `hetfl train --tf32`, `hetfl bench --tf32`): for speed,
+where a user accepts TF32's products. The kernels stay deterministic, so a rerun on the same GPU still
+gives the same numbers; the numbers then differ from the IEEE run's (and the CPU's) by TF32's rounding,
+not float32's, and may differ between GPU generations. A run says which it used (run.json
+`cuda_tf32`), and its checkpoint key includes it, so an IEEE run never resumes or restores a TF32 one.
 """
 
 from __future__ import annotations
@@ -26,12 +32,12 @@ import os
 import torch
 
 
-def ieee_float32() -> dict[str, bool]:
-    """Turn TF32 off for cuDNN (convolutions, RNNs) and cuBLAS matmuls; the flags now in force. Through
-    the allow_tf32 flags, which torch 2.11 to 2.13 all honour: the newer per-operator `fp32_precision`
-    settings make torch's own reads of allow_tf32 raise once set."""
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+def ieee_float32(tf32: bool = False) -> dict[str, bool]:
+    """Turn TF32 off (tf32=False) or on for cuDNN (convolutions, RNNs) and cuBLAS matmuls; the flags now
+    in force. Through the allow_tf32 flags, which torch 2.11 to 2.13 all honour: the newer per-operator
+    `fp32_precision` settings make torch's own reads of allow_tf32 raise once set."""
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     return {"cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
             "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32}
 
@@ -49,6 +55,7 @@ def deterministic_cuda() -> dict[str, object]:
             "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
 
 
-def reproducible_cuda() -> dict[str, object]:
-    """Both of the above, once per process before training or measuring on CUDA."""
-    return {**ieee_float32(), **deterministic_cuda()}
+def reproducible_cuda(tf32: bool = False) -> dict[str, object]:
+    """Both of the above, once per process before training or measuring on CUDA; tf32: TF32 products
+    instead of IEEE float32 (see the module doc), the kernels deterministic either way."""
+    return {**ieee_float32(tf32), **deterministic_cuda()}
