@@ -338,6 +338,16 @@ def test_tf32_is_refused_off_cuda_and_off_the_timed_bench(extra, message, capsys
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device (scripts/gpu-check runs this on a GPU machine)")
+def test_a_cuda_bench_records_peak_device_memory_allocated_and_reserved():
+    """On CUDA each record carries the engine's peak device memory, allocated and reserved (the caching
+    allocator's, which holds CUDA graphs' pools: the report's memory table of kept graphs)."""
+    records, _ = bench.run_bench(["mlp-mnist"], steps=2, device="cuda", repeat=1, clients=4)
+    for r in records:
+        assert 0 < r["peak_device_mb"] <= r["peak_device_reserved_mb"], r
+
+
 def test_a_round_on_cuda_has_at_least_64_clients():
     """On CUDA the batched rate grows with the round's clients (docs/engine.md, "On a GPU"), so a workload
     trains at least CUDA_CLIENTS there unless --clients says otherwise; on the CPU its own count."""

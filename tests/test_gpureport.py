@@ -234,6 +234,23 @@ def test_report_summarises_the_pytest_logs(check_dir: Path) -> None:
     assert "## The bench" not in text
 
 
+def test_report_shows_the_graphs_peak_device_memory_where_recorded(check_dir: Path) -> None:
+    """Kept graphs hold their pools across rounds: the batched engine's peak reserved memory per mode, a
+    table of its own under the graphs table, only where the bench recorded it (CUDA)."""
+    assert "peak device memory" not in gpureport.report(check_dir / "gpu-bench.json")
+    for name, mb in (("gpu-bench-steps20.json", 1000.0), ("gpu-bench-steps20-graphs.json", 1500.0),
+                     ("gpu-bench-steps20-kept.json", 2500.0)):
+        records = gpureport.load(check_dir / name)
+        for r in records:
+            if r["engine"] == "batched" and r["workload"] == "resnet20-cifar":
+                r["peak_device_reserved_mb"] = mb
+        write(check_dir, name, records)
+    text = gpureport.report(check_dir / "gpu-bench.json")
+    memory = text.split("peak device memory")[1].split("\n## ")[0]
+    table_row(memory, "20 steps per client", "resnet20-cifar", "1,000", "1,500", "2,500")
+    assert "vgg11-cifar" not in memory  # none recorded
+
+
 def test_report_sets_tf32_against_the_ieee_rows(check_dir: Path) -> None:
     """Part tf32: each engine's TF32 rate ÷ its IEEE rate (the default rows), the TF32 engine against the
     TF32 loop, and the 10x target; absent without the file."""

@@ -344,6 +344,8 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     so a burst of other load hits both alike. The reference loop trains clients one after another, so its
     rate does not depend on how many it trains: `ref_clients` times only the first few (None: all).
     """
+    if device.type == "cuda":  # the workloads before left their blocks cached: each peak is its own
+        torch.cuda.empty_cache()
     prob = workload_problem(w, steps, device, clients, batch, model_params)
     w, steps, K = prob.workload, int(prob.steps[0]), len(prob.steps)
     counts = {"batched": K, "reference": min(K, ref_clients or K)}
@@ -356,6 +358,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
     cpus: dict[str, list[float]] = {e: [] for e in engines}
     peak = dict.fromkeys(engines, 0.0)
     peak_dev = dict.fromkeys(engines, 0.0)
+    peak_res = dict.fromkeys(engines, 0.0)  # the caching allocator's, CUDA graphs' private pools included
     for _ in range(repeat):
         for engine in engines:
             _reset_peak_rss()
@@ -367,6 +370,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
             peak[engine] = max(peak[engine], peak_rss_mb())
             if device.type == "cuda":
                 peak_dev[engine] = max(peak_dev[engine], torch.cuda.max_memory_allocated(device) / 2 ** 20)
+                peak_res[engine] = max(peak_res[engine], torch.cuda.max_memory_reserved(device) / 2 ** 20)
     plan = batched_plan(prob)
     graphed = batched_graphs(prob, graphs)
     records = []
@@ -389,7 +393,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
             "bytes_per_client_step": step_bytes(prob.model, prob.params, w.batch),
         }
         if device.type == "cuda":
-            rec["peak_device_mb"] = peak_dev[engine]
+            rec["peak_device_mb"], rec["peak_device_reserved_mb"] = peak_dev[engine], peak_res[engine]
         records.append(rec)
     return records
 

@@ -209,6 +209,24 @@ def graph_gains(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> pd.DataFram
     return pd.DataFrame(rows, columns=cols).set_index(["round", "workload"])
 
 
+def graph_memory(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> pd.DataFrame:
+    """Per (round, workload): the batched engine's peak device memory reserved (MB; CUDA graphs' private
+    pools included) without graphs, with graphs per run and with kept graphs, where the bench recorded it
+    (`peak_device_reserved_mb`, CUDA only); empty where none did."""
+    rows = []
+    for label, by_mode in runs.items():
+        peaks: dict[str, dict[str, float]] = {}
+        for mode, records in by_mode.items():
+            for r in records:
+                if r.get("engine") == "batched" and "peak_device_reserved_mb" in r:
+                    peaks.setdefault(r["workload"], {})[mode] = r["peak_device_reserved_mb"]
+        for workload, by in peaks.items():
+            rows.append({"round": label, "workload": workload,
+                         **{f"{mode}, MB": by.get(mode, float("nan")) for mode in GRAPH_MODES}})
+    cols = ["round", "workload", *(f"{mode}, MB" for mode in GRAPH_MODES)]
+    return pd.DataFrame(rows, columns=cols).set_index(["round", "workload"])
+
+
 def proposals(gains: pd.DataFrame, probe: pd.DataFrame | None, min_gain: float,
               target: float | None = CUDA_TARGET) -> list[str]:
     """The graphs rule the measurements support: models whose engine gains >= min_gain at 20 steps per
@@ -390,9 +408,13 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
             runs[label] = by_mode
     gains = graph_gains(runs)
     if len(gains):
+        memory = graph_memory(runs)
         sections.append("## The engine with and without CUDA graphs (part `graphs`)\n\nbatched client "
                         "steps/s: without graphs, with graphs captured per run, with graphs kept across "
-                        "rounds\n\n" + _table(gains, dict.fromkeys(GRAPH_MODES, 0)))
+                        "rounds\n\n" + _table(gains, dict.fromkeys(GRAPH_MODES, 0))
+                        + ("" if memory.empty else "\n\nthe batched engine's peak device memory reserved "
+                           "(MB; graphs' pools included), the same runs\n\n" + _table(memory, {
+                               c: 0 for c in memory.columns})))
     if probe is not None or len(gains):
         on_cuda = any(r.get("device") == "cuda" for r in main or [])
         sections.append(f"## Proposed (read, not applied; a gain counts from {min_gain:g}×)\n\n"
