@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu-check"
 
 #: says CUDA is there; logs each command; writes the --json and --markdown files; sleeps $FAKE_SLEEP in a
-#: bench; exits 3 when its command line holds $FAKE_FAIL
+#: bench; exits 3 when its command line holds $FAKE_FAIL; ignores SIGTERM with $FAKE_IGNORE_TERM
 FAKE_PYTHON = r"""#!/usr/bin/env bash
 if [ "$1" = - ]; then cat >/dev/null; echo "fake CUDA"; exit 0; fi
 echo "$*" >>"$FAKE_LOG"
@@ -26,6 +26,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     case ${args[i]} in --json) json=${args[i+1]} ;; --markdown) md=${args[i+1]} ;; esac
 done
 [[ -n ${FAKE_FAIL:-} && "$*" == *"$FAKE_FAIL"* ]] && exit 3
+[ -n "${FAKE_IGNORE_TERM:-}" ] && trap '' TERM
 case $2 in
     pytest) echo "3 passed in 0.10s" ;;
     hetfl.gpureport) echo "fake report"; echo "fake report" >"$md" ;;
@@ -110,6 +111,15 @@ def test_the_deadline_stops_a_step_skips_the_rest_and_still_reports(fake: dict[s
     assert steps(fake)[1:] == [[s, "skipped", "0"] for s in STEPS[2:11]]
     assert "past GPU_CHECK_DEADLINE (2 s): lstm-4 skipped" in done.stdout
     assert {"gpu-bench-report.md", "gpu-bench-steps.tsv"} <= packed(fake)
+
+
+def test_a_step_deaf_to_the_deadlines_term_is_killed_and_counted_as_stopped(fake: dict[str, str]) -> None:
+    """timeout's KILL, 10 s after a TERM the step ignored (a hung CUDA call): still the deadline's stop."""
+    start = time.monotonic()
+    done = check(fake, GPU_CHECK_PARTS="bench", GPU_CHECK_DEADLINE="1", FAKE_SLEEP="60", FAKE_IGNORE_TERM="1")
+    assert 10 < time.monotonic() - start < 40
+    assert steps(fake)[0][:2] == ["bench", "124"] and steps(fake)[1][1] == "skipped"
+    assert "gpu-check: bench FAILED (exit 124, stopped at GPU_CHECK_DEADLINE)" in done.stdout
 
 
 def test_a_check_killed_mid_step_leaves_the_tar_of_the_steps_before(fake: dict[str, str]) -> None:
