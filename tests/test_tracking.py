@@ -76,6 +76,20 @@ def test_run_shows_training_times_commit_dirty_flag_and_artifacts(store, tmp_pat
     assert Path(run.info.artifact_uri.removeprefix("file://")).is_relative_to(results / "mlartifacts")
 
 
+def test_a_tf32_run_says_so_in_its_tags_and_note(store):
+    """A run trained with `hetfl train --tf32` is tagged hetfl.precision = tf32 and its note says so; an
+    IEEE run (every run before the option) gets no such tag, so its mirror's tags are as they were."""
+    results = store
+    tf32 = _write_run(results, _spec("precision", run="tf32"), device="cuda", cuda_tf32=True)
+    ieee = _write_run(results, _spec("precision", run="ieee"), device="cuda", cuda_tf32=False)
+    mirror = tracking.mirror_run_dirs(results, [tf32, ieee])
+    client = _client(results)
+    tags = {name: client.get_run(mirror.runs[f"precision/{name}"]).data.tags for name in ("tf32", "ieee")}
+    assert tags["tf32"]["hetfl.precision"] == "tf32" and "device cuda, TF32 products)" in \
+        tags["tf32"]["mlflow.note.content"]
+    assert "hetfl.precision" not in tags["ieee"] and "TF32" not in tags["ieee"]["mlflow.note.content"]
+
+
 def test_results_without_timestamps_fall_back_to_file_time(store, tmp_path):
     results = store
     d = _write_run(results, _spec("mtime"), started_at=None, finished_at=None)

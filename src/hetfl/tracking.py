@@ -199,7 +199,10 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
             "hetfl.times": source, "hetfl.mirrored_rounds": rounds,
             MLFLOW_SOURCE_NAME: "hetfl train", MLFLOW_SOURCE_TYPE: "LOCAL",
             NOTE_TAG: f"Mirror of `{d}` (status {info.get('status')}, {info.get('rounds_done')} rounds, "
-                      f"device {info.get('device')}); run.json and metrics.parquet are its artifacts."}
+                      f"device {info.get('device')}{', TF32 products' if info.get('cuda_tf32') else ''}); "
+                      f"run.json and metrics.parquet are its artifacts."}
+    if info.get("cuda_tf32"):  # hetfl train --tf32: numbers of TF32 products, not IEEE float32's
+        tags["hetfl.precision"] = "tf32"
     if info.get("code_fingerprint"):
         tags["hetfl.code_fingerprint"] = str(info["code_fingerprint"])
     commit = info.get("git_commit")
