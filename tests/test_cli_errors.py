@@ -110,25 +110,16 @@ def test_full_disk_is_one_line_naming_the_file(capsys, tmp_path, monkeypatch):
     assert not {"metrics.parquet", "run.json"} & left and not [n for n in left if n.startswith(".")]
 
 
-def test_graphs_on_the_cpu_is_refused_before_any_work(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("flag,what", [("--graphs", "replays local steps from CUDA graphs"),
+                                       ("--tf32", "trains with TF32 products on CUDA")])
+def test_a_cuda_option_on_the_cpu_is_refused_before_any_work(flag, what, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.yaml").write_text(json.dumps(TINY))
     rc, err = _main(capsys, "train", "--config", "c.yaml", "--experiment", "e", "--run", "NIID_T1_B_s0",
-                    "--no-mlflow", "--out", "run", "--graphs")
+                    "--no-mlflow", "--out", "run", flag)
     assert rc == 2 and err.strip() == (
-        "hetfl train: error: --graphs replays local steps from CUDA graphs; --device has value 'cpu', "
-        "which is not allowed with it; allowed: cuda, auto (or leave out --graphs)")
-    assert not (tmp_path / "run").exists() and not (tmp_path / "data_splits").exists()
-
-
-def test_tf32_on_the_cpu_is_refused_before_any_work(capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "c.yaml").write_text(json.dumps(TINY))
-    rc, err = _main(capsys, "train", "--config", "c.yaml", "--experiment", "e", "--run", "NIID_T1_B_s0",
-                    "--no-mlflow", "--out", "run", "--tf32")
-    assert rc == 2 and err.strip() == (
-        "hetfl train: error: --tf32 trains with TF32 products on CUDA; --device has value 'cpu', which is "
-        "not allowed with it; allowed: cuda, auto (or leave out --tf32)")
+        f"hetfl train: error: {flag} {what}; --device has value 'cpu', which is not allowed with it; "
+        f"allowed: cuda, auto (or leave out {flag})")
     assert not (tmp_path / "run").exists() and not (tmp_path / "data_splits").exists()
 
 

@@ -196,16 +196,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from hetfl.pipeline import run_cell, run_training, spec_from_arg
 
     torch.set_num_threads(args.threads)
-    if args.graphs and args.device == "cpu":
-        raise ConfigError("--graphs replays local steps from CUDA graphs; --device has value 'cpu', which is "
-                          "not allowed with it; allowed: cuda, auto (or leave out --graphs)")
+    for on, flag, what in ((args.graphs, "--graphs", "replays local steps from CUDA graphs"),
+                           (args.tf32, "--tf32", "trains with TF32 products on CUDA")):
+        if on and args.device == "cpu":
+            raise ConfigError(f"{flag} {what}; --device has value 'cpu', which is not allowed with it; "
+                              f"allowed: cuda, auto (or leave out {flag})")
     if args.keep_graphs and (args.graphs is False or args.device == "cpu"):
         given = "--no-graphs" if args.graphs is False else "--device cpu"
         raise ConfigError(f"--keep-graphs keeps CUDA graphs across rounds; {given} is not allowed with it; "
                           f"allowed: --graphs or the engine's rule, on --device cuda or auto")
-    if args.tf32 and args.device == "cpu":
-        raise ConfigError("--tf32 trains with TF32 products on CUDA; --device has value 'cpu', which is not "
-                          "allowed with it; allowed: cuda, auto (or leave out --tf32)")
     if args.cell:  # the workflow: every run of one or more cells in this process, cell after cell
         if not (args.split or args.splits_root):
             raise ConfigError("hetfl train --cell needs --split (one cell) or --splits-root")
