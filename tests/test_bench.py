@@ -328,8 +328,8 @@ def test_cuda_runs_are_reproducible_float32(torch_cuda_defaults, monkeypatch):
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--device", "cpu"], "--tf32 (TF32 products on CUDA) was given, but the bench runs on cpu; allowed: "
-                          "--tf32 with --device cuda"),
+    (["--device", "cpu"], "--tf32 (TF32 products on CUDA) was asked for, but the bench runs on cpu; "
+                          "allowed: --tf32 with --device cuda"),
     (["--profile"], "--tf32 is given with --count-ops or --profile; allowed: --tf32 with the timed bench "
                     "only"),
     (["--count-ops"], "--tf32 is given with --count-ops or --profile")])

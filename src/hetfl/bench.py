@@ -36,7 +36,7 @@ from hetfl.engine.graphs import GRAPH_MIN_STEPS, GraphCache
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
-from hetfl.engine.reproducible import reproducible_cuda
+from hetfl.engine.reproducible import check_tf32, reproducible_cuda
 from hetfl.models import BatchedModel, LogReg, make_model
 
 
@@ -526,9 +526,7 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
                          f"torch threads for the reference loop")
     check_workloads(workloads, model_params)
     dev = resolve_device(device)
-    if tf32 and dev.type != "cuda":
-        raise ValueError(f"--tf32 (TF32 products on CUDA) was given, but the bench runs on {dev.type}; "
-                         f"allowed: --tf32 with --device cuda, or auto on a machine with CUDA")
+    check_tf32(tf32, dev, "the bench runs")
     if dev.type == "cuda":
         # as `hetfl train` runs on CUDA: both engines IEEE float32 (TF32 if asked), deterministic
         reproducible_cuda(tf32)

@@ -38,7 +38,7 @@ from hetfl.data.federation import Federation, load_federation
 from hetfl.engine import executor
 from hetfl.engine.graphs import GraphCache
 from hetfl.engine.local import local_sgd
-from hetfl.engine.reproducible import reproducible_cuda
+from hetfl.engine.reproducible import check_tf32, reproducible_cuda
 from hetfl.engine.runner import (
     Data,
     ProgressLog,
@@ -56,15 +56,6 @@ from hetfl.models.base import BatchedModel
 
 CHECKPOINT = "checkpoint.pt"
 DEFAULT_CHECKPOINT_EVERY = 20
-
-
-def check_tf32(tf32: bool, device: torch.device) -> bool:
-    """TF32 is a CUDA precision: asked for on another device, a ValueError naming the option and what is
-    allowed (hetfl train --device auto lands here on a machine without CUDA)."""
-    if tf32 and device.type != "cuda":
-        raise ValueError(f"--tf32 (TF32 products on CUDA) was asked for, but the run trains on "
-                         f"{device.type}; allowed: --tf32 with --device cuda, or auto on a machine with CUDA")
-    return tf32
 
 
 def resolve_device(device: str) -> torch.device:

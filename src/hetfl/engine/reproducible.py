@@ -55,6 +55,16 @@ def deterministic_cuda() -> dict[str, object]:
             "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
 
 
+def check_tf32(tf32: bool, device: torch.device, who: str = "the run trains") -> bool:
+    """TF32 is a CUDA precision: asked for on another device, a ValueError naming the option, the device
+    and what is allowed, before any work (hetfl train --device auto lands here on a machine without
+    CUDA). `who` says what would run there."""
+    if tf32 and device.type != "cuda":
+        raise ValueError(f"--tf32 (TF32 products on CUDA) was asked for, but {who} on {device.type}; "
+                         f"allowed: --tf32 with --device cuda, or auto on a machine with CUDA")
+    return tf32
+
+
 def reproducible_cuda(tf32: bool = False) -> dict[str, object]:
     """Both of the above, once per process before training or measuring on CUDA; tf32: TF32 products
     instead of IEEE float32 (see the module doc), the kernels deterministic either way."""
