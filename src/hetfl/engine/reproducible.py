@@ -32,7 +32,7 @@ import os
 import torch
 
 
-def ieee_float32(tf32: bool = False) -> dict[str, bool]:
+def float32_precision(tf32: bool = False) -> dict[str, bool]:
     """Turn TF32 off (tf32=False) or on for cuDNN (convolutions, RNNs) and cuBLAS matmuls; the flags now
     in force. Through the allow_tf32 flags, which torch 2.11 to 2.13 all honour: the newer per-operator
     `fp32_precision` settings make torch's own reads of allow_tf32 raise once set."""
@@ -68,4 +68,4 @@ def check_tf32(tf32: bool, device: torch.device, who: str = "the run trains") ->
 def reproducible_cuda(tf32: bool = False) -> dict[str, object]:
     """Both of the above, once per process before training or measuring on CUDA; tf32: TF32 products
     instead of IEEE float32 (see the module doc), the kernels deterministic either way."""
-    return {**ieee_float32(tf32), **deterministic_cuda()}
+    return {**float32_precision(tf32), **deterministic_cuda()}
