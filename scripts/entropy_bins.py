@@ -19,34 +19,46 @@ from hetfl.engine import comm
 from hetfl.engine.runner import TrainSettings, train
 from hetfl.models import make_model
 
-torch.set_num_threads(1)
-R = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-pairs: list[tuple[float, float]] = []
-floor_entropy = comm.entropy_bits
+SIZES = {"distribution": "pareto", "index": 0.5, "size": 20, "max_size": 300, "min_size": 10, "sigma": 0.3}
+ALGORITHMS = ("fedavg", "scaffold", "fedelasticnet", "feddyn_elasticnet", "efl")
 
 
-def both(tensors, bin_width=comm.ENTROPY_BIN):  # one call per round: record both binnings
-    h = floor_entropy(tensors, bin_width)
-    pairs.append((h, floor_entropy(tensors, bin_width, centred=True)))
-    return h
+def main(argv: list[str]) -> None:
+    """One line per (task, algorithm): the mean entropy under both binnings and their relative difference."""
+    torch.set_num_threads(1)
+    rounds = int(argv[0]) if argv else 10
+    pairs: list[tuple[float, float]] = []
+    floor_entropy = comm.entropy_bits
+
+    def both(tensors, bin_width=comm.ENTROPY_BIN):  # one call per round: record both binnings
+        h = floor_entropy(tensors, bin_width)
+        pairs.append((h, floor_entropy(tensors, bin_width, centred=True)))
+        return h
+
+    comm.entropy_bits = both
+    try:
+        tasks = {
+            "synthetic(1,1) logreg": (build_synthetic(1.0, 1.0, False, 30, SIZES, 0.2, 0), "logreg", 60, 10,
+                                      0.5),
+            "mnist5k 2NN": (build_from_source("mnist5k", {"label_skew": "iid"}, 10, {"distribution": "equal"},
+                                              0.2, 0), "mlp", 784, 10, 0.05),
+        }
+        for task, (fed, model_name, dim, batch, eta0) in tasks.items():
+            fractions = traces.generate_traces(8, fed.num_devices, rounds, 0).fractions
+            for name in ALGORITHMS:
+                pairs.clear()
+                kw = {"hidden": (200, 200)} if model_name == "mlp" else {}
+                cfg = TrainSettings("C", 1, batch, eta0, rounds, eval_every=rounds, lr_schedule="constant")
+                train(make_model(model_name, dim, 10, **kw), fed, fractions, cfg,
+                      algorithm=make_algorithm(name))
+                h = np.array(pairs)
+                rel = (h[:, 1] - h[:, 0]) / h[:, 0]
+                print(f"{task:22s} {name:18s} floor {h[:, 0].mean():6.3f}  centred {h[:, 1].mean():6.3f} "
+                      f"bits/value; (centred − floor)/floor mean {100 * rel.mean():+6.1f} %, range "
+                      f"[{100 * rel.min():+.1f}, {100 * rel.max():+.1f}] %", flush=True)
+    finally:
+        comm.entropy_bits = floor_entropy
 
 
-comm.entropy_bits = both
-sizes = {"distribution": "pareto", "index": 0.5, "size": 20, "max_size": 300, "min_size": 10, "sigma": 0.3}
-tasks = {
-    "synthetic(1,1) logreg": (build_synthetic(1.0, 1.0, False, 30, sizes, 0.2, 0), "logreg", 60, 10, 0.5),
-    "mnist5k 2NN": (build_from_source("mnist5k", {"label_skew": "iid"}, 10, {"distribution": "equal"}, 0.2,
-                                      0), "mlp", 784, 10, 0.05),
-}
-for task, (fed, model_name, dim, batch, eta0) in tasks.items():
-    fractions = traces.generate_traces(8, fed.num_devices, R, 0).fractions
-    for name in ("fedavg", "scaffold", "fedelasticnet", "feddyn_elasticnet", "efl"):
-        pairs.clear()
-        kw = {"hidden": (200, 200)} if model_name == "mlp" else {}
-        cfg = TrainSettings("C", 1, batch, eta0, R, eval_every=R, lr_schedule="constant")
-        train(make_model(model_name, dim, 10, **kw), fed, fractions, cfg, algorithm=make_algorithm(name))
-        h = np.array(pairs)
-        rel = (h[:, 1] - h[:, 0]) / h[:, 0]
-        print(f"{task:22s} {name:18s} floor {h[:, 0].mean():6.3f}  centred {h[:, 1].mean():6.3f} bits/value; "
-              f"(centred − floor)/floor mean {100 * rel.mean():+6.1f} %, range "
-              f"[{100 * rel.min():+.1f}, {100 * rel.max():+.1f}] %", flush=True)
+if __name__ == "__main__":
+    main(sys.argv[1:])
