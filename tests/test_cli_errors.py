@@ -110,6 +110,42 @@ def test_full_disk_is_one_line_naming_the_file(capsys, tmp_path, monkeypatch):
     assert not {"metrics.parquet", "run.json"} & left and not [n for n in left if n.startswith(".")]
 
 
+def test_train_inputs_by_hand_are_checked_naming_the_flag_before_any_work(capsys, tmp_path, monkeypatch):
+    """hetfl train's --cell, --spec, --split and --traces: invalid JSON, a missing file or a spec that is not
+    one is said in one line naming the flag, the value and what is allowed (an audit found tracebacks
+    and bare "No such file" messages)."""
+    monkeypatch.chdir(tmp_path)
+    spec = next(expand_runs(validate_config(TINY))).to_dict()
+    (tmp_path / "bad.json").write_text('{"a": }')
+    (tmp_path / "split.npz").write_bytes(b"")
+    by_hand = ("--traces", "t.npz", "--out", "run")
+    cases = [
+        (["--cell", "{bad", "--splits-root", "x"], "--cell has value '{bad', which is not valid JSON "
+         "(Expecting property name enclosed in double quotes at line 1 column 2); allowed: JSON text, e.g. "
+         '[{"experiment": ..., "run": ...}], or the path of a cell file'),
+        (["--cell", "none.json", "--splits-root", "x"], "--cell has value 'none.json', which is neither JSON "
+         "nor an existing file; allowed: JSON text"),
+        (["--cell", "bad.json", "--splits-root", "x"], "--cell names the file bad.json, which is not valid "
+         "JSON (Expecting value at line 1 column 7)"),
+        (["--cell", '{"x": 1}', "--splits-root", "x"], "--cell: a cell is a JSON list of run specs"),
+        (["--spec", "[1]", "--split", "split.npz", *by_hand], "--spec: a run spec is a JSON object of its "
+         "fields; got a JSON list: [1]"),
+        (["--spec", json.dumps({**spec, "colour": 1}), "--split", "split.npz", *by_hand],
+         "--spec: a run spec has key(s) 'colour', which are not allowed; allowed keys: experiment, run,"),
+        (["--spec", json.dumps({k: v for k, v in spec.items() if k != "seed"}), "--split", "split.npz",
+          *by_hand], "--spec: a run spec has no key(s) seed, which are required; allowed keys: experiment,"),
+        (["--spec", json.dumps(spec), "--split", "none.npz", *by_hand], "--split has value 'none.npz', which "
+         "is not an existing file; allowed: a split.npz written by hetfl split"),
+        (["--spec", json.dumps(spec), "--split", "split.npz", *by_hand], "--traces has value 't.npz', which "
+         "is not an existing file; allowed: a traces .npz written by hetfl trace"),
+    ]
+    for argv, message in cases:
+        rc, err = _main(capsys, "train", "--no-mlflow", *argv)
+        assert rc == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+        assert err.strip().startswith(f"hetfl train: error: {message}"), (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "split.npz"]
+
+
 @pytest.mark.parametrize("flag,what", [("--graphs", "replays local steps from CUDA graphs"),
                                        ("--tf32", "trains with TF32 products on CUDA")])
 def test_a_cuda_option_on_the_cpu_is_refused_before_any_work(flag, what, capsys, tmp_path, monkeypatch):

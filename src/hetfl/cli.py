@@ -45,6 +45,31 @@ def json_object(flag: str, text: str, example: str) -> dict[str, Any]:
     return value
 
 
+def json_arg(flag: str, arg: str, example: str, files: str = "a JSON file") -> Any:
+    """A flag's JSON: the text itself where it starts with { or [, else the file it names (`files` says
+    which). A missing file or invalid JSON is a ConfigError naming the flag, the value and what is
+    allowed."""
+    allowed = f"allowed: JSON text, e.g. {example}, or the path of {files}"
+    if arg.lstrip()[:1] in ("{", "["):
+        text, given = arg, f"has value {arg!r}"
+    elif Path(arg).is_file():
+        text, given = Path(arg).read_text(), f"names the file {arg}"
+    else:
+        raise ConfigError(f"{flag} has value {arg!r}, which is neither JSON nor an existing file; {allowed}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{flag} {given}, which is not valid JSON ({err.msg} at line {err.lineno} column "
+                          f"{err.colno}); {allowed}") from None
+
+
+def existing_file(flag: str, arg: str, what: str) -> Path:
+    """A flag's input file, or a ConfigError naming the flag and the value before any work."""
+    if not Path(arg).is_file():
+        raise ConfigError(f"{flag} has value {arg!r}, which is not an existing file; allowed: {what}")
+    return Path(arg)
+
+
 def _checked(flag: str, value: dict[str, Any], cls: type, exclude: tuple[str, ...] = ()) -> None:
     """Every key of a flag's JSON object is a field of `cls`, and `cls` accepts the values."""
     allowed = [f.name for f in dataclasses.fields(cls) if f.name not in exclude]
@@ -192,8 +217,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from hetfl import paths
-    from hetfl.config import by_cell, expand_runs, load_config, specs_from_json
-    from hetfl.pipeline import run_cell, run_training, spec_from_arg
+    from hetfl.config import RunSpec, by_cell, expand_runs, load_config, specs_from_data
+    from hetfl.pipeline import run_cell, run_training
 
     torch.set_num_threads(args.threads)
     for on, flag, what in ((args.graphs, "--graphs", "replays local steps from CUDA graphs"),
@@ -208,8 +233,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.cell:  # the workflow: every run of one or more cells in this process, cell after cell
         if not (args.split or args.splits_root):
             raise ConfigError("hetfl train --cell needs --split (one cell) or --splits-root")
-        text = args.cell if args.cell.lstrip()[:1] in "[{" else Path(args.cell).read_text()
-        cells = by_cell(specs_from_json(text))
+        data = json_arg("--cell", args.cell, '[{"experiment": ..., "run": ...}]', "a cell file")
+        try:
+            cells = by_cell(specs_from_data(data))
+        except ConfigError as err:
+            raise ConfigError(f"--cell: {err}") from None
+        if args.split:
+            existing_file("--split", args.split, "a split.npz written by hetfl split")
         if args.split and len(cells) > 1:
             raise ConfigError(f"hetfl train --split names one split, but --cell has runs of {len(cells)} "
                               f"cells ({', '.join(cells)}); use --splits-root")
@@ -225,8 +255,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.spec:
         if not (args.split and args.traces and args.out):
             raise ConfigError("hetfl train --spec needs --split, --traces and --out")
-        spec = spec_from_arg(args.spec)
-        split, trace, out = Path(args.split), Path(args.traces), Path(args.out)
+        data = json_arg("--spec", args.spec, '{"experiment": ..., "run": ...}',
+                        "a JSON file of one run spec, or an earlier run.json")
+        try:
+            spec = RunSpec.from_dict(data.get("spec", data) if isinstance(data, dict) else data)
+        except ConfigError as err:
+            raise ConfigError(f"--spec: {err}") from None
+        split = existing_file("--split", args.split, "a split.npz written by hetfl split")
+        trace = existing_file("--traces", args.traces, "a traces .npz written by hetfl trace")
+        out = Path(args.out)
     else:
         if not (args.config and args.experiment and args.run):
             raise ConfigError("hetfl train needs --cell, --spec, or --config with --experiment and --run")

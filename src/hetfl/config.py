@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -451,6 +451,20 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        """A spec from to_dict's output (a run.json's "spec", a cell's run); anything else is a
+        ConfigError naming the keys that are missing or not allowed, and the allowed ones."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"a run spec is a JSON object of its fields; got a JSON {type(d).__name__}: "
+                              f"{d!r:.80}")
+        names = [f.name for f in fields(cls)]
+        unknown = [k for k in d if k not in names]
+        missing = [f.name for f in fields(cls)
+                   if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
+        if unknown or missing:
+            said = [f"key(s) {', '.join(map(repr, unknown))}, which are not allowed" if unknown else "",
+                    f"no key(s) {', '.join(missing)}, which are required" if missing else ""]
+            raise ConfigError(f"a run spec has {' and '.join(x for x in said if x)}; allowed keys: "
+                              f"{', '.join(names)}")
         d = dict(d)
         d["trace_order"] = tuple(d["trace_order"])
         if d.get("local_steps") is not None:
@@ -531,7 +545,11 @@ def specs_to_json(specs: list[RunSpec]) -> str:
 
 def specs_from_json(text: str) -> list[RunSpec]:
     """The runs of specs_to_json's text, or of a JSON list of full specs."""
-    data = json.loads(text)
+    return specs_from_data(json.loads(text))
+
+
+def specs_from_data(data: Any) -> list[RunSpec]:
+    """specs_from_json on JSON already parsed."""
     if isinstance(data, dict) and set(data) == {"common", "runs"}:
         return [RunSpec.from_dict({**data["common"], **run}) for run in data["runs"]]
     if isinstance(data, list):

@@ -416,9 +416,3 @@ def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, s
                   f"{' (restored)' if job.restored else ''} -> {job.out_dir}", file=sys.stderr, flush=True)
     return statuses
 
-
-def spec_from_arg(arg: str) -> RunSpec:
-    """A run spec from a JSON string or a path to a JSON file (e.g. an earlier run.json)."""
-    text = Path(arg).read_text() if not arg.lstrip().startswith("{") else arg
-    d = json.loads(text)
-    return RunSpec.from_dict(d.get("spec", d))
