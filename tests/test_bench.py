@@ -155,8 +155,9 @@ def test_ref_threads_times_the_reference_loop_on_its_own_thread_count(capsys, mo
     assert seen == {"batched": {2}, "reference": {1}}
     assert {r["engine"]: r["threads"] for r in records} == {"batched": 2, "reference": 1}
     monkeypatch.setattr(bench, "run_workload", lambda *a, **k: pytest.fail("measured despite bad input"))
-    assert bench.main(["--workloads", "logreg-synthetic", "--device", "cpu", "--ref-threads", "0"]) == 2
-    assert "--ref-threads has value 0, which is not allowed; allowed: 1 or more" in capsys.readouterr().err
+    # the CLI refuses 0 as it parses (test_counts_out_of_range_are_refused_naming_the_flag); run_bench too
+    with pytest.raises(ValueError, match="--ref-threads has value 0, which is not allowed; allowed: 1 or"):
+        bench.run_bench(["logreg-synthetic"], device="cpu", ref_threads=0)
 
 
 @pytest.mark.parametrize("value,message", [
@@ -346,6 +347,19 @@ def test_a_cuda_bench_records_peak_device_memory_allocated_and_reserved():
     records, _ = bench.run_bench(["mlp-mnist"], steps=2, device="cuda", repeat=1, clients=4)
     for r in records:
         assert 0 < r["peak_device_mb"] <= r["peak_device_reserved_mb"], r
+
+
+@pytest.mark.parametrize("flag,value,minimum", [
+    ("--steps", "0", 1), ("--threads", "0", 1), ("--repeat", "0", 1), ("--clients", "0", 1),
+    ("--batch", "0", 1), ("--ref-threads", "0", 1), ("--ref-clients", "-1", 0), ("--repeat", "two", 1)])
+def test_counts_out_of_range_are_refused_naming_the_flag(flag, value, minimum, capsys):
+    """A count of 0 timed nothing (--repeat 0: a table of NaN, exit 0) or fell back to the default unsaid
+    (--steps 0, --clients 0, --threads 0); an audit found both. argparse refuses them before any work."""
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--workloads", "logreg-synthetic", flag, value])
+    assert stop.value.code == 2
+    assert (f"hetfl bench: error: argument {flag}: has value '{value}', which is not allowed; allowed: an "
+            f"integer >= {minimum}") in capsys.readouterr().err
 
 
 def test_a_round_on_cuda_has_at_least_64_clients():

@@ -615,24 +615,30 @@ def parse_model_params(text: str | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from hetfl.cli import int_at_least
+
+    positive = int_at_least(1)  # a count of 0 would time nothing, or fall back to a default unsaid
     parser = argparse.ArgumentParser(prog="hetfl bench", description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                         help=f"comma-separated, from: {', '.join(WORKLOADS)} (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--steps", type=positive, default=None,
                         help="local steps per client (default: each workload's own, 2 to 20)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--threads", type=positive, default=None,
+                        help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", metavar="PATH", nargs="?", const="-", default=None,
                         help="write records as JSON to PATH, or to stdout without one (or with '-'); the "
                              "table then goes to stderr")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per engine; the median is reported")
-    parser.add_argument("--clients", type=int, default=None,
+    parser.add_argument("--repeat", type=positive, default=3,
+                        help="timed runs per engine; the median is reported")
+    parser.add_argument("--clients", type=positive, default=None,
                         help=f"override the workloads' client counts (default: their own; on CUDA at least "
                              f"{CUDA_CLIENTS})")
-    parser.add_argument("--batch", type=int, default=None, help="override the workloads' minibatch sizes")
-    parser.add_argument("--ref-clients", type=int, default=0,
+    parser.add_argument("--batch", type=positive, default=None,
+                        help="override the workloads' minibatch sizes")
+    parser.add_argument("--ref-clients", type=int_at_least(0), default=0,
                         help="time the reference on only the first N clients, a quick look (default 0: all)")
-    parser.add_argument("--ref-threads", type=int, default=None,
+    parser.add_argument("--ref-threads", type=positive, default=None,
                         help="torch threads of the reference loop (default: --threads), e.g. 1: on 2 cores "
                              "the loop of small models runs faster on one thread than on two")
     parser.add_argument("--model-params", metavar="JSON", default=None,

@@ -414,7 +414,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _int_at_least(minimum: int):
+def int_at_least(minimum: int):
     """An argparse type: an integer >= minimum, else hetfl's message (argparse names the flag)."""
 
     def parse(text: str) -> int:
@@ -430,7 +430,7 @@ def _int_at_least(minimum: int):
     return parse
 
 
-_nonnegative, _positive = _int_at_least(0), _int_at_least(1)
+_nonnegative, _positive = int_at_least(0), int_at_least(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
