@@ -36,7 +36,8 @@ SPLIT = ("split", "--num-devices", "4", "--seed", "0")
     (("--dataset", "digits", "--partition", '{"label_skew": "dirichlet", "beta": 0.3}'),
      "--partition has key 'beta', which is not allowed; allowed keys: label_skew, alpha, m,"),
     (("--dataset", "digits", "--partition", "dirichlet"),
-     "--partition is not valid JSON (Expecting value at column 1): 'dirichlet'; allowed: a JSON object"),
+     "--partition has value 'dirichlet', which is not valid JSON (Expecting value at line 1 column 1); "
+     "allowed: a JSON object"),
     (("--dataset", "digits", "--partition", '{"label_skew": "pathological", "m": 0}'),
      "--partition: PartitionSpec.m=0 must be an integer >= 1"),
     (("--dataset", "digits", "--sizes", '{"distribution": "equal", "size": 50}'),
@@ -58,6 +59,21 @@ def test_synthetic_equal_sizes_use_size(capsys, tmp_path):
                   '{"distribution": "equal", "size": 50}', "--test-fraction", "0.2", "--out", str(out))
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert rc == 0 and manifest["train_sizes"] == [40] * 4 and manifest["test_sizes"] == [10] * 4
+
+
+@pytest.mark.parametrize("traceset,value",
+                         [("T8", "2"), ("T2", "2"), ("T8", "-0.1"), ("T8", "1"), ("T8", "x")])
+def test_trace_p_inactive_out_of_range_is_refused_naming_the_flag(capsys, tmp_path, traceset, value):
+    """--p-inactive outside [0, 1): refused as parsed, naming the flag, whatever the traceset (an audit found
+    the internal name p_inactive in the message, and 2 taken silently with T2, which draws no inactive
+    rounds)."""
+    out = tmp_path / "t.npz"
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["trace", "--traceset", traceset, "--num-devices", "4", "--rounds", "3", "--seed", "0",
+                  "--p-inactive", value, "--out", str(out)])
+    assert exit_.value.code == 2 and not out.exists()
+    assert (f"hetfl trace: error: argument --p-inactive: has value '{value}', which is not allowed; allowed: "
+            f"a probability in [0, 1)") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("verb", [("split", "--dataset", "synthetic", "--alpha", "1", "--beta", "1",

@@ -34,14 +34,10 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 def json_object(flag: str, text: str, example: str) -> dict[str, Any]:
     """A flag's JSON object, or a ConfigError naming the flag."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{flag} is not valid JSON ({err.msg} at column {err.colno}): {text!r}; "
-                          f"allowed: a JSON object, e.g. {example}") from None
+    allowed = f"allowed: a JSON object, e.g. {example}"
+    value = _loads(flag, text, f"has value {text!r}", allowed)
     if not isinstance(value, dict):
-        raise ConfigError(f"{flag} has value {text!r}, which is not allowed; allowed: a JSON object, "
-                          f"e.g. {example}")
+        raise ConfigError(f"{flag} has value {text!r}, which is not allowed; {allowed}")
     return value
 
 
@@ -51,11 +47,13 @@ def json_arg(flag: str, arg: str, example: str, files: str = "a JSON file") -> A
     allowed."""
     allowed = f"allowed: JSON text, e.g. {example}, or the path of {files}"
     if arg.lstrip()[:1] in ("{", "["):
-        text, given = arg, f"has value {arg!r}"
-    elif Path(arg).is_file():
-        text, given = Path(arg).read_text(), f"names the file {arg}"
-    else:
-        raise ConfigError(f"{flag} has value {arg!r}, which is neither JSON nor an existing file; {allowed}")
+        return _loads(flag, arg, f"has value {arg!r}", allowed)
+    if Path(arg).is_file():
+        return _loads(flag, Path(arg).read_text(), f"names the file {arg}", allowed)
+    raise ConfigError(f"{flag} has value {arg!r}, which is neither JSON nor an existing file; {allowed}")
+
+
+def _loads(flag: str, text: str, given: str, allowed: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -433,6 +431,18 @@ def int_at_least(minimum: int):
 _nonnegative, _positive = int_at_least(0), int_at_least(1)
 
 
+def _probability_below_one(text: str) -> float:
+    """An argparse type: a float in [0, 1), else hetfl's message (argparse names the flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"has value {text!r}, which is not allowed; allowed: a probability "
+                                         f"in [0, 1)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetfl", description=__doc__)
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -502,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_nonnegative, required=True)
     p.add_argument("--assignment", default="random", choices=["random", "stratified"],
                    help="device -> trace: uniformly at random (Ruan et al. 5.1) or spread evenly")
-    p.add_argument("--p-inactive", type=float, default=0.05,
+    p.add_argument("--p-inactive", type=_probability_below_one, default=0.05,
                    help="inactive probability of T_hi, T_mi, T_lo (unpublished; docs/readings.md)")
     p.add_argument("--out", required=True, help="path of the .npz (a .csv is written beside it)")
     p.set_defaults(func=_cmd_trace)
