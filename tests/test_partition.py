@@ -424,15 +424,16 @@ def test_bad_label_choice_lists_allowed_values():
     ("spec", "n_clients", "kwargs", "match"),
     [
         (PartitionSpec("natural"), 2, {}, "needs client_ids"),
-        (PartitionSpec("natural"), 5, {"client_ids": np.array(["a", "b"] * 10)}, "2 distinct client ids"),
+        (PartitionSpec("natural"), 5, {"client_ids": np.array(["a", "b"] * 10)},
+         "num_devices has value 5, which exceeds the 2 distinct client ids"),
         (PartitionSpec("pathological", m=1), 3, {}, "classes nobody holds"),
         (PartitionSpec("pathological", m=5), 4, {}, "exceeds the 4 classes"),
         (PartitionSpec("pathological", m=5, label_choice="random"), 4, {}, "exceeds the 4 classes"),
         (PartitionSpec("pathological", m=4, label_choice="random"), 6, {}, "has 5 samples but 6 clients"),
         (PartitionSpec("shards", shards_per_client=3), 10, {}, "exceed the 20 samples"),
         (PartitionSpec("dirichlet", min_size=10), 3, {}, "min_size=10"),
-        (PartitionSpec("iid"), 21, {}, "num_clients=21 exceeds"),
-        (PartitionSpec("iid"), 0, {}, "num_clients=0"),
+        (PartitionSpec("iid"), 21, {}, "num_devices=21 exceeds"),
+        (PartitionSpec("iid"), 0, {}, "num_devices=0"),
     ],
 )
 def test_impossible_partitions_raise(spec, n_clients, kwargs, match):

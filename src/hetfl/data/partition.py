@@ -197,7 +197,7 @@ def _target_sizes(sizes: SizeSpec, num_clients: int, available: int, rng: np.ran
         n_k = np.maximum(np.floor(n_k * (available / total)).astype(np.int64), 1)
         if int(n_k.sum()) > available:
             raise ValueError(
-                f"num_clients={num_clients} clients cannot each hold a sample of {available} samples"
+                f"num_devices={num_clients} devices cannot each hold a sample of {available} samples"
             )
     return n_k
 
@@ -222,8 +222,8 @@ def _dirichlet_niid_bench(
     n = len(y)
     if min_size * n_clients > n:
         raise ValueError(
-            f"PartitionSpec.min_size={min_size} × num_clients={n_clients} exceeds the {n} samples; "
-            "lower min_size or num_clients"
+            f"PartitionSpec.min_size={min_size} × num_devices={n_clients} exceeds the {n} samples; "
+            "lower min_size or num_devices"
         )
     cap = n / n_clients
     for _ in range(_MAX_DIRICHLET_DRAWS):
@@ -245,7 +245,7 @@ def _dirichlet_niid_bench(
             return [np.concatenate(h) for h in held]
     raise ValueError(
         f"dirichlet(alpha={alpha}): no split in {_MAX_DIRICHLET_DRAWS} draws gave every one of "
-        f"{n_clients} clients >= min_size={min_size} samples; raise alpha or lower min_size / num_clients"
+        f"{n_clients} clients >= min_size={min_size} samples; raise alpha or lower min_size / num_devices"
     )
 
 
@@ -335,8 +335,8 @@ def _pathological(
     cyclic = spec.label_choice == "cyclic"
     if cyclic and n_clients * m < n_classes:
         raise ValueError(
-            f"pathological: num_clients={n_clients} × m={m} < {n_classes} classes; the samples of the "
-            "classes nobody holds would be lost. Raise m or num_clients, or use label_choice='random' "
+            f"pathological: num_devices={n_clients} × m={m} < {n_classes} classes; the samples of the "
+            "classes nobody holds would be lost. Raise m or num_devices, or use label_choice='random' "
             "(Ruan et al.), which drops the classes nobody draws"
         )
     weights = np.ones(n_clients)
@@ -359,7 +359,7 @@ def _pathological(
             raise ValueError(
                 f"pathological: class {int(classes[c])} has {len(pool)} samples but {len(ks)} clients hold "
                 f"it (label_choice={spec.label_choice!r}); every holder needs at least one. Lower "
-                "num_clients or m"
+                "num_devices or m"
             )
         counts = _proportional_counts(len(pool), weights[ks], minimum=1)
         for k, piece in zip(ks, np.split(pool, np.cumsum(counts)[:-1]), strict=True):
@@ -383,7 +383,7 @@ def _shards(y: np.ndarray, spec: PartitionSpec, n_clients: int, rng: np.random.G
     n_shards = n_clients * spec.shards_per_client
     if n_shards > len(y):
         raise ValueError(
-            f"shards: num_clients={n_clients} × shards_per_client={spec.shards_per_client} = {n_shards} "
+            f"shards: num_devices={n_clients} × shards_per_client={spec.shards_per_client} = {n_shards} "
             f"shards exceed the {len(y)} samples"
         )
     perm = rng.permutation(len(y))
@@ -435,7 +435,7 @@ def _longtail(
             if used[c] + counts[r] > len(pools[c]):
                 raise ValueError(
                     f"longtail: class {int(classes[c])} runs out at client {k} of {n_clients}; clients are "
-                    f"disjoint, so lower num_clients or client_fraction={spec.client_fraction}"
+                    f"disjoint, so lower num_devices or client_fraction={spec.client_fraction}"
                 )
             chunk.append(pools[c][used[c] : used[c] + counts[r]])
             used[c] += counts[r]
@@ -470,8 +470,10 @@ def _natural(
     counts = np.bincount(inverse, minlength=n_ids)
     eligible = np.flatnonzero(counts >= min_samples)
     if n_clients > len(eligible):
-        raise ValueError(f"natural: num_clients={n_clients} exceeds the {len(eligible)} distinct client ids "
-                         f"with >= min_samples={min_samples} samples (of {n_ids} ids)")
+        raise ValueError(f"natural (one device per writer or speaker): num_devices has value {n_clients}, "
+                         f"which exceeds the {len(eligible)} distinct client ids with >= "
+                         f"min_samples={min_samples} samples (of {n_ids} ids); allowed: num_devices <= "
+                         f"{len(eligible)}")
     order = np.argsort(inverse, kind="stable").astype(np.int64)
     groups = np.split(order, np.cumsum(counts)[:-1])
     chosen = (eligible if n_clients == len(eligible)
@@ -493,17 +495,18 @@ def partition(
     ``draw="independent"``, FedFOR's overlapping fresh clients); iid, shards,
     pathological with ``label_choice="cyclic"`` and natural (with all ids) keep every sample unless a size
     skew asks for fewer; pathological with ``"random"`` keeps every sample of the classes drawn.
-    ``client_ids`` is used by ``natural`` only.
+    ``client_ids`` is used by ``natural`` only. Errors call ``num_clients`` num_devices, the config key and
+    ``hetfl split`` flag it comes from.
     """
     if not isinstance(spec, PartitionSpec):
         raise TypeError(f"spec must be a PartitionSpec, got {type(spec).__name__}")
     y = _check_labels(labels)
     if not _is_int(num_clients) or num_clients < 1:
-        raise ValueError(f"num_clients={num_clients!r} must be an integer >= 1")
+        raise ValueError(f"num_devices={num_clients!r} must be an integer >= 1")
     if not _is_int(seed) or seed < 0:
         raise ValueError(f"seed={seed!r} must be an integer >= 0")
     if num_clients > len(y):
-        raise ValueError(f"num_clients={num_clients} exceeds the {len(y)} samples")
+        raise ValueError(f"num_devices={num_clients} exceeds the {len(y)} samples")
     n_clients = int(num_clients)
     rng = np.random.default_rng(int(seed))
     skew = spec.label_skew
