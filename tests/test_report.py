@@ -166,6 +166,21 @@ def test_report_of_a_missing_table_names_it_and_writes_nothing(tmp_path, capsys)
     assert "nosuch.md, nosuch.csv" in capsys.readouterr().err and not out.exists()
 
 
+def test_report_takes_table_names_after_its_options(tmp_path, capsys):
+    """`hetfl report tables --tables-dir D --out O NAME` means `hetfl report tables NAME --tables-dir D --out
+    O` (argparse had left NAME over: "unrecognized arguments", an audit found); an option it does not know
+    is still refused."""
+    from hetfl.cli import main
+
+    out = tmp_path / "out"
+    assert main(["report", "tables", "--tables-dir", str(tmp_path), "--out", str(out), "nosuch"]) == 2
+    assert "nosuch.md, nosuch.csv" in capsys.readouterr().err and not out.exists()  # the names reached it
+    with pytest.raises(SystemExit) as stop:
+        main(["report", "tables", "--out", str(out), "nosuch", "--colour", "red"])
+    assert stop.value.code == 2 and "hetfl: error: unrecognized arguments: nosuch --colour red" in \
+        capsys.readouterr().err
+
+
 READINGS = ["paper/default"] * 3 + ["improvement=relative"] * 3 + ["completion=nearest"] * 3
 
 

@@ -615,7 +615,14 @@ def main(argv: list[str] | None = None) -> int:
         from hetfl.bench import main as bench_main
 
         return bench_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.verb == "report" and not any(e.startswith("-") for e in extra):
+        # argparse fills `tables` (nargs="*") right after `page`, so names given after the options are
+        # left over: `hetfl report tables --out DIR NAME` means what `hetfl report tables NAME --out DIR` does
+        args.tables = [*args.tables, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except (ConfigError, ValueError) as exc:
