@@ -348,6 +348,22 @@ def test_hub_only_train_split_is_explained(tmp_path):
         fetch_source("digits")
 
 
+def test_cli_fetch_offline_or_of_a_local_source_says_why_without_a_traceback(tmp_path, monkeypatch, capsys):
+    """`python -m hetfl.data.sources fetch` where it cannot: one message (the same as load_source's), exit
+    2, no traceback (an audit found a chained traceback before the message)."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert sources.main(["fetch", "cifar100", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m hetfl.data.sources: error: ") and "fetch cifar100" in err
+    assert "Traceback" not in err
+    assert sources.main(["fetch", "digits"]) == 2
+    err = capsys.readouterr().err
+    assert "'digits' ships with" in err and "there is nothing to fetch" in err and "Traceback" not in err
+
+
 def test_cli_list(capsys):
     assert sources.main(["list"]) == 0
     out = capsys.readouterr().out

@@ -382,7 +382,7 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     from hetfl.reports.figures import build_figure
 
     build_figure(args.figure, run_paths(args.runs), Path(args.out))
-    print(f"wrote {args.out}.{{png,svg}}", file=sys.stderr)
+    print(f"wrote {args.out}.{{png,svg,caption.html}}", file=sys.stderr)
     return 0
 
 
@@ -534,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", help="... the experiment ...")
     p.add_argument("--run", help="... and the run name (see `hetfl runs CONFIG`)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (Snakemake passes {threads})")
-    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"],
+                   help="where to train (default: cpu; the workflow passes cuda to jobs given a GPU)")
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="on CUDA, replay local steps from CUDA graphs (engine.graphs), or not (--no-graphs); "
                         "default: the engine's rule per model (no model yet); --graphs needs --device cuda "
@@ -581,7 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("figure", help="draw a paper figure from run directories")
     p.add_argument("figure", help="one of the figures (hetfl.reports.figures.FIGURES), e.g. scheme_curves")
-    p.add_argument("--out", required=True, help="output stem; .png and .svg are written")
+    p.add_argument("--out", required=True, help="output stem; .png, .svg and the report's .caption.html are "
+                                                "written")
     p.add_argument("runs", nargs="+", help="run directories or their run.json files (other paths are "
                                             "skipped)")
     p.set_defaults(func=_cmd_figure)

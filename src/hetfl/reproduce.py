@@ -72,7 +72,9 @@ def stale_lock(directory: Path) -> bool | list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hetfl.reproduce", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hetfl.reproduce", description=__doc__.split("\n")[0],
+                                     epilog="Every other option goes to snakemake as given, e.g. --cores 2 "
+                                            "(make reproduce passes it).")
     parser.add_argument("--configfile", required=True)
     parser.add_argument("--directory", "-d", default=".")
     args, rest = parser.parse_known_args(argv)

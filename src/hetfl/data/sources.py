@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -554,7 +555,11 @@ def main(argv: list[str] | None = None) -> int:
             shape = str(info.input_shape)
             print(f"{info.name:16s} {info.task:10s} {shape:14s} {info.num_classes:4d}  {where}")
         return 0
-    print(fetch_source(args.name, data_dir=args.data_dir))
+    try:
+        print(fetch_source(args.name, data_dir=args.data_dir))
+    except (SourceUnavailableError, ValueError) as err:  # offline, or nothing to fetch: said, no traceback
+        print(f"python -m hetfl.data.sources: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
