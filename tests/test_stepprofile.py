@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-from hetfl import bench
+from hetfl import bench, stepprofile
 from hetfl.stepprofile import format_profile, summarize
 
 
@@ -82,9 +82,17 @@ def test_format_says_what_the_profile_does_not_see() -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--profile", "--count-ops"], "--count-ops and --profile are both given"),
     (["--profile", "--eval", "64"], "--eval has value 64"),
-    (["--profile", "--repeat", "0"], "--repeat has value 0"),
     (["--profile", "--workloads", "nope"], "nope"),
 ])
 def test_bench_profile_refuses_bad_arguments(argv, message, capsys) -> None:
     assert bench.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_profile_of_no_rounds_is_refused(capsys) -> None:
+    """`--profile --repeat 0`: the bench's parser refuses it (test_bench.py), and run_profile itself."""
+    with pytest.raises(SystemExit):
+        bench.main(["--profile", "--repeat", "0"])
+    assert "argument --repeat: has value '0'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--repeat has value 0; allowed: 1 or more profiled rounds"):
+        stepprofile.run_profile(["logreg-synthetic"], "cpu", rounds=0)
