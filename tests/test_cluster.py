@@ -1,5 +1,6 @@
 """hetfl.cluster: a training job's memory, time limit, GPU and group from its runs' scale, by hand."""
 
+import dataclasses
 import math
 
 import pytest
@@ -22,10 +23,10 @@ def _synthetic(**kw):
 
 
 def _cnn():
-    """McMahan CNN on MNIST: 10 devices × 100 samples, E = 1, 2 rounds, batch 10, global test 10,000."""
+    """McMahan CNN on MNIST: 10 devices dealt the whole 60,000-image train split (sizes "equal" on a real
+    dataset: the partitioner's equal split of every sample), E = 1, 2 rounds, batch 10, global test 10,000."""
     return _runs(dataset="mnist", settings={"N": {"partition": {"label_skew": "iid"}}}, num_devices=10,
-                 sizes={"distribution": "equal", "size": 100}, model="cnn", local_epochs=1, rounds=2,
-                 batch_size=10)
+                 sizes={"distribution": "equal"}, model="cnn", local_epochs=1, rounds=2, batch_size=10)
 
 
 def test_pareto_expected_size_by_hand():
@@ -74,20 +75,36 @@ def test_cnn_job_by_hand():
     (spec,) = _cnn()
     run = cluster.estimate_run(spec)
     # 10 devices × E = 1 update × B = 10 × 2 rounds = 200 sample steps × 3 × 24.5 MFLOP / 15 GFLOP/s;
-    # 2 evaluations × (1,000 + 10,000) samples
+    # 2 evaluations × (60,000 + 10,000) samples: every device's train and test samples, the global test
     train_s = 200 * 3 * 24.5e6 / 15e9
-    eval_s = 2 * 11_000 * 24.5e6 / 15e9
+    eval_s = 2 * 70_000 * 24.5e6 / 15e9
     assert run.seconds == pytest.approx(train_s + eval_s + 0.02)
-    # data 2 × 11,000 × 3,136 B; state 4 × 4 B × 1,663,370 × 10; activations 12 B × 90,000 × 10 × 10
-    assert run.mem_mb == pytest.approx(1000 + (68_992_000 + 266_139_200 + 108_000_000) / 2**20)
+    # data 2 × 70,000 × 3,136 B; state 4 × 4 B × 1,663,370 × 10; activations 12 B × 90,000 × 10 × 10
+    assert run.mem_mb == pytest.approx(1000 + (439_040_000 + 266_139_200 + 108_000_000) / 2**20)
     cpu = cluster.train_resources([spec], ClusterOptions())
-    assert cpu == {"mem_mb": 3072, "runtime": 3, "gpu": 0}  # 2 × 1,422.6 MB → 12 × 256; 2 × 66.9 s → 3 min
+    # 2 × 1,775.5 MB → 14 × 256; 2 × (30 s start + 229.7 s) → 9 min
+    assert cpu == {"mem_mb": 3584, "runtime": 9, "gpu": 0}
     gpu = ClusterOptions(partition="cpu", gpu_partition="gpu", account="fl", gpus=1)
-    assert cluster.train_resources([spec], gpu) == {"mem_mb": 3072, "runtime": 3, "gpu": 1,
+    assert cluster.train_resources([spec], gpu) == {"mem_mb": 3584, "runtime": 9, "gpu": 1,
                                                      "slurm_partition": "gpu", "slurm_account": "fl"}
     assert cluster.train_device([spec], gpu) == "cuda"
     assert cluster.train_group([spec], gpu) is None  # a GPU job is never grouped
-    assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT  # 67 s on a CPU
+    assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT  # 260 s on a CPU
+
+
+def test_equal_sizes_on_a_real_dataset_count_the_whole_split():
+    """sizes "equal" on a real dataset deals every sample of the train split (data.build.build_from_source),
+    whatever num_devices: the estimate counted `size` (default 20) a device, 2,000 samples for Ma et al.'s
+    100-device MNIST table where the split holds 60,000 (an audit found it). SYNTHETIC's equal sizes are
+    `size` a device; pareto sizes on a real dataset their expected size, within the split."""
+    (real,) = _cnn()
+    assert cluster.total_samples(real) == 60_000
+    assert cluster.total_samples(dataclasses.replace(real, num_devices=100)) == 60_000
+    pareto = {"distribution": "pareto", "size": 20, "index": 0.5, "max_size": 1000, "min_size": 10}
+    assert cluster.total_samples(dataclasses.replace(real, sizes=pareto)) == pytest.approx(
+        10 * cluster.expected_size(pareto))
+    (synthetic,) = _synthetic()
+    assert cluster.total_samples(synthetic) == synthetic.num_devices * synthetic.sizes["size"]
 
 
 def test_a_cell_adds_up_its_runs():

@@ -124,7 +124,11 @@ def total_samples(spec: RunSpec) -> float:
         return float(spec.num_devices)
     skew = (spec.partition or {}).get("label_skew")
     source_train = SOURCE_SIZES.get(spec.dataset, (math.inf, 0))[0]
-    if skew == "shards":
+    # on a real dataset, sizes "equal" is the partitioner's equal split of every sample
+    # (data.build.build_from_source), not `size` samples a device; so are shards
+    dealt_whole = skew == "shards" or (spec.dataset != "synthetic" and skew != "natural"
+                                       and (spec.sizes or {}).get("distribution", "equal") == "equal")
+    if dealt_whole and math.isfinite(source_train):
         return float(source_train)
     per_device = NATURAL_SAMPLES_PER_DEVICE.get(spec.dataset, 1.0) if skew == "natural" \
         else expected_size(spec.sizes)
