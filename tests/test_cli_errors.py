@@ -76,6 +76,18 @@ def test_trace_p_inactive_out_of_range_is_refused_naming_the_flag(capsys, tmp_pa
             f"a probability in [0, 1)") in capsys.readouterr().err
 
 
+def test_trace_p_inactive_no_fit_exists_for_is_refused_naming_the_flag_and_the_bound(capsys, tmp_path):
+    """--p-inactive 0.2 with T6: T_hi's zeros alone would exceed its Table 2 std; the message names the flag,
+    the traceset and the largest value that fits, and nothing is written."""
+    out = tmp_path / "t.npz"
+    rc, err = _main(capsys, "trace", "--traceset", "T6", "--num-devices", "4", "--rounds", "3", "--seed", "0",
+                    "--p-inactive", "0.2", "--out", str(out))
+    assert rc == 2 and err.strip() == (
+        "hetfl trace: error: --p-inactive has value 0.2, which is not allowed with traceset T6 (the zeros "
+        "alone give a std above the target 0.2330; allowed: p_inactive < 0.0739)")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("verb", [("split", "--dataset", "synthetic", "--alpha", "1", "--beta", "1",
                                    "--num-devices", "4", "--out", "x.npz"),
                                   ("trace", "--traceset", "T2", "--num-devices", "4", "--rounds", "3",

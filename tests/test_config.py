@@ -119,6 +119,23 @@ def test_num_traces_longer_than_trace_order():
         validate_config(cfg)
 
 
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (["p_inactive"], 0.2, rf"'experiments.{EXP}.p_inactive' has value 0.2, which is not allowed with trace "
+                          r"T_hi \(the zeros alone give a std above the target 0.2330; allowed: p_inactive "
+                          r"< 0.0739\)"),
+    (["readings"], {"p_inactive": [0.02, 0.1]}, rf"'experiments.{EXP}.readings.p_inactive' has value 0.1, "
+                                                r"which is not allowed with trace T_hi"),
+    (["settings", "IID", "alpha"], 1.0, rf"'experiments.{EXP}.settings.IID' has iid: true with alpha 1.0, "
+                                        r"beta 0.0, which is not allowed; allowed: alpha 0 and beta 0"),
+])
+def test_values_the_split_or_trace_jobs_would_refuse_are_refused_first(path, value, message):
+    """A p_inactive that cannot keep an inactive trace's Table 2 std, and SYNTHETIC-IID with α or β, used to
+    pass validation and fail in the split or trace job, mid-workflow (an audit found both)."""
+    with pytest.raises(ConfigError, match=message):
+        validate_config(_with(path, value))
+    validate_config(_with(["p_inactive"], 0.07))  # below T_hi's bound: a fit exists
+
+
 def test_defaults_filled_and_grid_expanded():
     cfg = validate_config({"experiments": {"x": {
         "table": "accuracy_difference", "dataset": "synthetic", "settings": {"S": {"alpha": 1, "beta": 1}},

@@ -335,6 +335,36 @@ def _check_readings(name: str, exp: dict[str, Any]) -> None:
                                   "docs/readings.md); allowed: a value that changes a run")
 
 
+def _check_traces(name: str, exp: dict[str, Any]) -> None:
+    """Every p_inactive the experiment uses (its own, and its readings') must let each inactive trace it
+    draws from keep Table 2's std: otherwise the trace jobs would fail after the workflow started."""
+    from hetfl.data.traces import trace_distribution
+
+    used = [t for t in exp["trace_order"][:max(exp["num_traces"])] if t in INACTIVE_TRACES]
+    values = [("p_inactive", exp["p_inactive"])] + [
+        ("readings.p_inactive", v) for v in (exp.get("readings") or {}).get("p_inactive", [])]
+    for key, value in values:
+        for trace in used:
+            try:
+                trace_distribution(trace, float(value))
+            except ValueError as err:
+                why = str(err).split(": ", 1)[-1]
+                raise ConfigError(f"config key 'experiments.{name}.{key}' has value {json.dumps(value)}, "
+                                  f"which is not allowed with trace {trace} ({why})") from None
+
+
+def _check_synthetic_iid(name: str, exp: dict[str, Any]) -> None:
+    """FedProx's SYNTHETIC-IID has one W, b for every device: no α, β (data.synthetic)."""
+    if exp["dataset"] != "synthetic":
+        return
+    for label, setting in exp["settings"].items():
+        if setting.get("iid") and (setting.get("alpha", 0) != 0 or setting.get("beta", 0) != 0):
+            raise ConfigError(f"config key 'experiments.{name}.settings.{label}' has iid: true with alpha "
+                              f"{setting.get('alpha', 0)}, beta {setting.get('beta', 0)}, which is not "
+                              f"allowed; allowed: alpha 0 and beta 0 with iid (FedProx's SYNTHETIC-IID has "
+                              f"no α, β)")
+
+
 def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None) -> None:
     """Rules JSON Schema cannot express."""
     for name, exp in config["experiments"].items():
@@ -362,6 +392,8 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
                 f"config key 'experiments.{name}.sizes.max_size' has value {sizes['max_size']}, which is "
                 f"not allowed; allowed: >= sizes.min_size ({sizes['min_size']})"
             )
+        _check_synthetic_iid(name, exp)
+        _check_traces(name, exp)
         _check_readings(name, exp)
 
 

@@ -147,8 +147,10 @@ def _fit(mean: float, std: float, p_inactive: float, low: float) -> tuple[float,
     m_act = mean / (1.0 - p_inactive)
     var_act = (std * std - p_inactive * (1.0 - p_inactive) * m_act * m_act) / (1.0 - p_inactive)
     if var_act <= 0:
+        # var_act <= 0  <=>  std² <= p·mean²/(1 − p)  <=>  p >= std²/(std² + mean²)
         raise ValueError(
-            f"p_inactive={p_inactive}: the zeros alone give a std above the target {std:.4f}; lower it"
+            f"p_inactive={p_inactive}: the zeros alone give a std above the target {std:.4f}; allowed: "
+            f"p_inactive < {std * std / (std * std + mean * mean):.4f}"
         )
 
     def residual(theta: np.ndarray) -> np.ndarray:
