@@ -172,6 +172,13 @@ def test_train_inputs_by_hand_are_checked_naming_the_flag_before_any_work(capsys
         assert rc == 2 and len(err.strip().splitlines()) == 1, (argv, err)
         assert err.strip().startswith(f"hetfl train: error: {message}"), (argv, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "split.npz"]
+    # --config makes the run's own split and traces: --split or --traces beside it would be ignored
+    (tmp_path / "c.yaml").write_text(json.dumps(TINY))
+    rc, err = _main(capsys, "train", "--config", "c.yaml", "--experiment", "e", "--run", "NIID_T1_B_s0",
+                    "--no-mlflow", "--out", "run", "--split", "split.npz", "--traces", "t.npz")
+    assert rc == 2 and err.strip().startswith("hetfl train: error: --split and --traces given with --config, "
+                                              "which is not allowed")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data_splits").exists()
 
 
 @pytest.mark.parametrize("flag,what", [("--graphs", "replays local steps from CUDA graphs"),

@@ -271,6 +271,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         if not (args.config and args.experiment and args.run):
             raise ConfigError("hetfl train needs --cell, --spec, or --config with --experiment and --run")
+        given = [flag for flag, value in (("--split", args.split), ("--traces", args.traces)) if value]
+        if given:  # they would be ignored: --config makes the run's own at their canonical paths
+            raise ConfigError(f"{' and '.join(given)} given with --config, which is not allowed: the run's "
+                              f"split and traces are made under data_splits/ from the config; allowed: "
+                              f"--split and --traces with --spec (--split with --cell), or leave them out")
         matches = [s for s in expand_runs(load_config(args.config))
                    if s.experiment == args.experiment and s.run == args.run]
         if not matches:
