@@ -241,18 +241,18 @@ def test_a_jobs_runs_fit_one_argument_and_come_back_equal():
     one command-line argument; the common-fields form keeps them well under it and decodes to equal specs."""
     import json
 
-    from hetfl.config import specs_from_json, specs_to_json
+    from hetfl.config import specs_from_data, specs_to_json
 
     specs = [s for s in expand_runs(load_config("workflow/config/quick.yaml"))
              if s.experiment == "ruan2021_table3_synthetic" and s.split_setting == "NIID"]
     assert len(specs) == 150 and len(json.dumps([s.to_dict() for s in specs])) > 128 * 1024
     text = specs_to_json(specs)
     assert len(text) < 32 * 1024
-    assert specs_from_json(text) == specs
-    assert specs_from_json(json.dumps([s.to_dict() for s in specs[:3]])) == specs[:3]  # a list of full specs
-    assert specs_from_json(specs_to_json(specs[:1])) == specs[:1]
+    assert specs_from_data(json.loads(text)) == specs
+    assert specs_from_data([s.to_dict() for s in specs[:3]]) == specs[:3]  # a list of full specs
+    assert specs_from_data(json.loads(specs_to_json(specs[:1]))) == specs[:1]
     with pytest.raises(ConfigError, match="a cell is a JSON list of run specs .* got a JSON str"):
-        specs_from_json('"NIID"')
+        specs_from_data("NIID")
 
 
 def test_a_reading_that_changes_the_data_has_its_own_split_directory():

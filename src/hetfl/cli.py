@@ -176,16 +176,14 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    from hetfl.data.traces import make_traces
+    from hetfl.data.traces import NoFitError, make_traces
 
     try:
         tr = make_traces(args.out, traceset=args.traceset, num_devices=args.num_devices, rounds=args.rounds,
                          seed=args.seed, assignment=args.assignment, p_inactive=args.p_inactive)
-    except ValueError as err:  # a trace the value cannot fit: said with the flag's name
-        if not str(err).startswith("p_inactive="):
-            raise
+    except NoFitError as err:  # a trace the value cannot fit: said with the flag's name
         raise ConfigError(f"--p-inactive has value {args.p_inactive:g}, which is not allowed with traceset "
-                          f"{args.traceset} ({str(err).split(': ', 1)[-1]})") from None
+                          f"{args.traceset} ({err.why})") from None
     print(f"wrote {args.out}: traces {', '.join(tr.trace_names)}; mean fraction {tr.fractions.mean():.3f}, "
           f"inactive {(tr.fractions == 0).mean():.3%}", file=sys.stderr)
     return 0

@@ -338,7 +338,7 @@ def _check_readings(name: str, exp: dict[str, Any]) -> None:
 def _check_traces(name: str, exp: dict[str, Any]) -> None:
     """Every p_inactive the experiment uses (its own, and its readings') must let each inactive trace it
     draws from keep Table 2's std: otherwise the trace jobs would fail after the workflow started."""
-    from hetfl.data.traces import trace_distribution
+    from hetfl.data.traces import NoFitError, trace_distribution
 
     used = [t for t in exp["trace_order"][:max(exp["num_traces"])] if t in INACTIVE_TRACES]
     values = [("p_inactive", exp["p_inactive"])] + [
@@ -347,10 +347,9 @@ def _check_traces(name: str, exp: dict[str, Any]) -> None:
         for trace in used:
             try:
                 trace_distribution(trace, float(value))
-            except ValueError as err:
-                why = str(err).split(": ", 1)[-1]
+            except NoFitError as err:
                 raise ConfigError(f"config key 'experiments.{name}.{key}' has value {json.dumps(value)}, "
-                                  f"which is not allowed with trace {trace} ({why})") from None
+                                  f"which is not allowed with trace {trace} ({err.why})") from None
 
 
 def _check_synthetic_iid(name: str, exp: dict[str, Any]) -> None:
@@ -575,13 +574,8 @@ def specs_to_json(specs: list[RunSpec]) -> str:
     return json.dumps({"common": common, "runs": runs}, sort_keys=True)
 
 
-def specs_from_json(text: str) -> list[RunSpec]:
-    """The runs of specs_to_json's text, or of a JSON list of full specs."""
-    return specs_from_data(json.loads(text))
-
-
 def specs_from_data(data: Any) -> list[RunSpec]:
-    """specs_from_json on JSON already parsed."""
+    """The runs of specs_to_json's text once parsed (json.loads), or of a JSON list of full specs."""
     if isinstance(data, dict) and set(data) == {"common", "runs"}:
         return [RunSpec.from_dict({**data["common"], **run}) for run in data["runs"]]
     if isinstance(data, list):

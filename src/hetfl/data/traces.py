@@ -37,6 +37,7 @@ __all__ = [
     "ASSIGNMENTS",
     "DEFAULT_LOW",
     "DEFAULT_P_INACTIVE",
+    "NoFitError",
     "TRACE_NAMES",
     "TraceDistribution",
     "Traces",
@@ -142,16 +143,23 @@ class TraceDistribution:
         return _mixture_moments(self.p_inactive, self.mu, self.sigma, self.low)
 
 
+class NoFitError(ValueError):
+    """A p_inactive whose zeros alone exceed a trace's Table 2 std: no (mu, sigma) fits. `why` says so
+    and gives the bound, for the callers that name their own key or flag (config, hetfl trace)."""
+
+    def __init__(self, p_inactive: float, std: float, bound: float) -> None:
+        self.why = (f"the zeros alone give a std above the target {std:.4f}; allowed: p_inactive < "
+                    f"{bound:.4f}")
+        super().__init__(f"p_inactive={p_inactive}: {self.why}")
+
+
 def _fit(mean: float, std: float, p_inactive: float, low: float) -> tuple[float, float]:
     """Solve for (mu, sigma) so that the mixture's mean/std equal (mean, std)."""
     m_act = mean / (1.0 - p_inactive)
     var_act = (std * std - p_inactive * (1.0 - p_inactive) * m_act * m_act) / (1.0 - p_inactive)
     if var_act <= 0:
         # var_act <= 0  <=>  std² <= p·mean²/(1 − p)  <=>  p >= std²/(std² + mean²)
-        raise ValueError(
-            f"p_inactive={p_inactive}: the zeros alone give a std above the target {std:.4f}; allowed: "
-            f"p_inactive < {std * std / (std * std + mean * mean):.4f}"
-        )
+        raise NoFitError(p_inactive, std, std * std / (std * std + mean * mean))
 
     def residual(theta: np.ndarray) -> np.ndarray:
         got = _mixture_moments(p_inactive, float(theta[0]), math.exp(float(theta[1])), low)
