@@ -83,6 +83,35 @@ def test_bad_model_params_are_named_before_any_job(model, params, message):
     assert message.format(e=MLP_EXP) in str(err.value)
 
 
+@pytest.mark.parametrize(("partition", "sizes", "message"), [
+    ({"label_skew": "dirichlet", "equal_counts": True}, {"distribution": "equal"},
+     "'experiments.{e}.settings.NIID.partition.equal_counts' has value true, which is not allowed with "
+     "label_skew \"dirichlet\"; allowed: true only with label_skew \"iid\" or \"pathological\""),
+    ({"label_skew": "pathological", "m": 2, "equal_counts": True}, {"distribution": "pareto"},
+     "'experiments.{e}.settings.NIID.partition.equal_counts' has value true, which is not allowed with "
+     "experiments.{e}.sizes.distribution \"pareto\" (a size skew); allowed: true only with "
+     "sizes.distribution \"equal\""),
+    ({"label_skew": "pathological", "m": 2, "equal_counts": "yes"}, {"distribution": "equal"},
+     "equal_counts"),
+])
+def test_equal_counts_outside_its_skews_is_refused_before_any_job(partition, sizes, message):
+    """The split job would refuse these (PartitionSpec); validation names the key first."""
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"][MLP_EXP]
+    exp["settings"]["NIID"]["partition"], exp["sizes"] = partition, sizes
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert message.format(e=MLP_EXP) in str(err.value)
+
+
+def test_equal_counts_passes_validation_and_reaches_the_split_spec():
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {MLP_EXP: cfg["experiments"][MLP_EXP]}
+    cfg["experiments"][MLP_EXP]["settings"]["NIID"]["partition"]["equal_counts"] = True
+    runs = [r for r in expand_runs(validate_config(cfg)) if r.setting == "NIID"]
+    assert runs and all(r.split_spec()["partition"]["equal_counts"] is True for r in runs)
+
+
 def test_conv_options_pass_validation():
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]

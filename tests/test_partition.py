@@ -98,6 +98,40 @@ def test_pathological_cyclic_is_unchanged_niid_bench():
     assert [np.unique(y[p]).tolist() for p in parts] == [[0], [1], [2], [3], [4]]
 
 
+def test_equal_counts_gives_every_device_the_smallest_count():
+    """Ruan et al. §5.3, "All devices are given the same number of samples": a one-label random split of
+    10 × 6 samples to 5 devices (seed 2 draws labels 8, 2, 1, 2, 4: label 2 is split two ways, 3 each)
+    trims every device to 3, one class each; the rng's draws are those of the untrimmed split."""
+    y = np.repeat(np.arange(10), 6)
+    loose = partition(y, PartitionSpec("pathological", m=1, label_choice="random"), 5, 2)
+    assert [len(p) for p in loose] == [6, 3, 6, 3, 6]
+    spec = PartitionSpec("pathological", m=1, label_choice="random", equal_counts=True)
+    parts = partition(y, spec, 5, 2)
+    assert [len(p) for p in parts] == [3] * 5
+    for tight, full in zip(parts, loose, strict=True):
+        assert set(tight) <= set(full) and len(np.unique(y[tight])) == 1
+    assert_disjoint(parts, len(y))
+
+
+def test_equal_counts_keeps_each_held_class_in_proportion():
+    """m = 2 cyclic on 4 classes of 12 and 3 devices: trimmed to the smallest device, each device keeps
+    at least one sample of both its classes, the rest in proportion to what it held."""
+    y = np.repeat(np.arange(4), 12)
+    loose = partition(y, PartitionSpec("pathological", m=2), 3, 1)
+    parts = partition(y, PartitionSpec("pathological", m=2, equal_counts=True), 3, 1)
+    smallest = min(len(p) for p in loose)
+    assert [len(p) for p in parts] == [smallest] * 3
+    for tight, full in zip(parts, loose, strict=True):
+        np.testing.assert_array_equal(np.unique(y[tight]), np.unique(y[full]))
+
+
+def test_equal_counts_iid_drops_the_remainder():
+    parts = partition(np.repeat(np.arange(10), 7), PartitionSpec("iid", equal_counts=True), 4, 0)
+    assert [len(p) for p in parts] == [17] * 4  # 70 = 18 + 18 + 17 + 17 untrimmed
+    loose = partition(np.repeat(np.arange(10), 7), PartitionSpec("iid"), 4, 0)
+    assert all(set(t) <= set(f) for t, f in zip(parts, loose, strict=True))
+
+
 @FAST
 @given(data=st.data(), y=labelled(min_per_class=12), seed=SEEDS)
 def test_pathological_random_m_classes_keeps_drawn_classes(data, y, seed):
@@ -407,6 +441,9 @@ def test_describe_counts_and_plot(tmp_path):
         ({"min_size": -1}, "min_size"),
         ({"label_choice": "uniform"}, "label_choice"),
         ({"label_choice": None}, "label_choice"),
+        ({"equal_counts": 1}, "equal_counts"),
+        ({"label_skew": "dirichlet", "equal_counts": True}, "equal_counts"),
+        ({"equal_counts": True, "label_skew": "pathological", "sizes": SizeSpec("pareto")}, "equal_counts"),
     ],
 )
 def test_bad_spec_names_field_and_value(kwargs, field):

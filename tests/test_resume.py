@@ -53,6 +53,21 @@ def test_stale_split_and_traces_are_refused_naming_the_key(tmp_path):
     assert not (tmp_path / "run").exists()  # refused before any output
 
 
+def test_a_split_made_before_equal_counts_is_stale_for_a_run_that_asks_for_it():
+    """A one-label split made without partition.equal_counts (devices of 2,000 to 6,000 MNIST samples) is
+    other data than a run with it asks for; one made without it still serves runs without it."""
+    from hetfl.data.build import split_mismatch
+
+    part = {"label_skew": "pathological", "m": 1, "label_choice": "random"}
+    old = {"dataset": "mnist", "num_devices": 10, "sizes": {"distribution": "equal"}, "partition": part,
+           "seed": 0}
+    run = {k: v for k, v in old.items() if k != "seed"}
+    assert split_mismatch(old, run, 0) == {}
+    diff = split_mismatch(old, {**run, "partition": {**part, "equal_counts": True}}, 0)
+    assert list(diff) == ["partition"]
+    assert diff["partition"][0]["equal_counts"] is False and diff["partition"][1]["equal_counts"] is True
+
+
 def test_a_by_hand_split_with_fewer_keys_is_the_same_data(tmp_path):
     """`hetfl split` by hand fills defaults the config states explicitly: equal after resolution."""
     split = tmp_path / "split.npz"

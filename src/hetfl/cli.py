@@ -115,7 +115,8 @@ def _split_spec_from_flags(args: argparse.Namespace) -> dict[str, Any]:
         if real and sizes.get("distribution") == "equal" and len(sizes) > 1:
             extra = next(k for k in sizes if k != "distribution")
             raise ConfigError(f"--sizes has key '{extra}', which is not used with distribution \"equal\" "
-                              f"on dataset {dataset} (every device gets an equal share of all samples); "
+                              f"on dataset {dataset} (the label skew deals out every sample; --partition's "
+                              '"equal_counts": true trims the devices to one count); '
                               'allowed: {"distribution": "equal"} alone, or a size skew such as '
                               '{"distribution": "pareto", "size": 50}')
     spec = {"dataset": dataset, "num_devices": args.num_devices, "sizes": sizes,
@@ -507,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default=None,
                    help='size distribution as JSON (synthetic: default {"distribution": "pareto"}, with '
                         '"equal" every device gets "size" samples; real datasets: default '
-                        '{"distribution": "equal"}, an equal share of all samples each)')
+                        '{"distribution": "equal"}: the label skew deals out every sample, and '
+                        '--partition\'s "equal_counts": true trims every device to the smallest count)')
     p.add_argument("--test-fraction", type=float, default=0.2)
     p.add_argument("--seed", type=_nonnegative, required=True)
     p.add_argument("--out", required=True, help="path of split.npz (manifest.json is written beside it)")

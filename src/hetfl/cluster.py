@@ -124,8 +124,9 @@ def total_samples(spec: RunSpec) -> float:
         return float(spec.num_devices)
     skew = (spec.partition or {}).get("label_skew")
     source_train = SOURCE_SIZES.get(spec.dataset, (math.inf, 0))[0]
-    # on a real dataset, sizes "equal" is the partitioner's equal split of every sample
-    # (data.build.build_from_source), not `size` samples a device; so are shards
+    # on a real dataset, sizes "equal" is the partitioner's split of every sample
+    # (data.build.build_from_source), not `size` samples a device; so are shards.
+    # partition.equal_counts then trims some away: the whole split is an upper bound
     dealt_whole = skew == "shards" or (spec.dataset != "synthetic" and skew != "natural"
                                        and (spec.sizes or {}).get("distribution", "equal") == "equal")
     if dealt_whole and math.isfinite(source_train):

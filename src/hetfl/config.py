@@ -364,6 +364,25 @@ def _check_synthetic_iid(name: str, exp: dict[str, Any]) -> None:
                               f"no α, β)")
 
 
+def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
+    """partition.equal_counts trims an iid or pathological split with no size skew (data.partition)."""
+    from hetfl.data.partition import EQUAL_COUNT_SKEWS
+
+    for label, setting in exp["settings"].items():
+        part = setting.get("partition")
+        if not isinstance(part, dict) or not part.get("equal_counts"):
+            continue
+        key = f"experiments.{name}.settings.{label}.partition"
+        if part.get("label_skew") not in EQUAL_COUNT_SKEWS:
+            raise ConfigError(f"config key '{key}.equal_counts' has value true, which is not allowed with "
+                              f"label_skew \"{part.get('label_skew')}\"; allowed: true only with label_skew "
+                              + " or ".join(f'"{k}"' for k in EQUAL_COUNT_SKEWS))
+        if exp["sizes"]["distribution"] != "equal":
+            raise ConfigError(f"config key '{key}.equal_counts' has value true, which is not allowed with "
+                              f"experiments.{name}.sizes.distribution \"{exp['sizes']['distribution']}\" (a "
+                              f"size skew); allowed: true only with sizes.distribution \"equal\"")
+
+
 def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None) -> None:
     """Rules JSON Schema cannot express."""
     for name, exp in config["experiments"].items():
@@ -392,6 +411,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
                 f"not allowed; allowed: >= sizes.min_size ({sizes['min_size']})"
             )
         _check_synthetic_iid(name, exp)
+        _check_equal_counts(name, exp)
         _check_traces(name, exp)
         _check_readings(name, exp)
 

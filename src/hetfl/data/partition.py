@@ -20,7 +20,10 @@ how many samples it holds. Label skews and the code each one follows:
     uniformly at random"; every client draws its m classes as a uniform m-subset, independently of the
     others. Classes nobody draws are not dealt: their samples are dropped.
 
-  m = 1 is Ruan et al.'s one label per device.
+  m = 1 is Ruan et al.'s one label per device. Splitting each class evenly among its holders gives
+  devices different counts whenever classes have different numbers of holders; ``equal_counts`` trims
+  every device to the smallest one's count (Ruan et al. §5.3: "All devices are given the same number of
+  samples for fair comparison"), keeping at least one sample of each class it holds.
 * ``shards`` — McMahan et al. (2017): sort by label, cut into N · s equal shards, s random shards per
   client (s = 2 in the paper).
 * ``longtail`` — FedFOR's Imbalanced CIFAR-10 (Tian et al. 2022, §4.2): every client gets its own
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "EQUAL_COUNT_SKEWS",
     "LABEL_CHOICES",
     "LABEL_SKEWS",
     "PartitionSpec",
@@ -66,6 +70,7 @@ LABEL_SKEWS: tuple[str, ...] = ("iid", "dirichlet", "pathological", "shards", "l
 LABEL_CHOICES: tuple[str, ...] = ("cyclic", "random")  # pathological: NIID-Bench i mod C | Ruan et al.
 LONGTAIL_DRAWS: tuple[str, ...] = ("disjoint", "independent")  # longtail: hetfl's dealing | FedFOR's draws
 _NO_SIZE_SKEW = ("shards", "natural")  # their sizes are part of the definition
+EQUAL_COUNT_SKEWS: tuple[str, ...] = ("iid", "pathological")  # the skews equal_counts can trim
 _MAX_DIRICHLET_DRAWS = 1000  # NIID-Bench loops forever; hetfl gives up with an error instead
 
 
@@ -95,6 +100,9 @@ class PartitionSpec:
     a device needs 2 for its local train/test split; 0 keeps every id).
     ``draw``: longtail only, one of :data:`LONGTAIL_DRAWS`: ``"disjoint"`` (every sample dealt at most
     once) or ``"independent"`` (FedFOR: every client drawn from all the data afresh; clients overlap).
+    ``equal_counts``: iid and pathological without a size skew only; every client is trimmed to the
+    smallest client's count (Ruan et al. §5.3, "the same number of samples"), per class in proportion to
+    what it holds, so the samples beyond it are dropped.
     """
 
     label_skew: str = "iid"
@@ -108,6 +116,7 @@ class PartitionSpec:
     label_choice: str = "cyclic"
     min_samples: int = 0
     draw: str = "disjoint"
+    equal_counts: bool = False
 
     def __post_init__(self) -> None:
         if self.label_skew not in LABEL_SKEWS:
@@ -147,6 +156,14 @@ class PartitionSpec:
         if self.draw != "disjoint" and self.label_skew != "longtail":
             raise ValueError(f"PartitionSpec.draw={self.draw!r} applies to label_skew='longtail' only; "
                              f"label_skew={self.label_skew!r} allows draw='disjoint'")
+        if not isinstance(self.equal_counts, bool):
+            raise ValueError(f"PartitionSpec.equal_counts={self.equal_counts!r} must be true or false")
+        if self.equal_counts and self.label_skew not in EQUAL_COUNT_SKEWS:
+            raise ValueError(f"PartitionSpec.equal_counts=True applies to label_skew {EQUAL_COUNT_SKEWS} "
+                             f"only; label_skew={self.label_skew!r} allows equal_counts=False")
+        if self.equal_counts and self.sizes is not None:
+            raise ValueError(f"PartitionSpec.equal_counts=True cannot be combined with sizes={self.sizes!r} "
+                             "(a size skew); allowed: sizes=None (distribution equal)")
         if not isinstance(self.label_choice, str) or self.label_choice not in LABEL_CHOICES:
             raise ValueError(
                 f"PartitionSpec.label_choice={self.label_choice!r} is unknown; allowed: {LABEL_CHOICES}"
@@ -210,7 +227,9 @@ def _iid(y: np.ndarray, spec: PartitionSpec, n_clients: int, rng: np.random.Gene
     n_k = None if spec.sizes is None else _target_sizes(spec.sizes, n_clients, len(y), rng)
     perm = rng.permutation(len(y)).astype(np.int64)
     if n_k is None:
-        return list(np.array_split(perm, n_clients))
+        parts = np.array_split(perm, n_clients)
+        smallest = min(len(p) for p in parts)  # array_split: counts differ by at most one
+        return [p[:smallest] for p in parts] if spec.equal_counts else list(parts)
     bounds = np.cumsum(n_k)
     return list(np.split(perm[: bounds[-1]], bounds[:-1]))
 
@@ -366,6 +385,9 @@ def _pathological(
             pieces[k][c] = piece
     if n_k is not None:
         pieces = [_trim(p, int(t)) for p, t in zip(pieces, n_k, strict=True)]
+    elif spec.equal_counts:  # Ruan et al. §5.3: the same number of samples on every device
+        smallest = min(sum(len(v) for v in p.values()) for p in pieces)
+        pieces = [_trim(p, smallest) for p in pieces]
     return [np.concatenate(list(p.values())) for p in pieces]
 
 
