@@ -124,11 +124,13 @@ def test_fast_reboot_table_from_runs(tmp_path):
     # bounds rule: seed 0 lies in [3, ∞), seed 1 is 2; no mean is made up, the CI is [t-low of (3, 2), ∞)
     t1 = 12.706204736174707  # t_{1, 0.975}
     assert van.n_never == 1 and np.isnan(van.reproduced_mean) and van.paper == 2
-    assert van.ci_low == pytest.approx(2.5 - t1 * 0.5) and np.isinf(van.ci_high) and van.verdict == "agrees"
+    # a count of rounds is a level: an unbounded CI that holds the paper's 2 cannot agree with it
+    assert van.ci_low == pytest.approx(2.5 - t1 * 0.5) and np.isinf(van.ci_high)
+    assert van.verdict == "inconclusive"
     # the paired cell vanilla − fast: seed 0 in [3 − 1, ∞), seed 1 = 2 − 2 = 0; the paper's is 2 − 1 = 1
     diff = tidy[tidy.method == "vanilla_minus_fast"].iloc[0]
     assert diff.ci_low == pytest.approx(1.0 - t1 * 1.0) and np.isinf(diff.ci_high) and diff.paper == 1
-    assert diff.verdict == "agrees"
+    assert diff.verdict == "inconclusive"  # the CI holds 0 (it "agreed" before: it holds 1 too)
     cells = layout(tidy, ["dataset"]).iloc[0]
     assert cells["vanilla (reproduced)"] == f"1 of 2 censored [{2.5 - t1 * 0.5:.1f}, ∞]"
     assert cells["fast (reproduced)"].startswith("1.5 [")
@@ -153,7 +155,27 @@ def test_crossing_table_from_runs(tmp_path):
     t2 = 4.302652729749464  # t_{2, 0.975}; lower bounds 3, 2, 4: mean 3, s = 1
     assert row.n_seeds == 3 and row.n_never == 1 and np.isnan(row.reproduced_mean) and row.paper == 9
     assert row.ci_low == pytest.approx(3 - t2 / np.sqrt(3)) and np.isinf(row.ci_high)
-    assert row.verdict == "agrees"
+    assert row.verdict == "inconclusive"  # a level with a censored seed: unbounded, it cannot agree
+
+
+def test_crossing_is_censored_where_either_curve_ends(tmp_path):
+    """An exclude run that diverged (NaN from round 4 on) was observed for 1 round after τ0 = 2, not for the
+    include run's 3: its seed lies in [2, ∞), not [4, ∞). A bounded cell far from the paper disagrees."""
+    from hetfl.reports.event_tables import crossing
+
+    ref = pd.DataFrame({"dataset": ["SYNTHETIC"], "alpha": [1.0], "beta": [1.0], "tau0": [2],
+                        "rounds_to_cross": [1]})
+    include = [1.0, .9, .8, .75, .7]
+    rows = []
+    for seed, exclude in enumerate([[1.0, .9, 1.0, np.nan, np.nan], [1.0, .9, .85, .7, .6]]):
+        for policy, vals in (("include", include), ("exclude", exclude)):
+            rows.append({"dataset": "SYNTHETIC", "setting": "S", "alpha": 1.0, "beta": 1.0, "event_round": 2,
+                         "event_policy": policy, "seed": seed,
+                         "run_dir": _fake_run(tmp_path / f"{policy}{seed}", "test_loss", vals)})
+    row = crossing(pd.DataFrame(rows), ref).iloc[0]
+    # lower bounds 2 (censored at R = 1: [2, ∞)) and 2 (crossed at round 4): s = 0, so the low end is 2
+    assert row.n_never == 1 and row.ci_low == 2.0 and np.isinf(row.ci_high)
+    assert row.verdict == "disagrees"  # every completion is at least 2 rounds, the paper's is 1
 
 
 def test_training_with_an_arrival(tiny_fed):

@@ -154,6 +154,9 @@ def test_counted_verdicts_follow_the_catalog():
     assert catalog.counted_verdicts("fedfor_by_e", pd.DataFrame({"verdict": ["—", "agrees"]})) == ["agrees"]
     lam = pd.DataFrame({"bmta_verdict": ["—", "same direction"], "loss_verdict": ["—", "inconclusive"]})
     assert catalog.counted_verdicts("efl_lambda", lam) == ["same direction", "inconclusive"]
+    # Table 2 counts its BMTA cells and their Δ to FedAvg, as its caption does (the Δ were left out before)
+    bmta = pd.DataFrame({"verdict": ["not comparable", "not comparable"], "diff_verdict": ["—", "agrees"]})
+    assert sorted(catalog.counted_verdicts("bmta", bmta)) == ["agrees", "not comparable", "not comparable"]
     assert catalog.counted_verdicts("unregistered", pd.DataFrame({"x": [1]})) is None
     assert catalog.category("unregistered") == catalog.OTHER
 

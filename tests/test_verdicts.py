@@ -46,13 +46,51 @@ def test_verdicts_of_a_positive_interval(paper, expected):
     assert verdict(paper, iv.low, iv.high) == expected
 
 
-def test_interval_across_zero_is_inconclusive_unless_the_paper_is_inside():
+def test_interval_across_zero_is_inconclusive_even_with_the_paper_inside():
+    """A CI that holds 0 cannot tell the paper's effect from none: it used to "agree" whenever it also held
+    the paper value, so wider intervals (fewer seeds) agreed more (an audit found 11 of 25 agreements)."""
     iv = t_interval([-1.0, 1.0, 0.5, -0.5, 0.0])
     assert iv.low < 0 < iv.high
     assert verdict(5.0, iv.low, iv.high) == "inconclusive"
-    assert verdict(0.2, iv.low, iv.high) == "agrees"
+    assert verdict(0.2, iv.low, iv.high) == "inconclusive"
+    assert verdict(0.0, iv.low, iv.high) == "agrees"  # the paper saw no difference, nor do the seeds
     assert verdict(0.2, iv.low, iv.high, comparable=False) == "not comparable"
     assert verdict(0.2, math.nan, math.nan) == "inconclusive"  # one seed: no CI
+
+
+@pytest.mark.parametrize(("paper", "low", "high", "expected"), [
+    (9.0, 14.3, 52.1, "disagrees"),  # Table 5's a0.1, τ0 = 30: 33.2 [14.3, 52.1] rounds against the paper's 9
+    (77.0, 37.4, 63.8, "disagrees"),  # a1, τ0 = 50: lower than the paper's
+    (34.0, 24.4, 53.6, "agrees"),
+    (2.0, -36.5, math.inf, "inconclusive"),  # a censored seed: unbounded, holds the paper value
+    (2.0, 5.0, math.inf, "disagrees"),  # every completion is slower than the paper
+    (0.0, 0.0, 0.0, "agrees"),
+    (-1.0, -3.0, 4.0, "agrees"),  # a level's sign says nothing
+])
+def test_a_level_agrees_or_disagrees_never_same_direction(paper, low, high, expected):
+    """Counts of rounds and accuracies have no null at 0: a CI above 0 says nothing about the paper."""
+    assert verdict(paper, low, high, kind="level") == expected
+
+
+@pytest.mark.parametrize(("paper", "low", "high", "expected"), [
+    (2.0, 2.0, 2.0, "agrees"),  # equal seeds on the paper's value: the point interval holds it
+    (3.0, 1.0, 3.0, "agrees"),  # the paper value on the CI's end is inside
+    (1.0, 0.0, 0.0, "inconclusive"),  # seeds all 0: no effect seen, the paper saw one
+    (3.0, 0.0, 3.0, "inconclusive"),  # 0 on the CI's end is inside
+    (0.0, 0.0, 2.0, "agrees"),
+    (0.0, 0.5, 2.0, "disagrees"),
+])
+def test_ends_of_the_interval_are_inside(paper, low, high, expected):
+    """Round counts often tie across seeds, so a CI's end (or a point) falls on 0 or on the paper value."""
+    assert verdict(paper, low, high) == expected
+
+
+def test_an_unbounded_difference_gives_the_direction_not_agreement():
+    assert verdict(5.0, 2.0, math.inf) == "same direction"  # a censored side: the size is unknown
+    assert verdict(0.0, -1.0, math.inf) == "inconclusive"
+    assert verdict(0.0, 2.0, math.inf) == "disagrees"
+    with pytest.raises(ValueError, match="kind 'absolute' is unknown; allowed: difference, level"):
+        verdict(1.0, 0.0, 2.0, kind="absolute")
 
 
 def test_negative_interval_same_direction_as_a_negative_paper_value():
@@ -66,9 +104,9 @@ def test_bounds_rule_for_censored_seeds():
     s = math.sqrt(((30 - 47) ** 2 + (40 - 47) ** 2 + (71 - 47) ** 2) / 2)
     assert iv.low == pytest.approx(47 - T2 * s / math.sqrt(3))
     assert iv.high == math.inf and math.isnan(iv.mean) and iv.n_censored == 1
-    assert verdict(34.0, iv.low, iv.high) == "agrees"
+    assert verdict(34.0, iv.low, iv.high, kind="level") == "inconclusive"  # holds it, but unbounded
     every = bounded_interval([71, 71, 71], [math.inf] * 3)
-    assert every.low == 71 and verdict(34.0, every.low, every.high) == "same direction"
+    assert every.low == 71 and verdict(34.0, every.low, every.high, kind="level") == "disagrees"
     observed = bounded_interval([1, 2, 3], [1, 2, 3])
     assert observed == t_interval([1, 2, 3])
     # a paired difference of censored seeds (vanilla − fast, both "> R") is bounded neither way: it says

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hetfl.reports.verdicts import interval_text, t_interval, verdict
+from hetfl.reports.verdicts import RULE_TEXT, interval_text, t_interval, verdict
 from hetfl.reports.writers import write_frame_tables
 
 __all__ = [
@@ -169,10 +169,8 @@ def default_caption(settings_note: str, rounds: int, n_devices: int) -> str:
         f"acc is the global model's test accuracy at the final round ({rounds} rounds, {n_devices} devices), "
         "and each value is a paired per-seed difference of runs sharing split, traces and seed. "
         "Cells: mean [95 % Student-t CI] over seeds; a seed is excluded from a comparison when either run "
-        "diverged or is missing. Verdict against the paper: agrees (paper value inside the CI), same "
-        "direction (CI excludes 0 with the paper's sign, paper outside), inconclusive (CI contains 0, or "
-        "fewer than 2 seeds), disagrees (CI excludes 0 with the opposite sign), not comparable (a set-up "
-        "that differs from the paper's, named below). "
+        "diverged or is missing. Verdict against the paper (hetfl.reports.verdicts): "
+        + RULE_TEXT["difference"] + "; not comparable = a set-up that differs from the paper's, named below. "
         "|T| = j uses the first j participation traces of the paper's Table 2."
     )
     note = settings_note.strip()

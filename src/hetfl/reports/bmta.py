@@ -27,7 +27,7 @@ import pandas as pd
 
 from hetfl.algorithms import method_label
 from hetfl.reports.event_tables import curve
-from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval, verdict
+from hetfl.reports.verdicts import RULE_TEXT, Interval, counts_text, interval_text, t_interval, verdict
 from hetfl.reports.writers import write_frame_tables
 
 METRIC = "mean_client_accuracy"
@@ -104,7 +104,7 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
                "n_seeds": len(g), "n_diverged": int((g["status"] != "ok").sum()),
                "reproduced_mean": iv.mean, "reproduced_std": iv.std, "ci_low": iv.low, "ci_high": iv.high,
                "best_round_mean": float(g["best_round"].mean()) if g["best_round"].notna().any() else np.nan,
-               "paper": p, "verdict": verdict(p, iv.low, iv.high, comparable=not reason),
+               "paper": p, "verdict": verdict(p, iv.low, iv.high, comparable=not reason, kind="level"),
                "reason": reason}
         row.update(_difference(runs, first, values, method, dataset, iid, paper))
         rows.append(row)
@@ -173,9 +173,9 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
             "model, the others with the global model); BMTA = its best over the evaluated rounds. Cells: mean "
             "[95% Student-t CI] over seeds of the per-seed BMTA; 'Δ vs FedAvg' = the paired per-seed difference "
             "method − FedAvg on the same split and seed, against the paper's difference. Verdicts "
-            "(hetfl.reports.verdicts): agrees = the paper value lies in the CI; same direction = the CI excludes 0 "
-            "on the paper's side; inconclusive = the CI contains 0; disagrees = the CI excludes 0 on the other "
-            "side; not comparable = " + ("; ".join(reasons) if reasons else "no paper value") + ". "
+            "(hetfl.reports.verdicts), a BMTA (a level): " + RULE_TEXT["level"] + "; a Δ (a difference): "
+            + RULE_TEXT["difference"] + "; not comparable = "
+            + ("; ".join(reasons) if reasons else "no paper value") + ". "
             f"BMTA verdicts: {counts_text(list(run['verdict']))}. Δ verdicts: {counts_text(diffs)}. "
             + (f"Not run here: {', '.join(not_run)} (paper values shown). " if not_run else "")
             + settings_note)

@@ -40,6 +40,7 @@ def format_rounds(value: int | None, observed: int) -> str:
 
 
 def observed_after(curve: pd.Series, tau0: int) -> int:
-    """Rounds observed after τ0 (the R of "> R")."""
-    idx = np.asarray(curve.index)
+    """Rounds observed after τ0 (the R of "> R"): up to the last finite value, since a run that diverged
+    (NaN from then on) was not observed after it."""
+    idx = np.asarray(curve.dropna().index)
     return int(idx.max() - tau0) if len(idx) and idx.max() >= tau0 else 0

@@ -36,12 +36,14 @@ def bounds(value: int | None, observed: int) -> tuple[float, float]:
 
 
 def summarise(lower: list[float], upper: list[float], observed: int, paper: float,
-              comparable: bool = True) -> dict[str, float | int | str]:
-    """The cell's numbers: mean/std (only when no seed is censored), bounds-rule CI, censored count, verdict."""
+              comparable: bool = True, kind: str = "level") -> dict[str, float | int | str]:
+    """The cell's numbers: mean/std (only when no seed is censored), bounds-rule CI, censored count, verdict.
+
+    kind (reports.verdicts): "level" for a count of rounds, "difference" for vanilla − fast."""
     iv = bounded_interval(lower, upper) if lower else Interval(math.nan, math.nan, math.nan, math.nan, 0)
     return {"reproduced_mean": iv.mean, "reproduced_std": iv.std, "ci_low": iv.low, "ci_high": iv.high,
             "n_seeds": iv.n, "n_never": iv.n_censored, "observed_rounds": observed, "paper": paper,
-            "verdict": verdict(paper, iv.low, iv.high, comparable)}
+            "verdict": verdict(paper, iv.low, iv.high, comparable, kind)}
 
 
 def cell_text(row: pd.Series) -> str:
@@ -88,7 +90,7 @@ def fast_reboot(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
         upper = [v[1] - f[0] for v, f in pairs]
         rows.append({"dataset": dataset, "setting": setting, "tau0": int(tau0), "method": DIFFERENCE,
                      **summarise(lower, upper, observed, papers["vanilla"] - papers["fast_reboot"],
-                                 comparable)})
+                                 comparable, kind="difference")})
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
 
@@ -104,7 +106,9 @@ def crossing(runs: pd.DataFrame, reference: pd.DataFrame, metric: str = "test_lo
             if {"include", "exclude"} - set(by):
                 continue
             inc, exc = curve(by["include"], metric), curve(by["exclude"], metric)
-            seen = observed_after(inc, int(tau0))
+            # a crossing needs both curves: R is the shorter one's (an exclude run that diverged at round 40
+            # censors its seed at 40 − τ0, not at the include run's last round)
+            seen = min(observed_after(inc, int(tau0)), observed_after(exc, int(tau0)))
             observed = max(observed, seen)
             lo, hi = bounds(rounds_to_cross(inc, exc, int(tau0)), seen)
             lower.append(lo)

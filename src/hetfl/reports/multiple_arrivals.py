@@ -74,7 +74,7 @@ def multiple_arrivals(runs: pd.DataFrame) -> pd.DataFrame:
             rows.append({"dataset": dataset, "setting": setting, "arrival": i + 1, "tau0": tau,
                          "method": ev.DIFFERENCE,
                          **ev.summarise([v[0] - f[1] for v, f in pairs], [v[1] - f[0] for v, f in pairs],
-                                        observed, math.nan)})
+                                        observed, math.nan, kind="difference")})
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
 

@@ -7,8 +7,9 @@ x̃ − x*, the distance from the minimum of F = Σ p_i F_i, against the closed 
 deterministic (full gradients: every minibatch of a client holds copies of its one sample (a_i, b_i)), so
 every seed gives the same x and what separates it from the closed form is float32 arithmetic: the cell's
 interval is the seeds' Student-t interval (a point when they agree) widened by TOLERANCE. The verdict
-(`reports.verdicts.verdict`): agrees = the closed-form inconsistency lies inside it; same direction = the
-simulated fixed point is off x* on the predicted side by another amount; disagrees = on the other side, or
+(`reports.verdicts.verdict`, a difference): agrees = the closed-form inconsistency lies inside it and 0 does
+not (or the closed form is 0 and the interval holds 0); same direction = the simulated fixed point is off
+x* on the predicted side by another amount; disagrees = on the other side, or
 off x* where the closed form says x* exactly (SCAFFOLD). A run whose x still moved by more than TOLERANCE
 over its last evaluation interval has not reached its fixed point: "inconclusive".
 """

@@ -18,7 +18,7 @@ from hetfl.reports import accuracy_difference as ad
 from hetfl.reports import event_tables as ev
 from hetfl.reports.references import load_reference
 from hetfl.reports.setups import setup_differences
-from hetfl.reports.verdicts import VERDICTS, counts_text, interval_text, verdict_counts
+from hetfl.reports.verdicts import RULE_TEXT, VERDICTS, counts_text, interval_text, verdict_counts
 from hetfl.reports.writers import markdown, write_frame_tables
 
 #: reading columns (flattened run-spec names) each table states, in its CSV and its readings table
@@ -183,6 +183,8 @@ def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
                "seed, split and traces); each method's own count is shown beside it. Cells: mean [95 % "
                "Student-t CI] over seeds; a seed that did not recover within the R rounds observed counts as "
                "'> R' and the CI follows the bounds rule ([R + 1, ∞) per censored seed; no mean is made up). "
+               "Verdicts (hetfl.reports.verdicts), vanilla − fast (a difference): " + RULE_TEXT["difference"]
+               + "; each method's count (a level): " + RULE_TEXT["level"] + ". "
                + _notes(runs, "fast_reboot", tidy, settings_note(runs)))
     write_frame_tables(tidy, ev.layout(tidy, ["dataset", "setting"]), out_stem, caption)
     return out_stem
@@ -205,7 +207,9 @@ def build_crossing_epochs(run_dirs: list[Path], out_stem: Path) -> Path:
                "renormalised, learning rate restarted) drops below that of 'include' (the departed device "
                f"stays in the objective, sends nothing). Test data: {which} (docs/readings.md). Cells: mean "
                "[95 % Student-t CI] over seeds of the per-seed crossing round; a seed whose curves did not "
-               "cross within the R rounds observed counts as '> R' (bounds rule: [R + 1, ∞)). "
+               "cross within the R rounds observed (the shorter of its two curves) counts as '> R' (bounds "
+               "rule: [R + 1, ∞)). Verdicts (hetfl.reports.verdicts), a crossing round being a level: "
+               + RULE_TEXT["level"] + ". "
                + _notes(runs, "crossing_epochs", tidy, settings_note(runs)))
     write_frame_tables(tidy, ev.layout(tidy, ["dataset", "alpha", "beta"]), out_stem, caption)
     return out_stem

@@ -1,15 +1,28 @@
 """Statistics of a reproduced cell: a Student-t interval over seeds and a verdict against the paper.
 
 A reproduced cell is a paired per-seed difference (or a per-seed value) over n seeds. hetfl reports its
-mean, a 95 % confidence interval mean ± t_{n−1, 0.975}·s/√n (`scipy.stats.t.interval`) and one verdict:
+mean, a 95 % confidence interval mean ± t_{n−1, 0.975}·s/√n (`scipy.stats.t.interval`) and one verdict.
 
-- ``agrees``          the paper value lies inside the CI;
-- ``same direction``  the CI excludes 0, has the paper's sign, and the paper value lies outside it;
-- ``inconclusive``    the CI contains 0 and the paper value lies outside it (also: fewer than 2 seeds,
-                      so there is no CI);
+A **difference** (``kind="difference"``: B − A, vanilla − fast, a method − FedAvg), where 0 means no effect:
+
+- ``agrees``          the CI is bounded, holds the paper value and, unless the paper reports 0, excludes 0:
+                      the effect is there, of the paper's size;
+- ``same direction``  the CI excludes 0 with the paper's sign, but the paper value lies outside it (or the
+                      CI is unbounded on one side: censored seeds, so its size is unknown);
+- ``inconclusive``    the CI contains 0 while the paper reports an effect, whether or not it also holds the
+                      paper value: the seeds cannot tell the paper's effect from none (also: fewer than 2
+                      seeds, so no CI; or a CI unbounded on both sides);
 - ``disagrees``       the CI excludes 0 with the sign opposite to the paper's (also: the paper reports
                       exactly 0 and the CI excludes 0 — the paper saw no difference where hetfl sees one);
 - ``not comparable``  no paper value, or a set-up that differs from the paper's in a way the caption names.
+
+A **level** (``kind="level"``: a count of rounds, an accuracy), where 0 is no reference point and a sign
+says nothing: ``agrees`` when a bounded CI holds the paper value, ``disagrees`` when the CI excludes it
+(higher or lower), ``inconclusive`` when there is no CI or an unbounded one holds it. A level is never
+"same direction".
+
+A CI that holds both 0 and the paper value used to count as ``agrees``; an audit (2026-11-26) found 11 of
+25 agreements were of that kind, the widest with 3 seeds, so fewer seeds gave more agreement.
 
 Censored cells (Tables 4–5: a seed that never recovered or crossed within the rounds observed) use the
 **bounds rule** (docs/readings.md): each seed's value is only known to lie in an interval [lo, hi]
@@ -17,6 +30,15 @@ Censored cells (Tables 4–5: a seed that never recovered or crossed within the 
 The CI's low end is the t-interval's low end over the seeds' lower bounds, its high end the t-interval's
 high end over their upper bounds (∞ as soon as one upper bound is ∞). With no censored seed this is the
 ordinary t-interval. The mean is reported only when no seed is censored: never a made-up number.
+Why each end is a confidence bound for the mean: a seed's lower bound is the variable min(X, R + 1) ≤ X
+(per seed), so its mean is at most E[X], and the t low end over the lower bounds, a 97.5 % lower bound on
+that mean, is one on E[X] too; the high end likewise. It is not the widest of the t-intervals of every
+possible completion of the censored seeds (that one is (−∞, ∞) as soon as a seed is unbounded: a huge
+value makes the spread huge too), and it does not claim to be.
+
+Seeds that all give the same value (counts of rounds often do) have s = 0: scipy's interval is then NaN,
+hetfl's the point [v, v]. That point is also the order-statistic interval [min, max] of the median, whose
+coverage is 1 − 2^(1−n) (93.75 % at 5 seeds, 75 % at 3) without any assumption on the distribution.
 """
 
 from __future__ import annotations
@@ -63,7 +85,8 @@ def _t_bounds(values: np.ndarray, confidence: float) -> tuple[float, float]:
     """(low, high) of the Student-t interval of the mean; NaN for fewer than 2 values, ±∞ passed through.
 
     As scipy.stats.t.interval(confidence, df=n − 1, loc=mean, scale=sem) computes it, bit for bit: each
-    end is the standard quantile × sem + mean."""
+    end is the standard quantile × sem + mean. One departure: equal values (sem = 0) give the point
+    [mean, mean] where scipy gives NaN (module docstring: the median's order-statistic interval)."""
     n = len(values)
     if n < 2:
         return math.nan, math.nan
@@ -110,22 +133,45 @@ def bounded_interval(lower: Sequence[float], upper: Sequence[float],
     return Interval(math.nan, math.nan, low, high, len(lo), censored)
 
 
-def verdict(paper: float | None, low: float, high: float, comparable: bool = True) -> str:
-    """The cell's verdict against the paper value (see the module docstring)."""
-    if not comparable or paper is None or (isinstance(paper, float) and math.isnan(paper)):
+KINDS = ("difference", "level")
+#: the rule as a caption states it, per kind
+RULE_TEXT = {
+    "difference": "agrees = a bounded CI holds the paper value and excludes 0 (or holds 0 where the paper "
+                  "reports 0); same direction = the CI excludes 0 on the paper's side, the paper value "
+                  "outside it or the CI unbounded; inconclusive = the CI contains 0 while the paper reports "
+                  "an effect, or fewer than 2 seeds; disagrees = the CI excludes 0 on the other side (or at "
+                  "all, where the paper reports 0)",
+    "level": "agrees = a bounded CI holds the paper value; disagrees = the CI excludes it, above or below; "
+             "inconclusive = no CI, or an unbounded one that holds it",
+}
+
+
+def verdict(paper: float | None, low: float, high: float, comparable: bool = True,
+            kind: str = "difference") -> str:
+    """The cell's verdict against the paper value (see the module docstring for both kinds)."""
+    if kind not in KINDS:
+        raise ValueError(f"verdict kind {kind!r} is unknown; allowed: {', '.join(KINDS)}")
+    if not comparable or paper is None or math.isnan(float(paper)):
         return "not comparable"
+    paper = float(paper)  # ±∞: the paper gives a direction only (an unbounded CI can then never agree)
     if math.isnan(low) or math.isnan(high):
         return "inconclusive"
     if math.isinf(low) and math.isinf(high):  # censored both ways (bounds rule): no information, no agreement
         return "inconclusive"
-    if low <= paper <= high:
-        return "agrees"
-    if low <= 0 <= high:
-        return "inconclusive"
+    bounded = math.isfinite(low) and math.isfinite(high)
+    holds_paper = low <= paper <= high
+    if kind == "level":
+        if not holds_paper:
+            return "disagrees"
+        return "agrees" if bounded else "inconclusive"
+    holds_zero = low <= 0 <= high
     if paper == 0:
+        return ("agrees" if bounded else "inconclusive") if holds_zero else "disagrees"
+    if holds_zero:
+        return "inconclusive"
+    if (1 if low > 0 else -1) != (1 if paper > 0 else -1):
         return "disagrees"
-    ours = 1 if low > 0 else -1
-    return "same direction" if ours == (1 if paper > 0 else -1) else "disagrees"
+    return "agrees" if holds_paper and bounded else "same direction"
 
 
 def verdict_counts(verdicts: Sequence[str]) -> dict[str, int]:
