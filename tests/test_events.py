@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from hetfl.data.events import Event, build_schedule, fast_reboot_boost
-from hetfl.reports.curves import format_rounds, rounds_to_cross, rounds_to_recover
+from hetfl.reports.curves import format_rounds, observed_after, rounds_to_cross, rounds_to_recover
 
 
 def test_fast_reboot_boost_schedule():
@@ -82,19 +82,20 @@ def _curve(values, start=1):
 
 def test_recovery_on_hand_made_curves():
     acc = _curve([0.5, 0.6, 0.7, 0.4, 0.55, 0.69, 0.71, 0.8])  # arrival at τ0 = 4; level at round 3 = 0.7
-    assert rounds_to_recover(acc, 4) == 3  # round 7
-    assert rounds_to_recover(_curve([0.5, 0.6, 0.7, 0.75]), 4) == 0  # no drop at all
+    assert rounds_to_recover(acc, 4) == 4  # round 7: the 4th epoch from τ0 (rounds 4, 5, 6, 7)
+    assert rounds_to_recover(_curve([0.5, 0.6, 0.7, 0.75]), 4) == 1  # no drop: back in its first epoch
     never = _curve([0.5, 0.6, 0.7, 0.4, 0.5, 0.6])
     assert rounds_to_recover(never, 4) is None
-    assert format_rounds(rounds_to_recover(never, 4), 2) == "> 2"
+    assert observed_after(never, 4) == 3  # rounds 4, 5, 6
+    assert format_rounds(rounds_to_recover(never, 4), 3) == "> 3"
 
 
 def test_crossing_on_hand_made_curves():
     inc = _curve([1.0, 0.9, 0.8, 0.75, 0.72, 0.70, 0.69])
     exc = _curve([1.0, 0.9, 1.1, 0.9, 0.73, 0.69, 0.60])  # departure at τ0 = 3
-    assert rounds_to_cross(inc, exc, 3) == 3  # round 6: 0.69 < 0.70
+    assert rounds_to_cross(inc, exc, 3) == 4  # round 6: 0.69 < 0.70, the 4th epoch from τ0
     assert rounds_to_cross(inc, _curve([1.0, 0.9, 0.9, 0.8, 0.8, 0.8, 0.8]), 3) is None
-    assert rounds_to_cross(inc, _curve([1.0, 0.9, 0.7, 0.7, 0.7, 0.7, 0.7]), 3) == 0
+    assert rounds_to_cross(inc, _curve([1.0, 0.9, 0.7, 0.7, 0.7, 0.7, 0.7]), 3) == 1  # in round τ0
 
 
 def _fake_run(path, metric, values):
@@ -118,22 +119,23 @@ def test_fast_reboot_table_from_runs(tmp_path):
                          "seed": seed, "run_dir": run_dir})
     tidy = fast_reboot(pd.DataFrame(rows), ref)
     fast = tidy[tidy.method == "fast_reboot"].iloc[0]
-    assert fast.reproduced_mean == pytest.approx(1.5) and fast.n_never == 0 and fast.paper == 1
+    # fast: seed 0 back in round 4 (2 epochs: rounds 3, 4), seed 1 in round 5 (3 epochs)
+    assert fast.reproduced_mean == pytest.approx(2.5) and fast.n_never == 0 and fast.paper == 1
     van = tidy[tidy.method == "vanilla"].iloc[0]
-    # seed 0 never recovers within the 2 observed rounds; seed 1 recovers at round 5 (r = 2)
-    # bounds rule: seed 0 lies in [3, ∞), seed 1 is 2; no mean is made up, the CI is [t-low of (3, 2), ∞)
+    # seed 0 never recovers within the 3 epochs observed (rounds 3-5); seed 1 recovers in round 5 (3)
+    # bounds rule: seed 0 lies in [4, ∞), seed 1 is 3; no mean is made up, the CI is [t-low of (4, 3), ∞)
     t1 = 12.706204736174707  # t_{1, 0.975}
     assert van.n_never == 1 and np.isnan(van.reproduced_mean) and van.paper == 2
     # a count of rounds is a level: an unbounded CI that holds the paper's 2 cannot agree with it
-    assert van.ci_low == pytest.approx(2.5 - t1 * 0.5) and np.isinf(van.ci_high)
+    assert van.ci_low == pytest.approx(3.5 - t1 * 0.5) and np.isinf(van.ci_high)
     assert van.verdict == "inconclusive"
-    # the paired cell vanilla − fast: seed 0 in [3 − 1, ∞), seed 1 = 2 − 2 = 0; the paper's is 2 − 1 = 1
+    # the paired cell vanilla − fast: seed 0 in [4 − 2, ∞), seed 1 = 3 − 3 = 0; the paper's is 2 − 1 = 1
     diff = tidy[tidy.method == "vanilla_minus_fast"].iloc[0]
     assert diff.ci_low == pytest.approx(1.0 - t1 * 1.0) and np.isinf(diff.ci_high) and diff.paper == 1
     assert diff.verdict == "inconclusive"  # the CI holds 0 (it "agreed" before: it holds 1 too)
     cells = layout(tidy, ["dataset"]).iloc[0]
-    assert cells["vanilla (reproduced)"] == f"1 of 2 censored [{2.5 - t1 * 0.5:.1f}, ∞]"
-    assert cells["fast (reproduced)"].startswith("1.5 [")
+    assert cells["vanilla (reproduced)"] == f"1 of 2 censored [{3.5 - t1 * 0.5:.1f}, ∞]"
+    assert cells["fast (reproduced)"].startswith("2.5 [")
 
 
 def test_crossing_table_from_runs(tmp_path):
@@ -152,15 +154,16 @@ def test_crossing_table_from_runs(tmp_path):
                          "event_policy": policy, "seed": seed,
                          "run_dir": _fake_run(tmp_path / f"{policy}{seed}", "test_loss", vals)})
     row = crossing(pd.DataFrame(rows), ref).iloc[0]
-    t2 = 4.302652729749464  # t_{2, 0.975}; lower bounds 3, 2, 4: mean 3, s = 1
+    # epochs from τ0: 4 (round 5), 3 (round 4), never within the 4 observed (rounds 2-5): [5, ∞)
+    t2 = 4.302652729749464  # t_{2, 0.975}; lower bounds 4, 3, 5: mean 4, s = 1
     assert row.n_seeds == 3 and row.n_never == 1 and np.isnan(row.reproduced_mean) and row.paper == 9
-    assert row.ci_low == pytest.approx(3 - t2 / np.sqrt(3)) and np.isinf(row.ci_high)
+    assert row.ci_low == pytest.approx(4 - t2 / np.sqrt(3)) and np.isinf(row.ci_high)
     assert row.verdict == "inconclusive"  # a level with a censored seed: unbounded, it cannot agree
 
 
 def test_crossing_is_censored_where_either_curve_ends(tmp_path):
-    """An exclude run that diverged (NaN from round 4 on) was observed for 1 round after τ0 = 2, not for the
-    include run's 3: its seed lies in [2, ∞), not [4, ∞). A bounded cell far from the paper disagrees."""
+    """An exclude run that diverged (NaN from round 4 on) was observed for 2 epochs from τ0 = 2 (rounds 2, 3),
+    not for the include run's 4: its seed lies in [3, ∞), not [5, ∞). A cell above the paper disagrees."""
     from hetfl.reports.event_tables import crossing
 
     ref = pd.DataFrame({"dataset": ["SYNTHETIC"], "alpha": [1.0], "beta": [1.0], "tau0": [2],
@@ -173,9 +176,9 @@ def test_crossing_is_censored_where_either_curve_ends(tmp_path):
                          "event_policy": policy, "seed": seed,
                          "run_dir": _fake_run(tmp_path / f"{policy}{seed}", "test_loss", vals)})
     row = crossing(pd.DataFrame(rows), ref).iloc[0]
-    # lower bounds 2 (censored at R = 1: [2, ∞)) and 2 (crossed at round 4): s = 0, so the low end is 2
-    assert row.n_never == 1 and row.ci_low == 2.0 and np.isinf(row.ci_high)
-    assert row.verdict == "disagrees"  # every completion is at least 2 rounds, the paper's is 1
+    # lower bounds 3 (censored at R = 2: [3, ∞)) and 3 (crossed in round 4): s = 0, so the low end is 3
+    assert row.n_never == 1 and row.ci_low == 3.0 and np.isinf(row.ci_high)
+    assert row.verdict == "disagrees"  # every completion is at least 3 epochs, the paper's is 1
 
 
 def test_training_with_an_arrival(tiny_fed):

@@ -33,15 +33,16 @@ def test_event_rounds_are_staggered():
 
 def test_recovery_is_counted_up_to_the_next_arrival_and_censored_there():
     acc = pd.Series([0.5, 0.6, 0.5, 0.5, 0.5, 0.5, 0.7, 0.7], index=range(1, 9))
-    # arrival 1 (τ = 3, level 0.6): not back by round 5 (the next arrival is at 6): > 2 rounds, [3, ∞);
-    # recovering at round 7 does not count for it. Arrival 2 (τ = 6, level acc[5] = 0.5): r = 0.
-    assert recovery_per_arrival(acc, [3, 6]) == [(3.0, math.inf, 2), (0.0, 0.0, 2)]
+    # arrival 1 (τ = 3, level 0.6): not back by round 5 (the next arrival is at 6): 3 epochs observed
+    # (rounds 3, 4, 5), > 3, [4, ∞); recovering at round 7 does not count for it. Arrival 2 (τ = 6, level
+    # acc[5] = 0.5): back in round 6, its first epoch; rounds 6, 7, 8 observed.
+    assert recovery_per_arrival(acc, [3, 6]) == [(4.0, math.inf, 3), (1.0, 1.0, 3)]
 
 
 def test_multiple_arrivals_cells(tmp_path):
     tidy = multiple_arrivals(_runs(tmp_path)).set_index(["arrival", "method"])
-    assert tidy.loc[(1, "fast_reboot"), "reproduced_mean"] == pytest.approx(1.0)
-    assert tidy.loc[(1, "vanilla"), "reproduced_mean"] == pytest.approx(2.0)
+    assert tidy.loc[(1, "fast_reboot"), "reproduced_mean"] == pytest.approx(2.0)  # epochs, from 1
+    assert tidy.loc[(1, "vanilla"), "reproduced_mean"] == pytest.approx(3.0)
     # arrival 1: vanilla − fast = 1 and 1 → mean 1, CI [1, 1]
     d1 = tidy.loc[(1, "vanilla_minus_fast")]
     assert (d1["reproduced_mean"], d1["ci_low"], d1["ci_high"]) == pytest.approx((1.0, 1.0, 1.0))

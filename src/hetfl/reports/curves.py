@@ -1,6 +1,12 @@
 """Metrics read off training curves (Ruan et al. Tables 4 and 5).
 
-A curve that never gets there within the run is reported as "> R" (R = rounds observed after τ0),
+Both tables count "the number of global epochs after the arriving [departing] time τ0 until ...". The event
+takes effect in round τ0 (docs/events.md), so round τ0 is the first epoch after it: a curve that is back
+(has crossed) in round τ0 itself took 1 epoch, in round τ0 + r, r + 1. The learning-rate restart
+η0/(τ − τ0 + 1) counts the same way, and none of the paper's 51 Table 4–5 values is 0. (Until 2026-11-26
+hetfl counted r, one less.)
+
+A curve that never gets there within the run is reported as "> R" (R = epochs observed from τ0 on),
 never as a number it did not reach: the functions return None and `format_rounds` writes the bound.
 """
 
@@ -11,28 +17,29 @@ import pandas as pd
 
 
 def rounds_to_recover(acc: pd.Series, tau0: int) -> int | None:
-    """Table 4: rounds after τ0 until test accuracy is back at its τ0 − 1 level.
+    """Table 4: global epochs from τ0 on until test accuracy is back at its τ0 − 1 level.
 
-    acc is indexed by round. Returns r ≥ 0 with acc[τ0 + r] ≥ acc[τ0 − 1] for the first such r, or None.
+    acc is indexed by round. Returns r + 1 for the first r ≥ 0 with acc[τ0 + r] ≥ acc[τ0 − 1], or None.
     """
     if tau0 - 1 not in acc.index:
         raise ValueError(f"the curve has no value at round τ0 − 1 = {tau0 - 1}")
     level = acc.loc[tau0 - 1]
     after = acc[acc.index >= tau0].sort_index()
     hit = after[after.to_numpy() >= level]
-    return None if hit.empty else int(hit.index[0] - tau0)
+    return None if hit.empty else int(hit.index[0] - tau0) + 1
 
 
 def rounds_to_cross(include: pd.Series, exclude: pd.Series, tau0: int) -> int | None:
-    """Table 5: rounds after τ0 until the exclude test loss is no longer above the include one.
+    """Table 5: global epochs from τ0 on until the exclude test loss is below the include one.
 
     Right after a departure the include model (old objective) has the lower loss; the curves cross at
-    the first r ≥ 0 with exclude[τ0 + r] < include[τ0 + r] (strict: a tie is not yet a crossing), or None.
+    the first r ≥ 0 with exclude[τ0 + r] < include[τ0 + r] (strict: a tie is not yet a crossing), which
+    took r + 1 epochs; None if they never do.
     """
     both = pd.concat({"inc": include, "exc": exclude}, axis=1).dropna()
     both = both[both.index >= tau0].sort_index()
     crossed = both[both["exc"].to_numpy() < both["inc"].to_numpy()]
-    return None if crossed.empty else int(crossed.index[0] - tau0)
+    return None if crossed.empty else int(crossed.index[0] - tau0) + 1
 
 
 def format_rounds(value: int | None, observed: int) -> str:
@@ -40,7 +47,7 @@ def format_rounds(value: int | None, observed: int) -> str:
 
 
 def observed_after(curve: pd.Series, tau0: int) -> int:
-    """Rounds observed after τ0 (the R of "> R"): up to the last finite value, since a run that diverged
+    """Epochs observed from τ0 on (the R of "> R"), rounds τ0 … the last finite value: a run that diverged
     (NaN from then on) was not observed after it."""
     idx = np.asarray(curve.dropna().index)
-    return int(idx.max() - tau0) if len(idx) and idx.max() >= tau0 else 0
+    return int(idx.max() - tau0) + 1 if len(idx) and idx.max() >= tau0 else 0

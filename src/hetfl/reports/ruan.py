@@ -174,8 +174,8 @@ def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
 
     runs = own_readings(with_setups(load_event_runs(run_dirs), "fast_reboot"))
     tidy = compute_fast_reboot(runs)
-    caption = ("Reproduction of Ruan et al. (2021), Table 4: rounds after the arrival round τ0 until the "
-               "global test accuracy is back at its level of round τ0 − 1, with fast reboot (the arriving "
+    caption = ("Reproduction of Ruan et al. (2021), Table 4: global epochs from the arrival round τ0 on "
+               "(round τ0 is the first) until the global test accuracy is back at its level of round τ0 − 1, with fast reboot (the arriving "
                "device's coefficient boosted to 3·p^l at τ0, decaying as 2p^l/(τ − τ0 + 1)², composed with "
                "the scheme as the event.boost reading says) and vanilla reboot; the learning rate restarts at "
                "η0/(τ − τ0 + 1) in both. From τ0 on the test set includes the arriving device's holdout. "
@@ -202,8 +202,8 @@ def build_crossing_epochs(run_dirs: list[Path], out_stem: Path) -> Path:
         "all": "both options on the holdout of all devices, the departed one included",
     }
     which = "; ".join(test_sets.get(t, t) for t in sorted(runs["event.departure_test_set"].dropna().unique()))
-    caption = ("Reproduction of Ruan et al. (2021), Table 5: rounds after the departure round τ0 until the "
-               "test loss of the 'exclude' option (objective shifted to the remaining devices, coefficients "
+    caption = ("Reproduction of Ruan et al. (2021), Table 5: global epochs from the departure round τ0 on "
+               "(round τ0 is the first) until the test loss of the 'exclude' option (objective shifted to the remaining devices, coefficients "
                "renormalised, learning rate restarted) drops below that of 'include' (the departed device "
                f"stays in the objective, sends nothing). Test data: {which} (docs/readings.md). Cells: mean "
                "[95 % Student-t CI] over seeds of the per-seed crossing round; a seed whose curves did not "
