@@ -53,6 +53,23 @@ def test_split_flag_errors_name_flag_key_and_allowed(capsys, tmp_path, argv, exp
     assert len(err.strip().splitlines()) == 1 and not out.parent.exists()  # refused before any work
 
 
+@pytest.mark.parametrize(("flag", "value", "allowed"), [
+    ("--threads", "0", ">= 1"), ("--threads", "-2", ">= 1"), ("--checkpoint-every", "-5", ">= 0")])
+def test_train_counts_are_refused_as_parsed(capsys, flag, value, allowed):
+    """--threads 0 was a traceback from torch.set_num_threads; --checkpoint-every -5 meant 5."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--spec", "{}", flag, value])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert f"argument {flag}: has value '{value}', which is not allowed; allowed: an integer {allowed}" in err
+
+
+def test_split_spec_file_that_does_not_exist_names_the_flag(capsys, tmp_path):
+    rc, err = _main(capsys, "split", "--spec", str(tmp_path / "none.json"), "--seed", "0", "--out",
+                    str(tmp_path / "s" / "split.npz"))
+    assert rc == 2 and "--spec has value" in err and "which is not an existing file" in err, err
+
+
 def test_synthetic_equal_sizes_use_size(capsys, tmp_path):
     out = tmp_path / "split.npz"
     rc, _ = _main(capsys, *SPLIT, "--dataset", "synthetic", "--alpha", "1", "--beta", "1", "--sizes",
@@ -156,6 +173,8 @@ def test_train_inputs_by_hand_are_checked_naming_the_flag_before_any_work(capsys
         (["--cell", "bad.json", "--splits-root", "x"], "--cell names the file bad.json, which is not valid "
          "JSON (Expecting value at line 1 column 7)"),
         (["--cell", '{"x": 1}', "--splits-root", "x"], "--cell: a cell is a JSON list of run specs"),
+        (["--cell", "[]", "--splits-root", "x"], "--cell has no run spec, which is not allowed"),
+
         (["--spec", "[1]", "--split", "split.npz", *by_hand], "--spec: a run spec is a JSON object of its "
          "fields; got a JSON list: [1]"),
         (["--spec", json.dumps({**spec, "colour": 1}), "--split", "split.npz", *by_hand],

@@ -142,6 +142,40 @@ def test_model_params_lists_match_the_models():
         assert list(MODEL_PARAMS[name]) == taken, name
 
 
+@pytest.mark.parametrize(("path", "value", "shown", "allowed"), [
+    (["rounds"], 4.0, "4.0", "a whole number written without a decimal point"),
+    (["seeds"], [0.0, 1], "0.0", "a whole number"),
+    (["num_traces"], [1.0, 6], "1.0", "a whole number"),
+    (["eta0"], float("nan"), "NaN", "a finite number"),
+    (["test_fraction"], float("inf"), "Infinity", "a finite number"),
+    (["settings", "NIID", "alpha"], float("nan"), "NaN", "a finite number"),
+])
+def test_float_integers_and_non_finite_numbers_are_refused(path, value, shown, allowed):
+    """jsonschema's integer takes 4.0 (then `hetfl trace --rounds 4.0` failed mid-workflow, seeds made
+    paths seed0.0) and its number takes NaN and ∞ (eta0 NaN trained 12 runs into an empty table)."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with(path, value))
+    key = ".".join(["experiments", EXP, *path]) + (".0" if isinstance(value, list) else "")
+    assert f"config key '{key}' has value {shown}, which is not allowed; allowed: {allowed}" in str(err.value)
+
+
+@pytest.mark.parametrize(("names", "message"), [
+    (["..", EXP], "config key 'experiments' has value \"..\", which is not allowed; allowed: a string "
+                  "matching ^[A-Za-z0-9_][A-Za-z0-9_.-]*$"),  # results/.. is the workflow's root
+    (["-x", EXP], "config key 'experiments' has value \"-x\", which is not allowed"),
+    (["mlflow.db"], "'experiments.mlflow.db' is not allowed: the name is taken by hetfl's own files"),
+    (["traces"], "'experiments.traces' is not allowed: the name is taken"),
+    (["exp.a", "exp_a"], "'experiments.exp_a' is not allowed beside 'experiments.exp.a': both make the "
+                         "Snakemake rule train_exp_a"),
+])
+def test_experiment_names_that_escape_or_collide_are_refused(names, message):
+    exp = QUICK["experiments"][EXP]
+    cfg = {"experiments": {name: copy.deepcopy(exp) for name in names}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert message in str(err.value)
+
+
 def test_num_traces_longer_than_trace_order():
     cfg = _with(["trace_order"], ["T_0", "T_30"])
     with pytest.raises(ConfigError, match=r"num_traces' has value 3.*allowed: 1..2"):

@@ -235,3 +235,13 @@ def test_fidelity_of_readings_without_their_reading_column_names_it_and_writes_n
     assert main(["report", "fidelity", "accuracy_difference", "accuracy_difference_readings", "--tables-dir",
                  str(tmp_path), "--out", str(out)]) == 2
     assert f"{csv} has no column 'reading'" in capsys.readouterr().err and not out.parent.exists()
+
+
+def test_reproduce_refuses_a_directory_that_does_not_exist(capsys, tmp_path):
+    """It was a FileNotFoundError traceback from os.chdir."""
+    from hetfl import reproduce
+
+    config = Path(__file__).resolve().parents[1] / "workflow/config/tiny.yaml"
+    rc = reproduce.main(["--directory", str(tmp_path / "none"), "--configfile", str(config)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--directory has value" in err and "which is not an existing directory" in err

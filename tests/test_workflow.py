@@ -115,6 +115,23 @@ def test_second_invocation_has_nothing_to_do(workflow_dir):
 
 
 @pytest.mark.slow
+def test_a_deleted_run_file_is_made_again(workflow_dir, tmp_path):
+    """A table reads run.json only, and Snakemake does not remake a missing file whose consumers exist: a
+    deleted metrics.parquet stayed deleted ("Nothing to be done") until every run's files became targets."""
+    metrics = workflow_dir / "results/tiny_table3/NIID_T1_A_s0/metrics.parquet"
+    aside = tmp_path / "metrics.parquet"
+    os.replace(metrics, aside)
+    try:
+        proc = _snakemake(workflow_dir, "-n")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-2000:]
+        assert "Nothing to be done" not in out
+        assert re.search(r"rule train_tiny_table3\b", out) and "results/tiny_table3/NIID_T1_A_s0" in out
+    finally:
+        os.replace(aside, metrics)
+
+
+@pytest.mark.slow
 def test_event_tables_and_figures(workflow_dir):
     fast = pd.read_csv(workflow_dir / "reports/tables/fast_reboot.csv")
     assert set(fast["method"]) == {"fast_reboot", "vanilla", "vanilla_minus_fast"}

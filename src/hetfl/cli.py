@@ -130,7 +130,8 @@ def _cmd_split(args: argparse.Namespace) -> int:
     from hetfl.data.build import make_split
 
     if args.spec:
-        text = args.spec if args.spec.lstrip().startswith("{") else Path(args.spec).read_text()
+        text = args.spec if args.spec.lstrip().startswith("{") else \
+            existing_file("--spec", args.spec, "a split spec as JSON or a JSON file holding one").read_text()
         split_spec = json_object("--spec", text, '{"dataset": "synthetic", ...} or a file holding one')
     else:
         split_spec = _split_spec_from_flags(args)
@@ -241,6 +242,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             cells = by_cell(specs_from_data(data))
         except ConfigError as err:
             raise ConfigError(f"--cell: {err}") from None
+        if not cells:
+            raise ConfigError("--cell has no run spec, which is not allowed; allowed: one or more run specs "
+                              '(a list such as [{"experiment": ..., "run": ...}])')
         if args.split:
             existing_file("--split", args.split, "a split.npz written by hetfl split")
         if args.split and len(cells) > 1:
@@ -535,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits-root", help="with --cell: where data_splits/<experiment>/<setting>/seed<s> are")
     p.add_argument("--traces-root", default="data_splits", help="with --cell: where data_splits/traces is")
     p.add_argument("--log-dir", help="with --cell: write each run's progress to <log-dir>/<run>.log")
-    p.add_argument("--checkpoint-every", type=int, default=20,
+    p.add_argument("--checkpoint-every", type=_nonnegative, default=20,
                    help="checkpoint every K rounds so a killed run resumes (0: only the final one)")
     p.add_argument("--spec", help="run spec as JSON, or a path to a JSON file or an earlier run.json")
     p.add_argument("--split")
@@ -544,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="instead of --spec: a workflow config ...")
     p.add_argument("--experiment", help="... the experiment ...")
     p.add_argument("--run", help="... and the run name (see `hetfl runs CONFIG`)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (Snakemake passes {threads})")
+    p.add_argument("--threads", type=_positive, default=1, help="torch threads (Snakemake passes {threads})")
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"],
                    help="where to train (default: cpu; the workflow passes cuda to jobs given a GPU)")
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,

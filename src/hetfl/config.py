@@ -37,8 +37,20 @@ def load_schema() -> dict[str, Any]:
     return schema
 
 
+def _is_integer(checker, instance) -> bool:
+    """A whole number written as one: jsonschema's "integer" also takes 4.0, which then reaches paths
+    (seed4.0) and `hetfl trace --rounds 4.0` mid-workflow."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(checker, instance) -> bool:
+    """A finite number: jsonschema's "number" also takes .nan and .inf, which fail in a job, or not at all."""
+    return isinstance(instance, int | float) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
 def _with_defaults(validator_class: type) -> type:
-    """Extend a jsonschema validator so that `default` values are filled in while validating."""
+    """Extend a jsonschema validator so that `default` values are filled in while validating, and integers
+    and numbers are whole and finite (_is_integer, _is_number)."""
     import jsonschema
 
     validate_properties = validator_class.VALIDATORS["properties"]
@@ -50,7 +62,8 @@ def _with_defaults(validator_class: type) -> type:
                     instance[name] = copy.deepcopy(sub["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+    types = validator_class.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults}, type_checker=types)
 
 
 def _allowed(error: jsonschema.ValidationError) -> str:
@@ -68,7 +81,9 @@ def _allowed(error: jsonschema.ValidationError) -> str:
     if v == "exclusiveMaximum":
         return f"< {error.validator_value}"
     if v == "type":
-        return f"a value of type {error.validator_value}"
+        words = {"integer": "a whole number written without a decimal point (4, not 4.0)",
+                 "number": "a finite number"}
+        return words.get(error.validator_value, f"a value of type {error.validator_value}")
     if v == "additionalProperties":
         allowed = sorted(s.get("properties", {}))
         return "only the keys " + ", ".join(allowed) if allowed else "no additional keys"
@@ -383,8 +398,31 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
                               f"size skew); allowed: true only with sizes.distribution \"equal\"")
 
 
+# names beside the experiments' directories: results/mlflow.db, results/mlartifacts, data_splits/traces
+RESERVED_NAMES = ("mlflow.db", "mlartifacts", "traces")
+
+
+def _check_names(names: Iterable[str]) -> None:
+    """An experiment's name is a directory under results/ and data_splits/ and, with every character
+    outside [A-Za-z0-9_] made '_', part of its Snakemake rule names (workflow/rules/train.smk)."""
+    import re
+
+    seen: dict[str, str] = {}
+    for name in names:
+        if name in RESERVED_NAMES:
+            raise ConfigError(f"config key 'experiments.{name}' is not allowed: the name is taken by hetfl's "
+                              f"own files; allowed: any other name (not {', '.join(RESERVED_NAMES)})")
+        rule = re.sub(r"[^A-Za-z0-9_]", "_", name)
+        if rule in seen:
+            raise ConfigError(f"config key 'experiments.{name}' is not allowed beside "
+                              f"'experiments.{seen[rule]}': both make the Snakemake rule train_{rule}; "
+                              "allowed: names that differ in more than '.' and '-' against '_'")
+        seen[rule] = name
+
+
 def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None) -> None:
     """Rules JSON Schema cannot express."""
+    _check_names(config["experiments"])
     for name, exp in config["experiments"].items():
         _check_event(name, exp)
         _check_algorithms(name, exp, (given or {}).get(name, set(exp)))

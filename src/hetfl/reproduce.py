@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     directory = Path(args.directory)
     config = Path(args.configfile).resolve()
+    if not directory.is_dir():
+        print(f"hetfl reproduce: error: --directory has value {str(directory)!r}, which is not an "
+              "existing directory; allowed: the workflow's directory (the checkout's root by default)",
+              file=sys.stderr)
+        return 2
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     cwd = Path.cwd()
     try:

@@ -90,14 +90,19 @@ SPLIT_CHARTS = _split_charts()
 
 
 def all_targets():
-    """Every table (and readings table) and figure, the split charts, the runs of experiments that feed no
-    table, the mirrors."""
+    """Every table (and readings table) and figure, the split charts, every run's files, the mirrors.
+
+    Every run's run.json and metrics.parquet are targets themselves: a table reads run.json only, and
+    Snakemake does not remake a deleted file whose consumers exist, so a deleted metrics.parquet would
+    stay deleted (an audit found it). As a target it is made again (resumed from its final checkpoint)."""
     tables = [f"reports/tables/{t}.{ext}" for t in TABLES for ext in ("md", "csv", "tex")]
     tables += [f"reports/tables/{t}_readings.{ext}" for t in READINGS_TABLES for ext in ("md", "csv")]
     figures = [f"reports/figures/{f}.png" for f in FIGURES]
     figures += [f"reports/figures/splits/{e}.png" for e in SPLIT_CHARTS]
     mirrors = [f"results/{e}/mlflow.json" for e in sorted({s.experiment for s in RUNS.values()})]
-    return tables + figures + runs_of_table("none", None) + mirrors
+    runs = [f"results/{s.experiment}/{s.run}/{name}" for s in RUNS.values()
+            for name in ("run.json", "metrics.parquet")]
+    return tables + figures + runs + mirrors
 
 
 # ---- helpers of splits.smk, track.smk and report.smk (snakemake --lint wants functions apart from rules) ----
