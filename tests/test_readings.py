@@ -30,29 +30,30 @@ def _config(**exp):
 
 def test_defaults_follow_the_paper():
     spec = next(expand_runs(_config()))
-    # footnote 1 (E local updates), §5.1 "randomly assigned a trace"; floor and 0.05 are documented choices
+    # footnote 1 (E local updates), §5.1 "randomly assigned a trace"; nearest (what devices submit keeps
+    # Table 2's moments) and 0.05 are documented choices
     assert (spec.local_work, spec.completion, spec.trace_assignment, spec.p_inactive) == \
-        ("steps", "floor", "random", 0.05)
+        ("steps", "nearest", "random", 0.05)
     assert spec.reading == "" and spec.trace_key == "T1/n6_r3_seed0"
 
 
 def test_readings_axis_changes_one_reading_at_a_time():
-    runs = list(expand_runs(_config(readings={"local_work": ["epochs"], "completion": ["nearest"],
+    runs = list(expand_runs(_config(readings={"local_work": ["epochs"], "completion": ["floor"],
                                               "iid": [False]})))
     defaults = [r for r in runs if not r.reading]
     assert len(defaults) == 2 * 2 * 2 * 2  # settings × |T| × schemes × seeds
     epochs = [r for r in runs if r.reading == "local_work=epochs"]
-    assert len(epochs) == len(defaults) and all(r.local_work == "epochs" and r.completion == "floor"
+    assert len(epochs) == len(defaults) and all(r.local_work == "epochs" and r.completion == "nearest"
                                                 for r in epochs)
     assert epochs[0].run == defaults[0].run + "__local_work-epochs"
     # completion cannot change a run whose traces are all T_0 (every device completes): no variant there
-    nearest = [r for r in runs if r.reading == "completion=nearest"]
-    assert {r.num_traces for r in nearest} == {6} and len(nearest) == len(defaults) // 2
+    floor = [r for r in runs if r.reading == "completion=floor"]
+    assert {r.num_traces for r in floor} == {6} and len(floor) == len(defaults) // 2
     # iid applies to SYNTHETIC(0, 0) settings only, and gets its own split
     iid = [r for r in runs if r.reading == "iid=false"]
     assert {r.setting for r in iid} == {"IID"} and not any(r.iid for r in iid)
     assert iid[0].split_key == "t3/IID__iid-false/seed0" and iid[0].cell != defaults[0].cell
-    assert nearest[0].split_key == f"t3/{nearest[0].setting}/seed{nearest[0].seed}"  # shares the split
+    assert floor[0].split_key == f"t3/{floor[0].setting}/seed{floor[0].seed}"  # shares the split
 
 
 def test_readings_grid_restricts_the_variants_only():
@@ -77,7 +78,7 @@ def test_a_reading_that_changes_no_run_is_refused():
     with pytest.raises(ConfigError, match=r"readings.local_work.*changes no run"):
         _config(readings={"local_work": ["steps"]})  # the experiment's own value
     with pytest.raises(ConfigError, match=r'readings_grid.settings. has value "IIDX".*one of "IID", "NIID"'):
-        _config(readings={"completion": ["nearest"]}, readings_grid={"settings": ["IIDX"]})
+        _config(readings={"completion": ["floor"]}, readings_grid={"settings": ["IIDX"]})
 
 
 def test_stratified_assignment_spreads_devices_evenly():

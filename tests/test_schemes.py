@@ -57,9 +57,11 @@ def test_unknown_scheme_refused():
 
 def test_local_steps_rounding():
     full = np.array([10, 10, 10, 10, 3])
-    done = local_steps(np.array([1.0, 0.55, 0.0, 0.01, 0.7]), full)
+    done = local_steps(np.array([1.0, 0.55, 0.0, 0.01, 0.7]), full, "floor")
     # floor(s·full); an active device (s > 0) does at least one step; s = 0 is inactive.
     np.testing.assert_array_equal(done, [10, 5, 0, 1, 2])
+    # the default, nearest: 5.5 rounds up, 2.1 down (what devices submit keeps Table 2's mean)
+    np.testing.assert_array_equal(local_steps(np.array([1.0, 0.55, 0.0, 0.01, 0.7]), full), [10, 6, 0, 1, 2])
 
 
 def test_local_steps_nearest_rounds_half_up():
@@ -68,7 +70,7 @@ def test_local_steps_nearest_rounds_half_up():
     # 0.9·5 = 4.5 -> 5 (complete), 4.45 -> 4, 2.5 -> 3, 0.25 -> 0 then at least 1, inactive stays 0, 9.5 -> 10
     np.testing.assert_array_equal(local_steps(fractions, full, "nearest"), [5, 4, 3, 1, 0, 10])
     np.testing.assert_array_equal(local_steps(fractions, full, "floor"), [4, 4, 2, 1, 0, 9])
-    with pytest.raises(ValueError, match="completion 'ceil'.*allowed: floor, nearest"):
+    with pytest.raises(ValueError, match="completion 'ceil'.*allowed: nearest, floor"):
         local_steps(fractions, full, "ceil")
 
 

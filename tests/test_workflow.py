@@ -42,7 +42,7 @@ def test_table_is_built_with_paper_values(workflow_dir):
     assert "100·(acc_B − acc_A)" in md and "num_devices = 8 (paper: 50)" in md and "Verdicts: " in md
     assert "Runs read: " in md and "E[K_τ]" in md
     readings = pd.read_csv(workflow_dir / "reports/tables/accuracy_difference_readings.csv")
-    assert set(readings["reading"]) == {"paper/default", "improvement=relative", "completion=nearest"}
+    assert set(readings["reading"]) == {"paper/default", "improvement=relative", "completion=floor"}
 
 
 @pytest.mark.slow
@@ -63,7 +63,7 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
     client = MlflowClient(tracking_uri=f"sqlite:///{workflow_dir / 'results/mlflow.db'}")
     exp = client.get_experiment_by_name("tiny_table3")
     runs = client.search_runs([exp.experiment_id], max_results=100)
-    assert len(runs) == 12 + 6 + 1  # its grid, the completion=nearest variants (|T| = 6), its summary run
+    assert len(runs) == 12 + 6 + 1  # its grid, the completion=floor variants (|T| = 6), its summary run
     run = client.get_run(run_id)
     assert run.data.params["scheme"] == "C"
     from hetfl.tracking import flat_ends

@@ -523,7 +523,7 @@ class RunSpec:
     event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set, boost}
     # readings where the paper is silent or ambiguous (docs/readings.md)
     local_work: str = "steps"  # E counts local updates (steps) or epochs
-    completion: str = "floor"  # fraction of the round -> updates: floor or nearest
+    completion: str = "nearest"  # fraction of the round -> updates: nearest or floor
     trace_assignment: str = "random"  # device -> trace: random or stratified
     p_inactive: float = DEFAULT_P_INACTIVE  # inactive probability of T_hi, T_mi, T_lo
     reading: str = ""  # "" = the experiment's own readings; "key=value" = a variant of the readings axis

@@ -53,7 +53,7 @@ class TrainSettings:
     lr_schedule: str = "staircase"  # or "constant": η_τ = η0 (the quadratic test bed)
     local_steps: tuple[int, ...] | None = None  # fixed steps of a complete round per device (replaces E)
     local_work: str = "steps"  # E counts updates (Ruan et al. footnote 1) or "epochs" (docs/readings.md)
-    completion: str = "floor"  # a completed fraction f -> ⌊f·full⌋ or "nearest" round(f·full) steps
+    completion: str = "nearest"  # a completed fraction f -> round(f·full) or "floor" ⌊f·full⌋ steps
     boost: str = "additive"  # fast reboot's boost with the scheme (engine.schemes.boosted_weights)
     global_test_samples: int | None = None  # evaluate global_test_* on a seeded subsample (None: all)
     clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = every device

@@ -15,7 +15,7 @@ from hetfl.engine.minibatch import full_steps
 
 SCHEMES = ("A", "B", "C")
 LOCAL_WORK = ("steps", "epochs")
-COMPLETION = ("floor", "nearest")
+COMPLETION = ("nearest", "floor")
 BOOST = ("additive", "multiplicative")
 
 
@@ -30,7 +30,7 @@ def complete_round_steps(train_sizes: np.ndarray, local_epochs: int, batch_size:
     raise ValueError(f"local_work '{local_work}' is not allowed; allowed: {', '.join(LOCAL_WORK)}")
 
 
-def local_steps(fractions: np.ndarray, full_steps: np.ndarray, completion: str = "floor") -> np.ndarray:
+def local_steps(fractions: np.ndarray, full_steps: np.ndarray, completion: str = "nearest") -> np.ndarray:
     """Steps each device completes: ⌊f·full⌋ (floor) or round(f·full) (nearest, halves up), at least one
     step when f > 0 (only f = 0 is inactive) and at most full."""
     fractions = np.asarray(fractions, dtype=np.float64)

@@ -33,7 +33,7 @@ READING_COLUMNS = {
 #: what decides each reading's default (docs/readings.md quotes the sentences)
 READING_BASIS = {
     "local_work": "paper: footnote 1, E local updates (steps)",
-    "completion": "unpublished: floor = the updates finished by the deadline",
+    "completion": "unpublished: nearest = round(f·E), so what devices submit keeps Table 2's moments",
     "trace_assignment": "paper: §5.1 'randomly assigned a trace' (random)",
     "p_inactive": "unpublished (0.05)",
     "local_epochs": "unpublished for SYNTHETIC (5, the E of Figure 1)",
