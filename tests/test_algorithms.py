@@ -187,6 +187,25 @@ def test_vrlsgd_one_round_correction_and_its_update():
     np.testing.assert_allclose(col(st["delta"][0]), paper, rtol=1e-5)
 
 
+def test_vrlsgd_and_fedgate_period_full_divide_by_a_complete_rounds_steps():
+    """period: full uses τ_k = a complete round's steps (one_round's full = done + 2: 4 and 5 for VRL-SGD's
+    2 and 3 steps done, 5 for FedGATE's 3) where the default divides by the steps done."""
+    state = {"delta": [torch.tensor([[0.3], [-0.2]])]}
+    _, st, *_ = one_round(make_algorithm("vrlsgd", period="full"), X0, STEPS, LR, state=state)
+    y = [local(i, X0, STEPS[i], LR, lambda _y, i=i: -(0.3, -0.2)[i]) for i in range(2)]
+    d = [(X0 - y[i]) / ((STEPS[i] + 2) * LR) for i in range(2)]  # (−1.035, −7.7616), mean −4.3983
+    np.testing.assert_allclose(col(st["delta"][0]), [(0.3, -0.2)[i] + d[i] - np.mean(d) for i in range(2)],
+                               rtol=1e-5)
+    np.testing.assert_allclose(col(st["delta"][0]), [3.6633, -3.5633], rtol=1e-4)
+    _, st, *_ = one_round(make_algorithm("fedgate", server_lr=0.5, period="full"), X0, (3, 3), LR,
+                          state=state)
+    y = [local(i, X0, 3, LR, lambda _y, i=i: -(0.3, -0.2)[i]) for i in range(2)]
+    big_delta = [(X0 - y[i]) / LR for i in range(2)]
+    np.testing.assert_allclose(col(st["delta"][0]),
+                               [(0.3, -0.2)[i] + (big_delta[i] - np.mean(big_delta)) / 5 for i in range(2)],
+                               rtol=1e-5)
+
+
 def test_vrlsgd_is_scaffold_option_ii_when_every_device_takes_part(tiny_fed):
     """SCAFFOLD's correction s_k = c − c_k obeys s_k ← s_k + d̄ − d_k when all devices report (c becomes
     Σ p^k d_k), VRL-SGD's −Δ_k the same recursion: with everyone in every round (incomplete or not) the two
@@ -313,6 +332,31 @@ def test_fednova_one_round_momentum_and_prox():
     assert scalar(new[0]) == pytest.approx(expect, rel=1e-5)
 
 
+def test_fednova_normalises_weights_that_do_not_sum_to_one():
+    """Only active devices are clients: under Scheme B with an inactive device their p^k sum below 1.
+    FedNova's Σ p_i Δ_i/a_i and τ_eff use p over the clients, renormalised (every other test had p = ½, ½)."""
+    new, _, m, _ = one_round(make_algorithm("fednova"), X0, STEPS, LR, weights=[0.3, 0.2])
+    w = [0.6, 0.4]
+    y = [local(i, X0, STEPS[i], LR) for i in range(2)]
+    tau_eff = w[0] * STEPS[0] + w[1] * STEPS[1]
+    assert m["tau_eff"] == pytest.approx(tau_eff)
+    expect = X0 + tau_eff * sum(w[i] * (y[i] - X0) / STEPS[i] for i in range(2))
+    assert scalar(new[0]) == pytest.approx(expect, rel=1e-5)
+
+
+def test_fednova_official_code_tau_eff_counts_steps_under_a_proximal_term():
+    """tau_eff: official_code (the released code with μ ≠ 0): τ_eff = Σ p_i τ_i, the normaliser a_i still
+    divides Δ_i; the paper's (the default) τ_eff = Σ p_i a_i."""
+    mu = 2.0
+    a = normalizer(np.asarray(STEPS), LR, mu=mu)
+    y = [local(i, X0, STEPS[i], LR, lambda yy: mu * (yy - X0)) for i in range(2)]
+    for tau_eff_reading, tau_eff in (("official_code", 0.5 * sum(STEPS)), ("paper", 0.5 * float(a.sum()))):
+        new, _, m, _ = one_round(make_algorithm("fednova", mu=mu, tau_eff=tau_eff_reading), X0, STEPS, LR)
+        assert m["tau_eff"] == pytest.approx(tau_eff)
+        expect = X0 + tau_eff * sum(0.5 * (y[i] - X0) / a[i] for i in range(2))
+        assert scalar(new[0]) == pytest.approx(expect, rel=1e-5)
+
+
 def test_fednova_normalizer_closed_forms():
     steps, lr = np.array([1, 4, 9]), 0.1
     np.testing.assert_allclose(normalizer(steps, lr), steps)
@@ -334,6 +378,19 @@ def test_feddyn_one_round():
     assert scalar(new[0]) == pytest.approx(np.mean(y) - h_new / alpha, rel=1e-5)
     np.testing.assert_allclose(col(st["g"][0]), [g[i] - alpha * (y[i] - X0) for i in range(2)], rtol=1e-5)
     assert scalar(st["h"][0]) == pytest.approx(h_new, rel=1e-5)
+
+
+def test_feddyn_averages_over_the_clients_with_renormalised_weights():
+    """θ ← Σ p̃_k θ_k − h/α with p̃ the clients' weights renormalised (Scheme C's E/s makes them sum above 1);
+    h ← h − α Σ p^k Δ_k keeps the unrenormalised data weights p (here ½, ½)."""
+    alpha, h = 0.5, -0.1
+    state = {"h": [torch.tensor([h])], "g": [torch.tensor([[0.0], [0.0]])]}
+    new, st, *_ = one_round(make_algorithm("feddyn", alpha=alpha), X0, STEPS, LR, state=state,
+                            weights=[0.5, 0.8])
+    y = [local(i, X0, STEPS[i], LR, lambda yy: alpha * (yy - X0)) for i in range(2)]
+    h_new = h - alpha * 0.5 * sum(yy - X0 for yy in y)
+    assert scalar(st["h"][0]) == pytest.approx(h_new, rel=1e-5)
+    assert scalar(new[0]) == pytest.approx((0.5 * y[0] + 0.8 * y[1]) / 1.3 - h_new / alpha, rel=1e-5)
 
 
 def test_fedcurv_one_round_excludes_own_terms_and_sums_fisher():

@@ -37,6 +37,26 @@ def _visible(fig):
     return [ax for ax in fig.axes if ax.get_visible()]
 
 
+def test_event_curves_draw_each_tau0s_runs_in_its_own_panel(tmp_path, monkeypatch):
+    """A panel per τ0, titled with it, holding that τ0's include and exclude curves only and a dashed line
+    at τ0 (the file-exists test above let every panel plot every run)."""
+    from hetfl.reports.figures import draw_event_curves
+
+    curves = {(2, "include"): [1.0, 0.8, 0.9, 0.6], (2, "exclude"): [1.0, 0.7, 0.5, 0.4],
+              (3, "include"): [3.0, 2.8, 2.9, 2.6], (3, "exclude"): [3.0, 2.7, 2.5, 2.4]}
+    rows = [{"event_round": t, "event_policy": pol,
+             "run_dir": curve_run(tmp_path, f"{t}{pol}", "test_loss", v)} for (t, pol), v in curves.items()]
+    fig = draw_event_curves(pd.DataFrame(rows), "test_loss", "departure")
+    panels = _visible(fig)
+    assert [ax.get_title() for ax in panels] == ["departure, τ0 = 2", "departure, τ0 = 3"]
+    for ax, tau0 in zip(panels, (2, 3), strict=True):
+        solid = sorted(tuple(float(v) for v in line.get_ydata()) for line in ax.get_lines()
+                       if line.get_linestyle() == "-")
+        assert solid == sorted(tuple(v) for (t, _), v in curves.items() if t == tau0)
+        dashed = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"]
+        assert dashed == [tau0]
+
+
 def test_scheme_curves_draw_a_grid_without_the_papers_trace_counts(tmp_path, monkeypatch):
     """num_traces [2] crashed the figure (and the workflow with it): every grid draws."""
     from hetfl.reports.figures import FIGURES

@@ -357,6 +357,32 @@ def test_pathological_size_skew_keeps_m_classes(y, n_clients, m, seed):
     np.testing.assert_array_equal((hist > 0).sum(axis=1), m)
 
 
+@pytest.mark.parametrize("label_choice", ["cyclic", "random"])
+def test_pathological_size_skew_gives_the_drawn_sizes(label_choice):
+    """Each client holds max(n_k, m) samples, n_k drawn first from the size spec with the split's rng
+    (classes of 200 leave room for every draw); before, only the class counts were checked."""
+    from hetfl.data.sizes import sample_sizes
+
+    y = np.repeat(np.arange(10), 200)
+    sizes = SizeSpec("pareto", size=3, max_size=50)
+    for seed in range(4):
+        spec = PartitionSpec("pathological", m=2, sizes=sizes, label_choice=label_choice)
+        parts = partition(y, spec, 6, seed)
+        drawn = np.maximum(sample_sizes(6, sizes, np.random.default_rng(seed)), 2)
+        np.testing.assert_array_equal([len(p) for p in parts], drawn)
+
+
+def test_trim_keeps_one_of_each_class_and_splits_the_rest_by_what_is_left():
+    """_trim weights classes by what each holds beyond its one kept sample: a 1-sample class gets no more
+    (weighting by the whole count gives it the remainder, then the cap loses a sample: 4 kept, not 5)."""
+    from hetfl.data.partition import _trim
+
+    kept = _trim({0: np.arange(1), 1: np.arange(10, 15)}, 5)
+    assert {c: len(v) for c, v in kept.items()} == {0: 1, 1: 4}
+    kept = _trim({0: np.arange(4), 1: np.arange(10, 22)}, 8)  # beyond one each: 3 and 11 → 6 ∝ (3, 11)
+    assert {c: len(v) for c, v in kept.items()} == {0: 2, 1: 6}
+
+
 @FAST
 @given(y=labelled(min_per_class=15), n_clients=st.integers(1, 8), m=st.integers(1, 2), seed=SEEDS)
 def test_pathological_random_size_skew_keeps_m_classes(y, n_clients, m, seed):

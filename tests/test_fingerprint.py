@@ -1,0 +1,53 @@
+"""Code fingerprints (hetfl.fingerprint): which files a job kind's output depends on."""
+
+import shutil
+
+import pytest
+
+from hetfl import fingerprint as fp
+
+
+def test_imports_inside_functions_are_followed():
+    """build_from_source imports the partitioner inside the function: a split job depends on it."""
+    source = ("import os\nfrom hetfl.data import build\n"
+              "def f():\n    from hetfl.data.partition import partition\n")
+    assert fp._imports_in(source) == frozenset({"hetfl.data", "hetfl.data.build", "hetfl.data.partition"})
+    split = {p.relative_to(fp.PACKAGE).as_posix() for p in fp.closure(fp.ENTRIES["split"])}
+    assert {"data/build.py", "data/partition.py", "data/sizes.py", "data/synthetic.py",
+            "data/sources.py"} <= split
+    train = {p.relative_to(fp.PACKAGE).as_posix() for p in fp.closure(fp.ENTRIES["train"])}
+    assert {"pipeline.py", "engine/runner.py", "data/partition.py"} <= train
+
+
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch):
+    """hetfl's source tree copied, with the fingerprint module pointed at it and its caches empty."""
+    copy = tmp_path / "hetfl"
+    shutil.copytree(fp.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(fp, "PACKAGE", copy)
+    for cached in (fp.closure, fp.fingerprint, fp._imports_in):
+        cached.cache_clear()
+    yield copy
+    for cached in (fp.closure, fp.fingerprint, fp._imports_in):
+        cached.cache_clear()
+
+
+def test_an_edit_changes_exactly_the_kinds_that_depend_on_it(package_copy):
+    before = {kind: fp.fingerprint(kind) for kind in fp.ENTRIES}
+    with open(package_copy / "data/partition.py", "a") as f:
+        f.write("\n# edited\n")
+    fp.closure.cache_clear()
+    fp.fingerprint.cache_clear()
+    after = {kind: fp.fingerprint(kind) for kind in fp.ENTRIES}
+    assert after["split"] != before["split"] and after["train"] != before["train"]
+    assert after["trace"] == before["trace"]  # the traces never import the partitioner
+
+
+def test_a_reference_csv_changes_the_tables_not_the_training(package_copy):
+    before = {kind: fp.fingerprint(kind) for kind in ("table", "figure", "train", "trace")}
+    ref = next((package_copy / "reports/references").glob("*.csv"))
+    ref.write_text(ref.read_text() + "\n")
+    fp.fingerprint.cache_clear()
+    after = {kind: fp.fingerprint(kind) for kind in before}
+    assert after["table"] != before["table"] and after["figure"] != before["figure"]
+    assert after["train"] == before["train"]
