@@ -2,6 +2,7 @@
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,40 @@ def test_equal_counts_passes_validation_and_reaches_the_split_spec():
     cfg["experiments"][MLP_EXP]["settings"]["NIID"]["partition"]["equal_counts"] = True
     runs = [r for r in expand_runs(validate_config(cfg)) if r.setting == "NIID"]
     assert runs and all(r.split_spec()["partition"]["equal_counts"] is True for r in runs)
+
+
+@pytest.mark.parametrize(("model", "params", "message"), [
+    ("mlp", {"hidden": [-3]}, "'experiments.{e}.model_params.hidden' has value [-3], which is not allowed; "
+                              "allowed: a whole number >= 1, or a non-empty list of them"),
+    ("mlp", {"hidden": []}, "'experiments.{e}.model_params.hidden' has value []"),
+    ("vgg11", {"width": 0}, "'experiments.{e}.model_params.width' has value 0, which is not allowed; "
+                            "allowed: a number > 0"),
+    ("resnet20", {"widths": [16, 32.5, 64]},
+     "'experiments.{e}.model_params.widths' has value [16, 32.5, 64]"),
+])
+def test_model_sizes_that_training_would_refuse_are_refused_first(model, params, message):
+    """hidden: [-3] passed validation, then training failed on a negative tensor dimension (an audit)."""
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"][MLP_EXP]
+    exp["model"], exp["model_params"] = model, params
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert message.format(e=MLP_EXP) in str(err.value)
+
+
+def test_an_event_the_table_cannot_use_or_that_empties_the_objective_is_refused():
+    cfg = copy.deepcopy(QUICK)
+    table3 = cfg["experiments"][EXP]
+    table3["event"] = {"kind": "arrival", "rounds": [10], "policies": ["fast_reboot"]}
+    with pytest.raises(ConfigError, match=rf"'experiments.{EXP}.event' is not allowed with table "
+                                          r"accuracy_difference"):
+        validate_config(cfg)
+    cfg = copy.deepcopy(QUICK)
+    t5 = next(n for n, e in cfg["experiments"].items() if e["table"] == "crossing_epochs")
+    cfg["experiments"][t5]["event"]["devices"] = list(range(cfg["experiments"][t5]["num_devices"]))
+    with pytest.raises(ConfigError, match=rf"'experiments.{t5}.event.devices' has value \[0, 1, .*every "
+                                          r"device would arrive or depart"):
+        validate_config(cfg)
 
 
 def test_conv_options_pass_validation():
@@ -238,6 +273,20 @@ def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
     proc = _dry_run(bad, tmp_path)
     assert proc.returncode != 0
     assert f"experiments.{EXP}.local_epochs' has value 0" in proc.stderr + proc.stdout
+
+
+def test_a_key_given_twice_is_refused_by_hetfl_and_by_snakemake(tmp_path):
+    """YAML keeps the last of two `rounds:` silently (an audit ran rounds 40 where the file also said 4)."""
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("experiments:\n  e:\n    table: none\n    dataset: synthetic\n"
+                   "    settings: {NIID: {alpha: 1, beta: 1}}\n    rounds: 4\n    rounds: 40\n")
+    message = ("config key 'rounds' is given twice in one mapping (lines 6 and 7), which is not allowed; "
+               "allowed: each key once")
+    with pytest.raises(ConfigError, match=re.escape(f"config file {dup}: {message}")):
+        load_config(dup)
+    proc = _dry_run(dup, tmp_path)
+    assert proc.returncode != 0 and message in proc.stderr + proc.stdout
+    load_config(ROOT / "workflow/config/quick.yaml")  # YAML merge keys (<<: *anchor) are not duplicates
 
 
 @pytest.mark.parametrize(("config", "train", "split", "trace", "jobs"), [

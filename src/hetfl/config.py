@@ -253,6 +253,8 @@ MODEL_PARAMS: dict[str, tuple[str, ...]] = {
     "char_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
     "sent_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
 }
+#: model_params that are layer sizes or counts: whole numbers >= 1 (hidden: [-3] failed in training)
+SIZE_PARAMS = frozenset({"channels", "hidden", "widths", "blocks", "groups", "vocab", "embed", "layers"})
 CONV_IMPLS = ("auto", "grouped", "unfold")  # models.layers.CONV_IMPLS
 LSTM_CELLS = ("fused", "ops")  # models.recurrent.LSTM_CELLS
 
@@ -273,6 +275,16 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
         if option in params and params[option] not in values:
             raise ConfigError(f"config key '{key}.{option}' has value {json.dumps(params[option])}, which is "
                               f"not allowed; allowed: " + ", ".join(f'"{c}"' for c in values))
+    for k in SIZE_PARAMS.intersection(params):
+        v = params[k]
+        sizes = v if isinstance(v, list) else [v]
+        if not sizes or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in sizes):
+            raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(v)}, which is not allowed; "
+                              "allowed: a whole number >= 1, or a non-empty list of them (a layer's size)")
+    width = params.get("width", 1.0)  # vgg11's channel multiplier
+    if isinstance(width, bool) or not isinstance(width, int | float) or not 0 < width < math.inf:
+        raise ConfigError(f"config key '{key}.width' has value {json.dumps(width)}, which is not allowed; "
+                          "allowed: a number > 0 (the channel multiplier)")
     layout = params.get("channels_last", "auto")
     if not isinstance(layout, bool) and layout != "auto":
         raise ConfigError(f"config key '{key}.channels_last' has value {json.dumps(layout)}, which is not "
@@ -306,6 +318,10 @@ def _check_event(name: str, exp: dict[str, Any]) -> None:
                           f"needs an event of kind {EVENT_TABLES[exp['table']]}")
     if ev is None:
         return
+    if exp["table"] not in (*EVENT_TABLES, "none"):
+        raise ConfigError(f"config key '{key}' is not allowed with table {exp['table']} (its runs would "
+                          "train, then the table would refuse them); allowed: an event only with table "
+                          + ", ".join(EVENT_TABLES) + " or none")
     allowed = EVENT_POLICIES[ev["kind"]]
     for pol in ev["policies"]:
         if pol not in allowed:
@@ -316,6 +332,10 @@ def _check_event(name: str, exp: dict[str, Any]) -> None:
         if d >= n:
             raise ConfigError(f"config key '{key}.devices' has value {d}, which is not allowed; "
                               f"allowed: 0..{n - 1} (num_devices = {n})")
+    if len(set(ev.get("devices", []))) >= n:
+        raise ConfigError(f"config key '{key}.devices' has value {json.dumps(ev['devices'])}, which is not "
+                          f"allowed: every device would arrive or depart, leaving rounds with no device in "
+                          f"the objective; allowed: at most {n - 1} of the {n} devices")
     own = [label for label, sv in exp["settings"].items() if "rounds" in sv]
     if own:
         raise ConfigError(f"config key 'experiments.{name}.settings.{own[0]}.rounds' is not allowed with an "
@@ -463,11 +483,42 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"{what}{where}" + (f" ({context})" if context else "")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last one silently:
+    two `rounds:` lines ran the second, with no word)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[str, int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key_node.start_mark.line + 1
+        if key_node.value in seen:
+            raise ConfigError(f"config key '{key_node.value}' is given twice in one mapping (lines "
+                              f"{seen[key_node.value]} and {line}), which is not allowed; allowed: each key "
+                              "once (YAML would keep the last one without a word)")
+        seen[key_node.value] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def read_config_file(path: str | Path) -> Any:
+    """A config file's YAML, each key once (ConfigError naming the file otherwise)."""
+    path = Path(path)
+    try:
+        return yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except ConfigError as err:
+        raise ConfigError(f"config file {path}: {err}") from None
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file and validate it."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = read_config_file(path)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except yaml.YAMLError as err:

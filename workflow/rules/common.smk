@@ -3,7 +3,7 @@ import json
 import re
 import sys
 
-from hetfl.config import ConfigError, by_cell, expand_runs, specs_to_json, validate_config
+from hetfl.config import ConfigError, by_cell, expand_runs, read_config_file, specs_to_json, validate_config
 from hetfl.fingerprint import fingerprint
 from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
 from hetfl.reports.catalog import has_class_labels
@@ -13,6 +13,8 @@ from hetfl.reports.tables import SOURCES as TABLE_SOURCES
 from hetfl.scheduling import REPORT_PRIORITY, train_priorities
 
 try:
+    for _configfile in workflow.configfiles:  # Snakemake's own YAML reading keeps a twice-given key's last value
+        read_config_file(_configfile)
     _validated = validate_config(config)
 except ConfigError as _err:
     sys.exit(f"hetfl: {_err}")
