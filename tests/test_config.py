@@ -225,6 +225,8 @@ def test_num_traces_longer_than_trace_order():
                                                 r"which is not allowed with trace T_hi"),
     (["settings", "IID", "alpha"], 1.0, rf"'experiments.{EXP}.settings.IID' has iid: true with alpha 1.0, "
                                         r"beta 0.0, which is not allowed; allowed: alpha 0 and beta 0"),
+    (["test_fraction"], 0.99, rf"'experiments.{EXP}.test_fraction' has value 0.99, which is not allowed with "
+                              r"sizes as given \(a device of 20 samples would keep no training sample\)"),
 ])
 def test_values_the_split_or_trace_jobs_would_refuse_are_refused_first(path, value, message):
     """A p_inactive that cannot keep an inactive trace's Table 2 std, and SYNTHETIC-IID with α or β, used to

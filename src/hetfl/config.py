@@ -399,6 +399,24 @@ def _check_synthetic_iid(name: str, exp: dict[str, Any]) -> None:
                               f"no α, β)")
 
 
+def _check_test_fraction(name: str, exp: dict[str, Any]) -> None:
+    """A SYNTHETIC device of the fewest samples its sizes allow must keep a training sample after its
+    holdout (data.synthetic.holdout_split: n_test = max(1, round(test_fraction·n))); test_fraction 0.99
+    passed validation, then every split job failed."""
+    if exp["dataset"] != "synthetic":
+        return  # a real dataset's device sizes are known only once it is dealt
+    sizes, tf = exp["sizes"], exp["test_fraction"]
+    low = {"equal": sizes["size"], "pareto": max(sizes["size"], sizes["min_size"])}.get(
+        sizes["distribution"], sizes["min_size"])
+    high = max(low, min(sizes["max_size"], low + 1000))
+    short = next((n for n in range(low, high + 1) if n - max(1, round(tf * n)) < 1), None)
+    if short is not None:
+        raise ConfigError(f"config key 'experiments.{name}.test_fraction' has value {tf}, which is not "
+                          f"allowed with sizes as given (a device of {short} samples would keep no training "
+                          "sample); "
+                          f"allowed: a fraction that leaves one, e.g. <= {(low - 1.5) / low:.3f} for {low}")
+
+
 def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
     """partition.equal_counts trims an iid or pathological split with no size skew (data.partition)."""
     from hetfl.data.partition import EQUAL_COUNT_SKEWS
@@ -470,6 +488,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
             )
         _check_synthetic_iid(name, exp)
         _check_equal_counts(name, exp)
+        _check_test_fraction(name, exp)
         _check_traces(name, exp)
         _check_readings(name, exp)
 
