@@ -149,6 +149,25 @@ def test_remirroring_updates_in_place_and_leaves_no_deleted_run(store, tmp_path)
     assert not replaced.exists()
 
 
+def test_a_pruning_mirror_removes_runs_that_left_the_grid(store):
+    """The workflow mirrors an experiment's whole grid (`--prune`): a seed dropped from the config left its
+    mirror live before (an audit counted 28 runs in an experiment of 18 and a summary). By hand, without
+    --prune, mirroring some runs leaves the others alone."""
+    results = store
+    runs = [_write_run(results, _spec("pruned", run=f"IID_T8_C_s{s}", seed=s)) for s in range(3)]
+    tracking.mirror_run_dirs(results, runs)
+    client = _client(results)
+    exp_id = client.get_experiment_by_name("pruned").experiment_id
+    mine = client.create_run(exp_id, run_name="my own run")  # no mirror tag: never touched
+    tracking.mirror_run_dirs(results, runs[:1])  # by hand: the other two stay
+    assert len(client.search_runs([exp_id], run_view_type=ViewType.ACTIVE_ONLY)) == 4
+    pruned = tracking.mirror_run_dirs(results, runs[:2], prune=True)  # seed 2 left the grid
+    live = client.search_runs([exp_id], run_view_type=ViewType.ACTIVE_ONLY)
+    assert sorted(r.info.run_name for r in live) == ["my own run", "pruned/IID_T8_C_s0", "pruned/IID_T8_C_s1"]
+    assert pruned.purged == 1 and mine.info.run_id in {r.info.run_id for r in live}
+    assert client.search_runs([exp_id], run_view_type=ViewType.DELETED_ONLY) == []
+
+
 def test_run_name_with_a_quote_is_matched_exactly(store, tmp_path):
     """Issue 11 item 14: a quote in a received run.json must not change how its mirror is found."""
     results = store

@@ -368,7 +368,8 @@ def _cmd_track(args: argparse.Namespace) -> int:
     from hetfl.tracking import mirror_run_dirs
 
     mirror = mirror_run_dirs(args.results_root, run_paths(args.runs), description=args.description,
-                             summary_files=[Path(p) for p in args.summary or []], rounds=args.rounds)
+                             summary_files=[Path(p) for p in args.summary or []], rounds=args.rounds,
+                             prune=args.prune)
     if args.out:
         atomic_write_json(args.out, mirror.to_dict())
     print(f"mirrored {len(mirror.runs)} run(s) and {len(mirror.summaries)} summary run(s) to "
@@ -581,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("track", help="mirror finished runs into MLflow (rebuilds the mirror from results/)")
     p.add_argument("--results-root", default="results", help="directory of the default SQLite store")
+    p.add_argument("--prune", action="store_true",
+                   help="the runs given are their experiments' whole grid: delete the mirrors of any other "
+                        "run of those experiments (the workflow passes it)")
     p.add_argument("--out", help="write the MLflow ids (runs, experiments, summary runs) here as JSON")
     p.add_argument("--description", help="the config's top-level description: each experiment's MLflow "
                                          "description is written from it and the runs' grid (without it, "

@@ -373,12 +373,15 @@ class Mirror:
 
 
 def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
-             descriptions: dict[str, str] | None = None, replace_descriptions: bool = True) -> Mirror:
+             descriptions: dict[str, str] | None = None, replace_descriptions: bool = True,
+             prune: bool = False) -> Mirror:
     """Mirror runs with one client, each experiment's earlier mirrors updated in place or replaced.
 
     `descriptions` are the experiments' descriptions: written over the store's, or with
     `replace_descriptions=False` only where the experiment has none yet. Deleted runs left by earlier
-    mirrors of the same experiment are purged too.
+    mirrors of the same experiment are purged too. With `prune`, the runs given are each experiment's
+    whole grid (the workflow's mirror): mirrors of any other run of those experiments (a seed or setting
+    that left the config) are deleted and purged, so the MLflow UI shows what the tables read.
     """
     from mlflow.tracking import MlflowClient
 
@@ -405,15 +408,19 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
                 rid, old = _log_run(client, exp_id, run, existing.pop((run.key_tag, run.key), []))
                 (summaries if run.key_tag == SUMMARY_TAG else ids)[run.key] = rid
                 stale += old
-            stale += [r.info.run_id for rs in existing.values() for r in rs
-                      if r.info.lifecycle_stage == "deleted"]
+            for r in (r for rs in existing.values() for r in rs):
+                if prune and r.info.lifecycle_stage != "deleted":
+                    client.delete_run(r.info.run_id)
+                elif r.info.lifecycle_stage != "deleted":
+                    continue
+                stale.append(r.info.run_id)
         purged = len(stale) if purge_runs(uri, stale) else 0
     return Mirror(uri, ids, exp_ids, summaries, purged)
 
 
 def mirror_run_dirs(results_dir: str | Path, run_dirs: Iterable[str | Path], *,
                     description: str | None = None, summary_files: Sequence[str | Path] = (),
-                    rounds: str = "evaluated") -> Mirror:
+                    rounds: str = "evaluated", prune: bool = False) -> Mirror:
     """Rebuild the MLflow mirror of finished runs from their run.json and metrics.parquet.
 
     Each experiment's description is written from `description` (the config's top-level text; the
@@ -429,4 +436,4 @@ def mirror_run_dirs(results_dir: str | Path, run_dirs: Iterable[str | Path], *,
                     for e, rs in by_exp.items()}
     summaries = [summary_record(e, rs, summary_files) for e, rs in by_exp.items()] if summary_files else []
     return log_runs(results_dir, runs + summaries, descriptions=descriptions,
-                    replace_descriptions=description is not None)
+                    replace_descriptions=description is not None, prune=prune)

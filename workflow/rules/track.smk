@@ -21,5 +21,5 @@ rule track:
         code=fingerprint("track"),
     priority: REPORT_PRIORITY
     shell:
-        "hetfl track --results-root results --out {output} --description={params.description:q}"
+        "hetfl track --prune --results-root results --out {output} --description={params.description:q}"
         " {input.runs} --summary {input.reports} > {log} 2>&1"
