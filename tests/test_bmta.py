@@ -129,3 +129,12 @@ def test_build_bmta_writes_md_csv_tex(tmp_path):
     csv = pd.read_csv(tmp_path / "out" / "bmta.csv")
     assert {"ci_low", "ci_high", "n_seeds", "verdict", "diff_verdict"} <= set(csv.columns)
     assert (tmp_path / "out" / "bmta.tex").is_file()
+
+
+def test_two_sources_of_one_paper_data_set_are_refused_by_name(tmp_path):
+    """mnist and mnist5k runs in one table both read as the paper's MNIST: their seeds collided in a
+    TypeError deep in the pairing (an audit); the table now says which sources it cannot pair."""
+    dirs = [make_run(tmp_path / d, "fedavg", 0, best_curve(80), dataset=d) for d in ("mnist", "mnist5k")]
+    with pytest.raises(ValueError, match=r"table bmta: runs of the paper's MNIST come from the sources "
+                                         r"mnist, mnist5k"):
+        bmta(load_runs(dirs), load_reference("ma2022_efl_table2_bmta"))

@@ -87,6 +87,14 @@ def reference_runs(runs: pd.DataFrame, row: pd.Series, algorithm: str = REFERENC
 def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """runs: one row per run (tables.load_runs). One tidy row per (method, data set, setting, |T|,
     scheme); the paper's methods hetfl did not run get a row of their own with no reproduced value."""
+    if "dataset_name" in runs:  # cells group by the paper's label: two sources of one label would mix seeds
+        sources = runs.groupby("dataset")["dataset_name"].unique()
+        mixed = {label: sorted(names) for label, names in sources.items() if len(names) > 1}
+        if mixed:
+            label, names = next(iter(mixed.items()))
+            raise ValueError(f"table bmta: runs of the paper's {label} come from the sources "
+                             f"{', '.join(names)}, which one table cannot pair seed by seed; allowed: one "
+                             "source per paper data set (build a table from each experiment's runs)")
     runs = per_run(runs)
     ref = reference.rename(columns={"bmta_pct": "paper"})[["method", "dataset", "paper"]]
     paper = {(m, d): float(v) for m, d, v in ref.itertuples(index=False)}
