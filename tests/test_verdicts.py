@@ -2,6 +2,8 @@
 
 import math
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from hetfl.reports.verdicts import (
@@ -40,6 +42,8 @@ def test_one_seed_has_no_interval_and_constant_seeds_a_point():
     (0.0, "disagrees"),  # the paper saw no difference, the CI excludes 0
     (float("nan"), "not comparable"),
     (None, "not comparable"),
+    (np.float32("nan"), "not comparable"),  # read as "disagrees" when only Python floats were checked
+    (pd.NA, "not comparable"),  # raised
 ])
 def test_verdicts_of_a_positive_interval(paper, expected):
     iv = t_interval([1.0, 2.0, 3.0, 4.0, 5.0])

@@ -151,9 +151,12 @@ def verdict(paper: float | None, low: float, high: float, comparable: bool = Tru
     """The cell's verdict against the paper value (see the module docstring for both kinds)."""
     if kind not in KINDS:
         raise ValueError(f"verdict kind {kind!r} is unknown; allowed: {', '.join(KINDS)}")
-    if not comparable or paper is None or math.isnan(float(paper)):
+    try:
+        paper = float(paper)  # ±∞: the paper gives a direction only (an unbounded CI can then never agree)
+    except (TypeError, ValueError):  # None, pd.NA: no paper value
         return "not comparable"
-    paper = float(paper)  # ±∞: the paper gives a direction only (an unbounded CI can then never agree)
+    if not comparable or math.isnan(paper):
+        return "not comparable"
     if math.isnan(low) or math.isnan(high):
         return "inconclusive"
     if math.isinf(low) and math.isinf(high):  # censored both ways (bounds rule): no information, no agreement
