@@ -303,21 +303,22 @@ def test_unfold_conv_never_copies_the_weights_per_sample():
 
 
 def test_auto_conv_unfolds_the_small_layers():
-    """conv="auto" (the default): unfold for layers of at most 16 output positions (VGG-11's 4×4 and 2×2
-    layers) in training on at most 64 samples per client, on the CPU, CUDA and the meta device (which
-    measures a CUDA block); the grouped convolution for the others and in evaluation."""
+    """conv="auto" (the default): unfold in training on at most 64 samples per client for layers of at most
+    16 output positions on CUDA and the meta device (which measures a CUDA block: VGG-11's 4×4 and 2×2
+    layers), of at most 4 on the CPU (its 2×2 layers: on 4×4 maps oneDNN's AVX-512 convolution won); the
+    grouped convolution for the others and in evaluation."""
     from hetfl.models.layers import AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES, Conv2d
 
     model = make_model("vgg11", (3, 32, 32), 10)
     convs = [layer for layer in model.layers if isinstance(layer, Conv2d)]
     cpu, meta = torch.empty(1), torch.empty(1, device="meta")
-    assert [c.unfolds(cpu) for c in convs] == [False] * 4 + [True] * 4
-    assert [c.unfolds(torch.empty(64)) for c in convs] == [False] * 4 + [True] * 4
+    assert [c.unfolds(cpu) for c in convs] == [False] * 6 + [True] * 2
+    assert [c.unfolds(torch.empty(64)) for c in convs] == [False] * 6 + [True] * 2
     assert not any(c.unfolds(torch.empty(65)) for c in convs)
     assert not any(c.unfolds(torch.empty(10), training=False) for c in convs)  # evaluation: slower
     assert [c.unfolds(meta) for c in convs] == [False] * 4 + [True] * 4
     assert not any(c.unfolds(meta, training=False) for c in convs)
-    assert (AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES) == (16, 64)
+    assert (AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES) == ({"cpu": 4, "cuda": 16}, 64)
     unfold = [c for c in make_model("vgg11", (3, 32, 32), 10, conv="unfold").layers if isinstance(c, Conv2d)]
     assert all(c.unfolds(meta) for c in unfold)
     assert not any(c.unfolds(cpu, training=False) or c.unfolds(meta, training=False) for c in unfold)

@@ -202,10 +202,12 @@ class ToGrouped(Layer):
 
 
 CONV_IMPLS = ("auto", "grouped", "unfold")
-#: conv="auto" computes a layer as `unfold` when its output has at most this many positions: there the
-#: direct convolution is slow, oneDNN's on the CPU and cuDNN's grouped one in deterministic mode on CUDA
-#: (VGG-11's 4×4 and 2×2 layers; docs/engine.md)
-AUTO_UNFOLD_POSITIONS = 16
+#: conv="auto" computes a layer as `unfold` when its output has at most this many positions, by device type:
+#: there the direct convolution is slow, cuDNN's grouped one in deterministic mode on CUDA (VGG-11's 4×4 and
+#: 2×2 layers) and oneDNN's on the CPU on 2×2 maps. On 4×4 maps oneDNN's AVX-512 kernels (Zen 4) beat
+#: unfold, so the CPU unfolds only the 2×2 layers: at 16, VGG-11 ran 0.82-0.84× the per-client loop there
+#: (docs/engine.md). Other device types (meta: a CUDA block's measurement) take CUDA's.
+AUTO_UNFOLD_POSITIONS = {"cpu": 4, "cuda": 16}
 #: ... in training, on at most this many samples per client: the minibatches where unfold was measured
 #: faster (B = 10 to 64; the gain is its backward pass). Evaluation runs the grouped convolution: as unfold
 #: VGG-11's forward pass ran 0.87-0.93x at 32-64 samples and 0.5x on evaluation's chunks of 4,096, whose
@@ -258,7 +260,7 @@ class Conv2d(Layer):
       weights are large and the positions few (VGG-11's 512-channel layers: the broadcast would be 19 GB
       for one layer at 64 clients of 32 samples).
     impl="auto" (the default) takes unfold for layers whose output has at most AUTO_UNFOLD_POSITIONS
-    positions, in training on at most AUTO_UNFOLD_SAMPLES samples per client, and the grouped convolution
+    positions (4 on the CPU, 16 on CUDA), in training on at most AUTO_UNFOLD_SAMPLES samples per client, and the grouped convolution
     elsewhere. There unfold beat oneDNN's convolution on the CPU (VGG-11's last four layers: the model's
     round 1.28× faster, paired) and cuDNN's grouped convolution on an H200 (2.3-6.6× per layer at 64
     clients; VGG-11's round 1.9-2.7×); no larger layer gained on either (docs/engine.md). Evaluation
@@ -296,7 +298,8 @@ class Conv2d(Layer):
         if not training:
             return False
         if self.impl == "auto":
-            return self.positions <= AUTO_UNFOLD_POSITIONS and x.shape[0] <= AUTO_UNFOLD_SAMPLES
+            most = AUTO_UNFOLD_POSITIONS["cpu" if x.device.type == "cpu" else "cuda"]
+            return self.positions <= most and x.shape[0] <= AUTO_UNFOLD_SAMPLES
         return self.impl == "unfold"
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
