@@ -260,10 +260,11 @@ class Conv2d(Layer):
       weights are large and the positions few (VGG-11's 512-channel layers: the broadcast would be 19 GB
       for one layer at 64 clients of 32 samples).
     impl="auto" (the default) takes unfold for layers whose output has at most AUTO_UNFOLD_POSITIONS
-    positions (4 on the CPU, 16 on CUDA), in training on at most AUTO_UNFOLD_SAMPLES samples per client, and the grouped convolution
-    elsewhere. There unfold beat oneDNN's convolution on the CPU (VGG-11's last four layers: the model's
-    round 1.28× faster, paired) and cuDNN's grouped convolution on an H200 (2.3-6.6× per layer at 64
-    clients; VGG-11's round 1.9-2.7×); no larger layer gained on either (docs/engine.md). Evaluation
+    positions (4 on the CPU, 16 on CUDA), in training on at most AUTO_UNFOLD_SAMPLES samples per client,
+    and the grouped convolution elsewhere. There unfold beat oneDNN's convolution on the CPU (VGG-11's 2×2
+    layers; its 4×4 ones too on a Zen 3 host, not on a Zen 4 host's AVX-512) and cuDNN's grouped
+    convolution on an H200 (2.3-6.6× per layer at 64 clients; VGG-11's round 1.9-2.7×); no larger layer
+    gained on either (docs/engine.md). Evaluation
     (training=False) runs the grouped convolution whatever impl says (`unfolds`).
     """
 
