@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from hetfl.models.net import xent_delta
+from hetfl.models.net import softmax_classes, xent_delta
 
 
 def _twice(tensors: list[Tensor]) -> list[Tensor]:
@@ -45,7 +45,7 @@ class LogReg:
             return [g[:1] for g in self.grads(_twice(params), *_twice([x, y]))]
         W, b = params
         logits = torch.baddbmm(b.unsqueeze(1), x, W.transpose(1, 2))  # [K, B, C]
-        g = torch.softmax(logits, dim=-1)
+        g = softmax_classes(logits)
         g.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(y, -1, dtype=g.dtype).unsqueeze(-1))
         g.div_(x.shape[1])
         return [torch.bmm(g.transpose(1, 2), x), g.sum(dim=1)]
@@ -71,7 +71,7 @@ class LogReg:
                 p.copy_(q[:1])
             return
         W, b = params
-        g = torch.softmax(torch.baddbmm(b.unsqueeze(1), x, W.transpose(1, 2)), dim=-1)
+        g = softmax_classes(torch.baddbmm(b.unsqueeze(1), x, W.transpose(1, 2)))
         g.scatter_add_(-1, y.unsqueeze(-1), torch.full(y.shape + (1,), -1.0, dtype=g.dtype, device=g.device))
         alpha = lr / x.shape[1]
         W.baddbmm_(g.transpose(1, 2), x, alpha=-alpha)
