@@ -147,6 +147,23 @@ def test_an_event_the_table_cannot_use_or_that_empties_the_objective_is_refused(
         validate_config(cfg)
 
 
+@pytest.mark.parametrize(("table", "change", "message"), [
+    ("objective_inconsistency", {}, "'experiments.{e}.dataset' has value \"synthetic\", which is not allowed "
+                                    "with table objective_inconsistency"),
+    ("efl_lambda", {}, "'experiments.{e}.algorithm' has value \"fedavg\", which is not allowed with table "
+                       "efl_lambda (it reads EFL's λ); allowed: efl among the algorithms"),
+])
+def test_a_table_its_runs_cannot_feed_is_refused_before_any_job(table, change, message):
+    """Both trained every run, then the table failed (needs dataset quadratic; KeyError on EFL's λ)."""
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {EXP: {**cfg["experiments"][EXP], "table": table, **change}}
+    cfg["experiments"][EXP].pop("readings", None)
+    cfg["experiments"][EXP].pop("readings_grid", None)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert message.format(e=EXP) in str(err.value)
+
+
 def test_conv_options_pass_validation():
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]

@@ -399,6 +399,21 @@ def _check_synthetic_iid(name: str, exp: dict[str, Any]) -> None:
                               f"no α, β)")
 
 
+def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
+    """A table that reads what only some runs have: objective_inconsistency the quadratic bed's closed
+    forms, efl_lambda EFL's λ. Other runs trained, then the table failed (an audit)."""
+    key, table = f"experiments.{name}", exp["table"]
+    if table == "objective_inconsistency" and exp["dataset"] != "quadratic":
+        raise ConfigError(f"config key '{key}.dataset' has value \"{exp['dataset']}\", which is not allowed "
+                          f"with table objective_inconsistency (it compares with the quadratic bed's closed "
+                          f"forms); allowed: \"quadratic\"")
+    if table == "efl_lambda" and "efl" not in _algorithms(exp):
+        given = "algorithms" if "algorithms" in exp else "algorithm"
+        value = json.dumps(exp.get(given, "fedavg"))
+        raise ConfigError(f"config key '{key}.{given}' has value {value}, which is not allowed with table "
+                          "efl_lambda (it reads EFL's λ); allowed: efl among the algorithms")
+
+
 def _check_test_fraction(name: str, exp: dict[str, Any]) -> None:
     """A SYNTHETIC device of the fewest samples its sizes allow must keep a training sample after its
     holdout (data.synthetic.holdout_split: n_test = max(1, round(test_fraction·n))); test_fraction 0.99
@@ -489,6 +504,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_synthetic_iid(name, exp)
         _check_equal_counts(name, exp)
         _check_test_fraction(name, exp)
+        _check_table_fits(name, exp)
         _check_traces(name, exp)
         _check_readings(name, exp)
 
