@@ -164,6 +164,22 @@ def test_a_table_its_runs_cannot_feed_is_refused_before_any_job(table, change, m
     assert message.format(e=EXP) in str(err.value)
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    ({"settings": {"NIID": {"partition": {"label_skew": "pathological", "m": 20}}}},
+     "'experiments.{e}.settings.NIID.partition.m' has value 20, which is not allowed with dataset mnist5k; "
+     "allowed: 1..10 (its classes)"),
+    ({"num_devices": 5000}, "'experiments.{e}.num_devices' has value 5000, which is not allowed with dataset "
+                            "mnist5k; allowed: at most 4,000 (its training samples)"),
+])
+def test_what_a_sources_size_refuses_is_refused_before_any_job(change, message):
+    """The split job refused these after the traces were made (an audit); mnist5k has 10 classes, 4,000."""
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {MLP_EXP: {**cfg["experiments"][MLP_EXP], **change}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert message.format(e=MLP_EXP) in str(err.value)
+
+
 def test_conv_options_pass_validation():
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]

@@ -414,6 +414,31 @@ def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
                           "efl_lambda (it reads EFL's λ); allowed: efl among the algorithms")
 
 
+def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
+    """What a registered real source's size refuses in the split job, refused first: a pathological m above
+    its classes, more devices than its training samples (an audit found both passing validation)."""
+    from hetfl.cluster import SOURCE_SIZES
+    from hetfl.data.sources import SOURCES
+
+    info = SOURCES.get(exp["dataset"])
+    if info is None:
+        return
+    key = f"experiments.{name}"
+    for label, setting in exp["settings"].items():
+        part = setting.get("partition") or {}
+        m = part.get("m", 2)
+        if part.get("label_skew") == "pathological" and m > info.num_classes:
+            raise ConfigError(f"config key '{key}.settings.{label}.partition.m' has value {m}, which is "
+                              f"not allowed with dataset {info.name}; allowed: 1..{info.num_classes} (its "
+                              "classes)")
+    train = SOURCE_SIZES.get(info.name, (0, 0))[0]
+    natural = any((s.get("partition") or {}).get("label_skew") == "natural" for s in exp["settings"].values())
+    if train and not natural and exp["num_devices"] > train:
+        raise ConfigError(f"config key '{key}.num_devices' has value {exp['num_devices']}, which is not "
+                          f"allowed with dataset {info.name}; allowed: at most {train:,} (its training "
+                          "samples)")
+
+
 def _check_test_fraction(name: str, exp: dict[str, Any]) -> None:
     """A SYNTHETIC device of the fewest samples its sizes allow must keep a training sample after its
     holdout (data.synthetic.holdout_split: n_test = max(1, round(test_fraction·n))); test_fraction 0.99
@@ -505,6 +530,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_equal_counts(name, exp)
         _check_test_fraction(name, exp)
         _check_table_fits(name, exp)
+        _check_source_fits(name, exp)
         _check_traces(name, exp)
         _check_readings(name, exp)
 
