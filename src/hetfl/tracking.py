@@ -409,10 +409,11 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
                 (summaries if run.key_tag == SUMMARY_TAG else ids)[run.key] = rid
                 stale += old
             for r in (r for rs in existing.values() for r in rs):
-                if prune and r.info.lifecycle_stage != "deleted":
-                    client.delete_run(r.info.run_id)
-                elif r.info.lifecycle_stage != "deleted":
+                live = r.info.lifecycle_stage != "deleted"
+                if live and not prune:
                     continue
+                if live:
+                    client.delete_run(r.info.run_id)
                 stale.append(r.info.run_id)
         purged = len(stale) if purge_runs(uri, stale) else 0
     return Mirror(uri, ids, exp_ids, summaries, purged)
