@@ -136,6 +136,17 @@ TINY = {"experiments": {"e": {
     "num_traces": [1], "local_epochs": 1, "rounds": 2, "seeds": [0]}}}
 
 
+def test_a_missing_data_set_says_where_it_looked_and_how_to_fetch(capsys, tmp_path, monkeypatch):
+    """The CLI kept only the first line of the data layer's message (it is a FileNotFoundError), so
+    where hetfl looked and the fetch command were lost (an audit)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HETFL_DATA_DIR", str(tmp_path / "empty"))
+    rc, err = _main(capsys, "split", "--dataset", "mnist", "--num-devices", "5", "--seed", "0",
+                    "--out", str(tmp_path / "s" / "split.npz"))
+    assert rc == 2 and err.startswith("hetfl split: error: data set 'mnist' (split 'train') is not available")
+    assert "looked on disk in" in err and "python -m hetfl.data.sources fetch mnist" in err
+
+
 def test_full_disk_is_one_line_naming_the_file(capsys, tmp_path, monkeypatch):
     """pyarrow's ENOSPC names no file and came out as a traceback."""
     monkeypatch.chdir(tmp_path)

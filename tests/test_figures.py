@@ -57,6 +57,20 @@ def test_event_curves_draw_each_tau0s_runs_in_its_own_panel(tmp_path, monkeypatc
         assert dashed == [tau0]
 
 
+def test_scheme_curves_shared_y_axis_shows_every_panels_curves(tmp_path):
+    """The panels share their y axis; it was fixed from the first panel's range, so the NIID curves (above
+    IID's) were out of sight in make reproduce's Figure 3 (an audit)."""
+    from hetfl.reports.figures import draw_scheme_curves
+
+    rows = [{"setting": s, "num_traces": 2, "scheme": sch, "seed": 0,
+             "run_dir": curve_run(tmp_path, f"{s}{sch}", "test_accuracy",
+                                  [0.4, 0.5, 0.6] if s == "IID" else [0.7, 0.8, 0.85])}
+            for s in ("IID", "NIID") for sch in "AB"]
+    for ax in _visible(draw_scheme_curves(pd.DataFrame(rows))):
+        low, high = ax.get_ylim()
+        assert low <= 0.4 and high >= 0.85, (ax.get_title(), low, high)
+
+
 def test_scheme_curves_draw_a_grid_without_the_papers_trace_counts(tmp_path, monkeypatch):
     """num_traces [2] crashed the figure (and the workflow with it): every grid draws."""
     from hetfl.reports.figures import FIGURES

@@ -653,7 +653,11 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as exc:  # a full disk, a missing file, no permission: one line, not a traceback
-        print(f"hetfl {args.verb}: error: {_os_error(exc)}", file=sys.stderr)
+        from hetfl.data.sources import SourceUnavailableError
+
+        # a data set hetfl cannot find says where it looked and how to fetch it: every line of it
+        text = str(exc) if isinstance(exc, SourceUnavailableError) else _os_error(exc)
+        print(f"hetfl {args.verb}: error: {text}", file=sys.stderr)
         return 2
 
 

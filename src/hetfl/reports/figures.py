@@ -161,6 +161,10 @@ def draw_scheme_curves(runs: pd.DataFrame, num_traces: tuple[int, ...] | None = 
             ax.set_title(f"{setting}, |T| = {k}{note}", fontsize=9)
             ax.set_xlabel("round")
             ax.set_ylabel("test accuracy" if j == 0 else "")
+    # the panels share their y axis: fixed only once every panel's lines are drawn, or the first panel's
+    # range would hide the others' curves (NIID's B and C sat above IID's range, out of sight)
+    for row in axes[:len(settings)]:
+        for ax in row[:len(ks)]:
             _finish_panel(ax, "test_accuracy")
     if not settings or not ks:
         _finish_panel(axes[0][0])
