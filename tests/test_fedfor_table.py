@@ -116,6 +116,11 @@ def test_acc_x_with_a_censored_seed(tmp_path):
     assert math.isnan(acc.loc["FedFOR", "diff_mean"])
     assert acc.loc["FedFOR", "verdict"] == "not comparable"  # Table 2 gives no ACC_x to compare with
     assert acc.loc["FedFOR", "acc_x"] == 60
+    # two of the three paired seeds are censored: the Δ cell says 2, not 1 (a flag stood for the count)
+    assert acc.loc["FedFOR", "diff_n_censored"] == 2
+    shown = fedfor.layout(tidy, {8: 4}).set_index(["method", "measure"])
+    delta = next(c for c in shown.columns if c.startswith("Δ vs"))
+    assert shown.loc[("FedFOR", "ACC60 (rounds)"), delta].startswith("2 of 3 censored")
 
 
 def test_the_paper_shows_in_the_layout(tmp_path):

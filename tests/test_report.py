@@ -245,3 +245,24 @@ def test_reproduce_refuses_a_directory_that_does_not_exist(capsys, tmp_path):
     rc = reproduce.main(["--directory", str(tmp_path / "none"), "--configfile", str(config)])
     err = capsys.readouterr().err
     assert rc == 2 and "--directory has value" in err and "which is not an existing directory" in err
+
+
+def test_a_figures_caption_describes_the_band_it_draws():
+    """EFL's figures draw a min–max band, the non-zeros none, the fixed points no curve: their captions
+    said "band: 95 % Student-t interval" like every other figure's (an audit)."""
+    runs = pd.DataFrame({"seed": [0, 1, 2]})
+    assert "band: min–max over seeds" in report_pages.figure_caption("efl_figure1", runs, "bmta")
+    assert "no band" in report_pages.figure_caption("communication_nonzeros", runs, "communication_cost")
+    assert "95 % Student-t" in report_pages.figure_caption("scheme_curves", runs, "accuracy_difference")
+    from hetfl.reports.figures import FIGURES as DRAWN
+
+    assert set(report_pages.FIGURE_BANDS) <= set(DRAWN)
+
+
+def test_a_tables_label_in_the_fidelity_rows_keeps_its_own_name():
+    """The fidelity rows cut the paper off the title at the first ': ', and the lecture notes' paper name
+    holds one, so their rows read 'objective inconsistency and fairness: Fairness of ...' (an audit)."""
+    assert report_pages.table_label("fairness") == catalog.subcategory("fairness")
+    assert report_pages.table_label("accuracy_difference_readings") == \
+        catalog.subcategory("accuracy_difference") + ", under every reading"
+    assert report_pages.table_title("fairness") == f"{catalog.NOTES}: {catalog.subcategory('fairness')}"

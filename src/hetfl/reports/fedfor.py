@@ -48,7 +48,7 @@ DATASET_TABLES = {"domainnet": "Table 3", "digit5": "Table 4"}
 MEASURES = ("best@half", "best@full", "ACC_x")
 TIDY_COLUMNS = ["paper_table", "dataset", "local_epochs", "measure", "round", "acc_x", "method",
                 "reproduced_mean", "reproduced_std", "n_seeds", "n_censored", "paper", "paper_std", "baseline",
-                "diff_mean", "ci_low", "ci_high", "paper_diff", "verdict", "comparable"]
+                "diff_mean", "ci_low", "ci_high", "diff_n_censored", "paper_diff", "verdict", "comparable"]
 
 
 def validation_curve(run_dir: str | Path) -> pd.Series:
@@ -180,7 +180,7 @@ def _summary(per: pd.DataFrame, measure: str) -> dict[str, float]:
 
 def _paired(per: pd.DataFrame, base: pd.DataFrame | None, measure: str, is_base: bool) -> dict[str, float]:
     """method − baseline over the seeds both ran: mean and 95 % CI (bounds rule for censored ACC_x)."""
-    empty = {"diff_mean": np.nan, "ci_low": np.nan, "ci_high": np.nan}
+    empty = {"diff_mean": np.nan, "ci_low": np.nan, "ci_high": np.nan, "diff_n_censored": 0}
     if is_base or base is None:
         return empty
     both = per.merge(base, left_index=True, right_index=True, suffixes=("", "_base"))
@@ -192,7 +192,7 @@ def _paired(per: pd.DataFrame, base: pd.DataFrame | None, measure: str, is_base:
         iv = bounded_interval(lo, hi)
     else:
         iv = t_interval((both[measure] - both[f"{measure}_base"]).dropna())
-    return {"diff_mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high}
+    return {"diff_mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "diff_n_censored": iv.n_censored}
 
 
 def _measure_text(r: pd.Series) -> str:
@@ -227,7 +227,7 @@ def layout(tidy: pd.DataFrame, rounds: dict[int, int]) -> pd.DataFrame:
     for _, r in tidy.iterrows():
         n = 0 if pd.isna(r["diff_mean"]) and pd.isna(r["ci_low"]) else int(r["n_seeds"])
         diff = interval_text(Interval(r["diff_mean"], math.nan, r["ci_low"], r["ci_high"], n,
-                                      int(pd.isna(r["diff_mean"]) and n > 0)), digits=2)
+                                      int(r["diff_n_censored"])), digits=2)
         rows.append({"E": int(r["local_epochs"]), "measure": _measure_text(r), "method": r["method"],
                      "reproduced": _reproduced_text(r, rounds.get(int(r["local_epochs"]), 0)),
                      "paper": _paper_text(r),

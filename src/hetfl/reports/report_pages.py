@@ -110,11 +110,15 @@ def verdict_line(name: str, csv: Path) -> str:
     return "; ".join(parts) if name == base_table(name) else "per reading, " + "; ".join(parts)
 
 
-def table_title(name: str) -> str:
+def table_label(name: str) -> str:
+    """The table's names without its paper: 'Table 3: accuracy_difference', ', under every reading' added
+    to a readings table's."""
     base = base_table(name)
-    entry = catalog.table_entry(base)
-    suffix = ", under every reading" if name != base else ""
-    return f"{entry.paper}: {catalog.subcategory(base)}{suffix}"
+    return catalog.subcategory(base) + (", under every reading" if name != base else "")
+
+
+def table_title(name: str) -> str:
+    return f"{catalog.table_entry(base_table(name)).paper}: {table_label(name)}"
 
 
 def write_table_page(name: str, md: Path, csv: Path, out: Path) -> None:
@@ -131,6 +135,16 @@ def write_table_page(name: str, md: Path, csv: Path, out: Path) -> None:
     atomic_write_text(out.with_name(out.name + ".caption.html"), fragment)
 
 
+#: what a figure draws where it is not figures.py's mean curve with a 95 % t band (an audit found four
+#: captions describing a band their figures do not draw)
+FIGURE_BANDS = {
+    "efl_figure1": "Curves: mean over seeds per round; band: min–max over seeds (no band with one seed).",
+    "efl_figure2": "Curves: mean over seeds per round; band: min–max over seeds (no band with one seed).",
+    "communication_nonzeros": "Curves: mean over seeds per round; no band.",
+    "objective_inconsistency": "Points: each run's fixed point beside the closed forms; no curves, no band.",
+}
+
+
 def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
     """The figure's caption fragment: the paper's figure, what is drawn, the seeds, the band, the |T| = 1
     note where it applies, and the table whose runs it draws."""
@@ -142,8 +156,8 @@ def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
              html.escape(catalog.FIGURES[name].what if name in catalog.FIGURES else name.replace("_", " "))
              + ".",
              f"Drawn from the runs of table {html.escape(table)} ({len(runs)} runs, {seeds} seed(s)).",
-             "Curves: mean over seeds per round; band: 95 % Student-t interval over seeds (no band with one "
-             "seed)."]
+             FIGURE_BANDS.get(name, "Curves: mean over seeds per round; band: 95 % Student-t interval over "
+                                    "seeds (no band with one seed).")]
     if name == "scheme_curves":
         parts.append(f"Panels with |T| = 1: {html.escape(ONE_TRACE_NOTE)} — trace T_0 has every device "
                      "complete its local work every round, so Schemes A, B and C give the same weights and "
@@ -179,7 +193,7 @@ def write_fidelity(tables: list[str], tables_dir: Path, out: Path) -> None:
     rows = []
     for name in tables:
         rows.append(f"<tr><td>{html.escape(catalog.category(base_table(name)))}</td>"
-                    f"<td>{html.escape(table_title(name).split(': ', 1)[1])}</td>"
+                    f"<td>{html.escape(table_label(name))}</td>"  # a paper's name may hold ': ' itself
                     f"<td>{'<br>'.join(html.escape(p) for p in parts[name])}</td>"
                     f"<td>{_result_link(f'{TABLE_PAGES}/{name}.html')}</td></tr>")
     summary = counts_text(total) if total else "no verdicts"
