@@ -160,3 +160,20 @@ def test_efl_outputs_end_to_end(tmp_path):
     assert sorted(lam["lam"]) == [0.0, 0.1] and lam["is_best"].sum() == 1
     for fig in ("efl_figure1", "efl_figure2"):
         assert (out / f"figures/{fig}.png").stat().st_size > 1000
+
+
+def test_captions_count_what_the_fidelity_summary_counts():
+    """efl_lambda's caption left out its 'not comparable' cells and fairness's counted none, while the
+    report's fidelity summary counts them (an audit: 48 there against 31 in the captions)."""
+    import pandas as pd
+
+    from hetfl.reports import catalog, efl_lambda, fairness
+    from hetfl.reports.verdicts import counts_text
+
+    lam = pd.DataFrame({"bmta_verdict": ["—", "not comparable", "same direction"],
+                        "loss_verdict": ["—", "not comparable", "inconclusive"]})
+    counted = counts_text(catalog.counted_verdicts("efl_lambda", lam))
+    assert f"Verdicts: {counted}." in efl_lambda.caption(lam, "")
+    fair = pd.DataFrame({"verdict": ["not comparable"] * 3})
+    assert f"Verdicts: {counts_text(catalog.counted_verdicts('fairness', fair))}." in \
+        fairness.caption("", list(fair["verdict"]))

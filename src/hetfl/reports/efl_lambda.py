@@ -98,7 +98,8 @@ def _cell(r: pd.Series, what: str, kind: str, n: int, digits: int = 2) -> str:
 
 
 def caption(tidy: pd.DataFrame, settings_note: str) -> str:
-    judged = [v for c in ("bmta_verdict", "loss_verdict") for v in tidy[c] if v not in ("—", "not comparable")]
+    # every cell the report's fidelity summary counts (catalog: both columns, '—' is no verdict)
+    judged = [v for c in ("bmta_verdict", "loss_verdict") for v in tidy[c] if v != "—"]
     return ("Ma et al. (2022), EFL Figure 2 in numbers: EFL with λ = 0 against EFL with the best λ in the "
             "non-IID setting. BMTA as in the bmta table (%, best over rounds of the mean testing accuracy); "
             "final train loss = F(w) on all local training data at the last evaluated round. Best λ = the λ > 0 "

@@ -23,7 +23,7 @@ import pandas as pd
 from hetfl.algorithms import method_label
 from hetfl.reports.bmta import KEYS, REFERENCE_METHOD, model_note, paired, reference_runs
 from hetfl.reports.event_tables import curve
-from hetfl.reports.verdicts import Interval, interval_text, t_interval
+from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval
 from hetfl.reports.writers import write_frame_tables
 
 #: metric → the name the lecture notes give it
@@ -84,7 +84,9 @@ def _interval(r: pd.Series, name: str, kind: str, n: int) -> str:
                          digits=digits)
 
 
-def caption(settings_note: str) -> str:
+def caption(settings_note: str, verdicts: list[str] | None = None) -> str:
+    """verdicts: the cells' (as the report's fidelity summary counts them), counted in the caption."""
+    counted = f"Verdicts: {counts_text(verdicts)}. " if verdicts is not None else ""
     return ("Fairness of the per-device losses (lecture notes, seed 001): variance (1/K)Σ(F_i − F̄)², entropy "
             "−Σ q_i log q_i with q_i = F_i/ΣF_j (at most log K; natural log) and Jain's index (ΣF_i)²/(KΣF_i²) "
             "(1 = equal), F_i = the loss of the evaluated model on device i's local training data, over the "
@@ -92,10 +94,11 @@ def caption(settings_note: str) -> str:
             "(FedAMP: the data-weighted mean of the devices' models; APFL: the shared w), not the personalised "
             "models the BMTA table scores. Cells: mean [95% Student-t CI] over seeds; 'Δ vs FedAvg' = paired "
             f"per-seed difference on the same split and seed. Verdict: not comparable, {NO_PAPER}. "
-            + settings_note)
+            + counted + settings_note)
 
 
 def write(runs: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFrame:
     tidy = fairness(runs)
-    write_frame_tables(tidy, layout(tidy), out_stem, caption(settings_note + " " + model_note(runs)))
+    shown = [str(v) for v in tidy["verdict"] if isinstance(v, str) and v != "—"]
+    write_frame_tables(tidy, layout(tidy), out_stem, caption(settings_note + " " + model_note(runs), shown))
     return tidy

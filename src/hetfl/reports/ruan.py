@@ -143,6 +143,12 @@ def table_verdicts(table: str, tidy: pd.DataFrame) -> list[str]:
     return ev.verdicts_of(tidy)
 
 
+#: which cells a caption's verdict counts are of, where the table shows other verdicts too
+COUNTED = {"fast_reboot": " (of the vanilla − fast cells; each policy's own count has its verdict beside it, "
+                          "not counted)",
+           "accuracy_difference": " (of the percentage-point cells)"}
+
+
 def _notes(runs: pd.DataFrame, table: str, tidy: pd.DataFrame, settings_note: str) -> str:
     from hetfl.reports.tables import scale_note  # the generic notes live with the other tables
 
@@ -153,7 +159,7 @@ def _notes(runs: pd.DataFrame, table: str, tidy: pd.DataFrame, settings_note: st
         "Readings (docs/readings.md): " + ", ".join(f"{k} = {v}" for k, v in readings.items()) + ".",
         comparability_note(runs),
         participation_note(runs),
-        f"Verdicts: {counts_text(table_verdicts(table, tidy))}.",
+        f"Verdicts: {counts_text(table_verdicts(table, tidy))}{COUNTED.get(table, '')}.",
         provenance_note(runs),
     ]))
 
