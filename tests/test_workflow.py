@@ -43,6 +43,10 @@ def test_table_is_built_with_paper_values(workflow_dir):
     assert "Runs read: " in md and "E[K_τ]" in md
     readings = pd.read_csv(workflow_dir / "reports/tables/accuracy_difference_readings.csv")
     assert set(readings["reading"]) == {"paper/default", "improvement=relative", "completion=floor"}
+    # the cells a reading's grid did not run say so ("nan" read as a failed run; an audit)
+    wide = (workflow_dir / "reports/tables/accuracy_difference_readings.md").read_text()
+    assert "nan" not in wide.split("Every cell under every reading")[1]
+    assert "the default's: " in wide  # an alternative's row gives the default's basis, labelled so
 
 
 @pytest.mark.slow

@@ -295,8 +295,12 @@ def _readings_md(table: str, tidy: pd.DataFrame) -> str:
             "crossing_epochs": ["dataset", "setting", "tau0"]}[table]
     order = list(dict.fromkeys(cells["reading"]))
     wide = cells.assign(text=[f"{interval_text(_iv(r))} · {r['verdict']}" for _, r in cells.iterrows()])
+    # a cell the readings grid did not run under a reading is said so, not printed as "nan"
     wide = wide.pivot_table(index=keys, columns="reading", values="text", aggfunc="first")[order]
-    summary = pd.DataFrame([{"reading": r, "basis": READING_BASIS.get(r.split("=")[0], "the defaults"),
+    wide = wide.fillna("— (not run)")
+    # a reading's row says why the *default* is what it is: the alternative departs from that
+    summary = pd.DataFrame([{"reading": r, "basis": ("the default's: " + READING_BASIS[r.split("=")[0]]
+                                                     if r.split("=")[0] in READING_BASIS else "the defaults"),
                              **verdict_counts([str(v) for v in cells.loc[cells["reading"] == r, "verdict"]])}
                             for r in order], columns=["reading", "basis", *VERDICTS])
     return ("Verdict counts per reading (each reading changes one thing from the defaults):\n\n"
