@@ -129,6 +129,11 @@ def test_counts_and_text():
     with pytest.raises(ValueError, match="unknown"):
         verdict_counts(["maybe"])
     assert interval_text(t_interval([1.0, 2.0, 3.0, 4.0, 5.0])) == "3.0 [1.0, 5.0]"
+    # float noise below the printed digits is 0, never "-0.0" (an audit found "0.4 [-0.0, 0.8]")
+    from hetfl.reports.verdicts import Interval
+
+    assert interval_text(Interval(0.4, 0.1, -0.01, 0.8, 3)) == "0.4 [0.0, 0.8]"
+    assert interval_text(Interval(-1e-10, 0.0, -1e-10, 1e-10, 3), digits=4) == "0.0000 [0.0000, 0.0000]"
     assert interval_text(bounded_interval([71, 71], [math.inf, math.inf])) == "2 of 2 censored [71.0, ∞]"
 
 

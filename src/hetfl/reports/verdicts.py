@@ -201,8 +201,9 @@ def interval_text(iv: Interval, digits: int = 1) -> str:
     def fmt(x: float) -> str:
         if math.isinf(x):
             return "∞" if x > 0 else "−∞"
-        return f"{x:.{digits}f}"
+        shown = round(x, digits)
+        return f"{shown if shown != 0 else 0.0:.{digits}f}"  # float noise below the digits is 0, not "-0.0"
 
     ci = "" if math.isnan(iv.low) else f" [{fmt(iv.low)}, {fmt(iv.high)}]"
-    head = f"{iv.mean:.{digits}f}" if not math.isnan(iv.mean) else f"{iv.n_censored} of {iv.n} censored"
+    head = fmt(iv.mean) if not math.isnan(iv.mean) else f"{iv.n_censored} of {iv.n} censored"
     return head + ci
