@@ -552,8 +552,10 @@ def local_holdout(
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Split every client's indices into a local (train, test) pair.
 
-    Per client ``n_test = max(1, round(test_fraction · n))`` and ``n_train ≥ 1`` (as LEAF's per-user
-    split and FedProx's 90/10 split); one ``default_rng(seed)`` serves the clients in order.
+    Per client ``n_test = max(1, round(test_fraction · n))`` and ``n_train ≥ 1``; LEAF's per-user split
+    and FedProx's truncate the training share instead (``n_train = int((1 − f)·n)``), which gives a test
+    set one sample larger for some n (docs/datasets.md). One ``default_rng(seed)`` serves the clients in
+    order.
     """
     if not _is_int(seed) or seed < 0:
         raise ValueError(f"seed={seed!r} must be an integer >= 0")
