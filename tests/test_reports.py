@@ -393,3 +393,15 @@ def test_write_is_atomic(table: pd.DataFrame, tmp_path: Path, monkeypatch: pytes
         write_tables(table, stem, "caption")
     assert target.read_text() == "previous"  # old file untouched
     assert [p.name for p in out.iterdir()] == ["t3.csv"]  # temp file cleaned up
+
+
+def test_latex_escape_leaves_only_what_pdflatex_reads():
+    """The .tex tables carried Δ, Σ, ρ, x̃, F̄, ³ and ⌊⌋ as they were (an audit); every character the
+    tables and captions use now comes out as ASCII LaTeX."""
+    from hetfl.reports.writers import latex_escape
+
+    text = "Δ vs FedAvg, Σ p_i, x̃ − x*, F̄, 10³ and 10⁶, ρ_i, ⌊f·E⌋, ℓ1 → §4, ε, σ, τ0, α ≥ 0, ±, —, Α"
+    out = latex_escape(text)
+    assert out.isascii(), [ch for ch in out if not ch.isascii()]
+    assert r"$\Delta$ vs FedAvg" in out and r"$\tilde{x}$" in out and r"$\bar{F}$" in out
+    assert r"10$^{3}$" in out and r"$\lfloor$f$\cdot$E$\rfloor$" in out and out.endswith(", A")
