@@ -121,3 +121,19 @@ def test_workflow_charts_the_experiments_own_splits_of_the_first_seed(tmp_path):
             in jobs[0])
     assert "hetfl split-figure --out reports/figures/splits/syn data_splits/syn/NIID/seed4/manifest.json" \
         in proc.stdout
+
+
+def test_save_png_keeps_a_title_wider_than_the_figure(tmp_path):
+    """The split charts' titles were cut at the figure's edge (an audit): the PNG is its tight box."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from hetfl.reports.split_figures import save_png
+
+    fig = Figure(figsize=(2, 2))
+    fig.suptitle("a title much wider than its two-inch figure " * 3)
+    out = save_png(fig, tmp_path / "t.png")
+    width = int.from_bytes(out.read_bytes()[16:20], "big")  # the PNG header's IHDR width
+    assert width > 2 * 100

@@ -238,7 +238,7 @@ def draw_split_panels(panels: list[SplitPanel], title: str = "") -> Figure:
 def save_png(fig: Figure, path: str | Path) -> Path:
     """`fig` as PNG, byte for byte the same on every run (no software metadata), written atomically."""
     out = Path(path)
-    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=100, metadata={"Software": None}))
+    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=100, bbox_inches="tight", metadata={"Software": None}))
     return out
 
 
