@@ -405,3 +405,17 @@ def test_latex_escape_leaves_only_what_pdflatex_reads():
     assert out.isascii(), [ch for ch in out if not ch.isascii()]
     assert r"$\Delta$ vs FedAvg" in out and r"$\tilde{x}$" in out and r"$\bar{F}$" in out
     assert r"10$^{3}$" in out and r"$\lfloor$f$\cdot$E$\rfloor$" in out and out.endswith(", A")
+
+
+def test_scale_note_says_how_a_real_sources_equal_sizes_are_dealt():
+    """'sizes equal' was printed for mnist5k's pathological split, whose devices hold 117 to 266 training
+    samples (an audit): on a real source it is the label skew's deal unless equal_counts trims it."""
+    from hetfl.reports.tables import scale_note
+
+    run = {"dataset_name": "mnist5k", "sizes.distribution": "equal", "num_devices": 20, "model": "mlp",
+           "rounds": 20, "seed": 0, "local_epochs": 20, "local_work": "steps", "batch_size": 10, "eta0": 0.05}
+    assert "sizes as the label skew deals them (the whole split)" in scale_note(pd.DataFrame([run]))
+    trimmed = pd.DataFrame([{**run, "partition.equal_counts": True}])
+    assert "sizes equal (every device trimmed to one count)" in scale_note(trimmed)
+    synthetic = pd.DataFrame([{**run, "dataset_name": "synthetic"}])
+    assert "sizes equal" in scale_note(synthetic) and "label skew" not in scale_note(synthetic)

@@ -54,7 +54,8 @@ def test_caption_states_each_settings_split(tmp_path):
             "</td></tr>") in caption
     # only the keys the label skew reads; a real source's 'equal' reads no size
     assert ("<tr><td>m1</td><td>3</td><td>3</td><td>2 / 7 / 10</td><td>1 / 1 / 2</td><td>1000</td>"
-            "<td>mnist5k, partition pathological (m 1, label_choice random); sizes equal</td></tr>"
+            "<td>mnist5k, partition pathological (m 1, label_choice random); sizes as the label skew deals "
+            "them</td></tr>"
             ) in caption
     assert "Data splits: exp" in caption and "seed 3" in caption
     assert "the other seeds' splits are drawn the same way" in caption

@@ -163,7 +163,8 @@ def _min_median_max(values) -> str:
 # The keys each label skew and size distribution reads (hetfl.data.partition.PartitionSpec,
 # hetfl.data.sizes.SizeSpec): a manifest records every default, and the caption shows only what shaped the
 # split. A kind not listed here shows all its keys.
-_SKEW_KEYS = {"iid": (), "dirichlet": ("alpha", "min_size"), "pathological": ("m", "label_choice"),
+_SKEW_KEYS = {"iid": ("equal_counts",), "dirichlet": ("alpha", "min_size"),
+              "pathological": ("m", "label_choice", "equal_counts"),
               "shards": ("shards_per_client",), "longtail": ("imbalance_ratio", "client_fraction", "draw"),
               "natural": ("min_samples",)}
 _SIZE_KEYS = {"equal": ("size",), "pareto": ("size", "index", "min_size", "max_size"),
@@ -190,7 +191,8 @@ def _spec_text(manifest: dict[str, Any]) -> str:
         partition = manifest.get("partition") or {"label_skew": "iid"}
         data = f"{dataset}, partition {_kind_text('label_skew', partition, _SKEW_KEYS)}"
         if sizes.get("distribution") == "equal":  # a real source's "equal" reads no size (hetfl split --help)
-            return f"{data}; sizes equal"
+            trimmed = partition.get("equal_counts") is True  # else the label skew deals the whole split
+            return f"{data}; sizes {'equal (trimmed to one count)' if trimmed else 'as the label skew deals them'}"
     return f"{data}; sizes {_kind_text('distribution', sizes, _SIZE_KEYS)}"
 
 

@@ -55,6 +55,12 @@ def scale_note(runs: pd.DataFrame) -> str:
     for dataset, g in runs.groupby("dataset_name", sort=True):
         f = g.iloc[0]
         sizes = f"sizes {f['sizes.distribution']}"
+        if f["sizes.distribution"] == "equal" and dataset != "synthetic":
+            # a real source's "equal" deals out the whole split; its label skew decides the counts
+            # (equal_counts trims them to one): "sizes equal" was false of a pathological split (an audit)
+            trimmed = "partition.equal_counts" in g and g["partition.equal_counts"].eq(True).all()
+            sizes = ("sizes equal (every device trimmed to one count)" if trimmed
+                     else "sizes as the label skew deals them (the whole split)")
         if f["sizes.distribution"] == "pareto":
             sizes += f" (scale {f['sizes.size']}, index {f['sizes.index']}, cap {f['sizes.max_size']})"
         notes.append(f"{DATASET_LABELS.get(dataset, dataset)}: {int(f['num_devices'])} devices, model "
