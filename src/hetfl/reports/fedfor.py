@@ -270,13 +270,14 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
 def build(run_dirs: list[Path], out_stem: Path) -> Path:
     """The table from run directories (reports.tables.BUILDERS)."""
     from hetfl.reports.results import collect_runs
+    from hetfl.reports.ruan import provenance_note
     from hetfl.reports.writers import write_frame_tables
 
     runs = collect_runs(run_dirs)
     runs = runs[runs["status"] == "ok"].assign(dataset_name=runs["dataset"])
     tidy = fedfor_by_e(runs)
     rounds = {int(e): int(g["rounds"].max()) for e, g in runs.groupby("local_epochs")}
-    write_frame_tables(tidy, layout(tidy, rounds), out_stem, caption(tidy, runs))
+    write_frame_tables(tidy, layout(tidy, rounds), out_stem, caption(tidy, runs) + " " + provenance_note(runs))
     return out_stem
 
 
@@ -348,6 +349,7 @@ def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
     """Table 5 from run directories (reports.tables.BUILDERS)."""
     from hetfl.reports.results import collect_runs
     from hetfl.reports.verdicts import Interval
+    from hetfl.reports.ruan import provenance_note
     from hetfl.reports.writers import write_frame_tables
 
     runs = collect_runs(run_dirs)
@@ -377,6 +379,6 @@ def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
                "FedProx, FedDyn and FedFOR share every entry, so their verdicts are 'not comparable'. "
                f"Here: {first['dataset']}, model {first['model']}, {int(runs['rounds'].max())} rounds, "
                f"{runs['seed'].nunique()} seed(s). Verdicts: "
-               f"{counts_text([v for v in tidy['verdict'] if v != '—'])}.")
+               f"{counts_text([v for v in tidy['verdict'] if v != '—'])}. " + provenance_note(runs))
     write_frame_tables(tidy, out, out_stem, caption)
     return out_stem

@@ -132,11 +132,12 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
 def build(run_dirs: list[Path], out_stem: Path) -> Path:
     """The table from run directories (reports.tables.BUILDERS)."""
     from hetfl.reports.results import collect_runs
+    from hetfl.reports.ruan import provenance_note
     from hetfl.reports.writers import write_frame_tables
 
     runs = collect_runs(run_dirs)
     tidy = objective_inconsistency(runs)
-    write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, runs))
+    write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, runs) + " " + provenance_note(runs))
     return out_stem
 
 

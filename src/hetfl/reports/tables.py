@@ -83,7 +83,7 @@ def load_event_runs(paths: list[Path]) -> pd.DataFrame:
 
 
 def _notes(runs: pd.DataFrame) -> str:
-    return settings_note(runs) + " " + scale_note(runs)
+    return settings_note(runs) + " " + scale_note(runs) + " " + ruan.provenance_note(runs)
 
 
 def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
