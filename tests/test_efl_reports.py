@@ -53,6 +53,10 @@ def test_fairness_takes_the_final_round_with_ci_and_paired_difference(tmp_path):
     assert efl["n_seeds"] == 4 and efl["n_diverged"] == 1 and efl["Jain_mean"] == pytest.approx(2.75 / 3)
     assert efl["Jain_diff_mean"] == pytest.approx(0.2 / 3)
     assert math.isnan(fedavg["Jain_diff_mean"]) and set(t["verdict"]) == {"not comparable"}
+    # FedAvg's variance (.01, .02, .03): .02 − 4.3027·.01/√3 = −.0048, cut at 0, a variance's least (an
+    # audit found such negative ends printed); Jain's .85 + .124 is below 1 and stays
+    assert fedavg["variance_ci_low"] == 0.0
+    assert fedavg["variance_ci_high"] == pytest.approx(0.02 + T2 * 0.01 / math.sqrt(3))
 
 
 def test_best_lambda_and_the_paired_differences_to_lambda_zero(tmp_path):

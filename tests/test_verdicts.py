@@ -179,3 +179,13 @@ def test_student_t_quantiles_without_scipy_stats():
     expect = [(float(stats.t.ppf((1 - c) / 2, df)), float(stats.t.ppf((1 + c) / 2, df)))
               for c in (0.5, 0.9, 0.95, 0.99) for df in (1, 2, 4, 29, 1000)]
     assert values == repr(expect)
+
+
+def test_within_cuts_an_interval_to_its_quantitys_range():
+    from hetfl.reports.verdicts import Interval, within
+
+    iv = within(Interval(5.0, 2.0, -38.4, math.inf, 5, 2), low=1.0)  # epochs to recover: at least 1
+    assert (iv.low, iv.high, iv.mean, iv.n_censored) == (1.0, math.inf, 5.0, 2)
+    assert within(Interval(50.0, 1.0, 98.0, 102.0, 3), 0.0, 100.0).high == 100.0  # a BMTA in per cent
+    nan = within(Interval(1.0, math.nan, math.nan, math.nan, 1), low=0.0)
+    assert math.isnan(nan.low) and math.isnan(nan.high)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from hetfl.algorithms import method_label
 from hetfl.reports.event_tables import curve
-from hetfl.reports.verdicts import RULE_TEXT, Interval, counts_text, interval_text, t_interval, verdict
+from hetfl.reports.verdicts import RULE_TEXT, Interval, counts_text, interval_text, t_interval, verdict, within
 from hetfl.reports.writers import write_frame_tables
 
 METRIC = "mean_client_accuracy"
@@ -103,7 +103,7 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
         first = g.iloc[0]
         method = method_label(algorithm)
         values = g.set_index("seed")["bmta"]
-        iv = t_interval(values.dropna().to_list())
+        iv = within(t_interval(values.dropna().to_list()), 0.0, 100.0)  # a BMTA in per cent
         iid = is_iid(first)
         stand_in = STAND_INS.get(first.get("dataset_name", ""))
         reason = ("Table 2 reports the non-IID setting only" if iid else stand_in) or ""

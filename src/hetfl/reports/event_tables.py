@@ -17,7 +17,7 @@ import pandas as pd
 
 from hetfl.reports.curves import observed_after, rounds_to_cross, rounds_to_recover
 from hetfl.reports.results import load_metrics
-from hetfl.reports.verdicts import Interval, bounded_interval, interval_text, verdict
+from hetfl.reports.verdicts import Interval, bounded_interval, interval_text, verdict, within
 
 TIDY_COLUMNS = ["dataset", "setting", "tau0", "method", "reproduced_mean", "reproduced_std", "ci_low", "ci_high",
                 "n_seeds", "n_never", "observed_rounds", "paper", "verdict"]
@@ -41,6 +41,8 @@ def summarise(lower: list[float], upper: list[float], observed: int, paper: floa
 
     kind (reports.verdicts): "level" for a count of rounds, "difference" for vanilla − fast."""
     iv = bounded_interval(lower, upper) if lower else Interval(math.nan, math.nan, math.nan, math.nan, 0)
+    if kind == "level":  # a count of epochs from τ0 on is at least 1 (curves.py)
+        iv = within(iv, low=1.0)
     return {"reproduced_mean": iv.mean, "reproduced_std": iv.std, "ci_low": iv.low, "ci_high": iv.high,
             "n_seeds": iv.n, "n_never": iv.n_censored, "observed_rounds": observed, "paper": paper,
             "verdict": verdict(paper, iv.low, iv.high, comparable, kind)}

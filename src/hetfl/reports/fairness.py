@@ -15,6 +15,8 @@ verdict is "not comparable"; the caption says so.
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,7 @@ import pandas as pd
 from hetfl.algorithms import method_label
 from hetfl.reports.bmta import KEYS, REFERENCE_METHOD, model_note, paired, reference_runs
 from hetfl.reports.event_tables import curve
-from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval
+from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval, within
 from hetfl.reports.writers import write_frame_tables
 
 #: metric → the name the lecture notes give it
@@ -50,9 +52,13 @@ def fairness(runs: pd.DataFrame) -> pd.DataFrame:
         row: dict[str, object] = {"method": method_label(algorithm), "dataset": dataset, "setting": setting,
                                   "num_traces": int(k), "scheme": scheme, "n_seeds": len(g),
                                   "n_diverged": int((g["status"] != "ok").sum())}
+        k = first.get("num_devices")
+        k_devices = float(k) if k is not None and not pd.isna(k) and k >= 1 else math.inf  # unknown: no bound
+        ranges = {"variance": (0.0, math.inf), "entropy": (0.0, math.log(k_devices)),
+                  "Jain": (1.0 / k_devices, 1.0)}  # what each measure can take over K devices
         for metric, name in MEASURES.items():
             values = g.set_index("seed")[metric]
-            iv = t_interval(values.dropna().to_list())
+            iv = within(t_interval(values.dropna().to_list()), *ranges[name])
             diff = t_interval(paired(values, ref.set_index("seed")[metric])) if len(ref) else t_interval([])
             row.update({f"{name}_mean": iv.mean, f"{name}_ci_low": iv.low, f"{name}_ci_high": iv.high,
                         f"{name}_diff_mean": diff.mean, f"{name}_diff_ci_low": diff.low,
