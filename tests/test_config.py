@@ -57,6 +57,13 @@ def test_unknown_key_is_named():
 MLP_EXP = "ma2022_efl_table2_mnist5k"  # quick.yaml's MLP (model mlp, model_params {hidden: [64]})
 
 
+def _refused(cfg: dict, message: str) -> None:
+    """validate_config refuses cfg with a ConfigError that says `message`."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert message in str(err.value)
+
+
 @pytest.mark.parametrize(("model", "params", "message"), [
     ("mlp", {"hidden": [64], "widths": [8]},
      "'experiments.{e}.model_params.widths' has value [8], which is not a parameter of model \"mlp\"; "
@@ -79,9 +86,7 @@ def test_bad_model_params_are_named_before_any_job(model, params, message):
     exp["model"], exp["model_params"] = model, params
     if model == "char_lstm":  # the model of its text source
         exp["dataset"] = "shakespeare"
-    with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
-    assert message.format(e=MLP_EXP) in str(err.value)
+    _refused(cfg, message.format(e=MLP_EXP))
 
 
 @pytest.mark.parametrize(("partition", "sizes", "message"), [
@@ -100,9 +105,7 @@ def test_equal_counts_outside_its_skews_is_refused_before_any_job(partition, siz
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
     exp["settings"]["NIID"]["partition"], exp["sizes"] = partition, sizes
-    with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
-    assert message.format(e=MLP_EXP) in str(err.value)
+    _refused(cfg, message.format(e=MLP_EXP))
 
 
 def test_equal_counts_passes_validation_and_reaches_the_split_spec():
@@ -127,9 +130,7 @@ def test_model_sizes_that_training_would_refuse_are_refused_first(model, params,
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
     exp["model"], exp["model_params"] = model, params
-    with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
-    assert message.format(e=MLP_EXP) in str(err.value)
+    _refused(cfg, message.format(e=MLP_EXP))
 
 
 def test_an_event_the_table_cannot_use_or_that_empties_the_objective_is_refused():
@@ -159,9 +160,7 @@ def test_a_table_its_runs_cannot_feed_is_refused_before_any_job(table, change, m
     cfg["experiments"] = {EXP: {**cfg["experiments"][EXP], "table": table, **change}}
     cfg["experiments"][EXP].pop("readings", None)
     cfg["experiments"][EXP].pop("readings_grid", None)
-    with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
-    assert message.format(e=EXP) in str(err.value)
+    _refused(cfg, message.format(e=EXP))
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -175,9 +174,7 @@ def test_what_a_sources_size_refuses_is_refused_before_any_job(change, message):
     """The split job refused these after the traces were made (an audit); mnist5k has 10 classes, 4,000."""
     cfg = copy.deepcopy(QUICK)
     cfg["experiments"] = {MLP_EXP: {**cfg["experiments"][MLP_EXP], **change}}
-    with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
-    assert message.format(e=MLP_EXP) in str(err.value)
+    _refused(cfg, message.format(e=MLP_EXP))
 
 
 def test_conv_options_pass_validation():
