@@ -81,3 +81,7 @@ def test_layout_and_caption(tmp_path):
     assert delta["total non-zeros (10⁶)"].startswith("-36.67 [")
     text = cc.caption(tidy, runs)
     assert "not comparable" in text and "2 of 20 clients per round" in text
+    # a Δ row carries three verdicts (non-zeros, entropy, accuracy), and its paper cell all three claims:
+    # the caption counted three times the verdict cells shown, and the accuracy claim was hidden (an audit)
+    assert "one for each Δ row's non-zeros, entropy and accuracy" in text
+    assert delta["paper"] == "lower non-zeros and entropy; accuracy ≈ 0"
