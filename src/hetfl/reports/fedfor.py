@@ -47,7 +47,8 @@ PAPER_TABLES = {
 DATASET_TABLES = {"domainnet": "Table 3", "digit5": "Table 4"}
 MEASURES = ("best@half", "best@full", "ACC_x")
 TIDY_COLUMNS = ["paper_table", "dataset", "local_epochs", "measure", "round", "acc_x", "method",
-                "reproduced_mean", "reproduced_std", "n_seeds", "n_censored", "paper", "paper_std", "baseline",
+                "reproduced_mean", "reproduced_std", "n_seeds", "n_censored", "paper", "paper_std", "paper_round",
+                "baseline",
                 "diff_mean", "ci_low", "ci_high", "diff_n_censored", "paper_diff", "verdict", "comparable"]
 
 
@@ -153,6 +154,8 @@ def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True) -> pd.DataFrame:
                        "acc_x": acc_x if measure == "ACC_x" else np.nan, "method": method,
                        "paper": float(paper["paper"].iloc[0]) if len(paper) else np.nan,
                        "paper_std": float(paper["paper_std"].iloc[0]) if len(paper) else np.nan,
+                       "paper_round": (float(paper["round"].iloc[0]) if len(paper) and measure != "ACC_x"
+                                       else np.nan),
                        "baseline": baseline_name, "comparable": comparable}
                 row.update(_summary(per, measure))
                 row.update(_paired(per, base, measure, method == baseline_name))
@@ -215,7 +218,13 @@ def _paper_text(r: pd.Series) -> str:
     if pd.isna(r["paper"]):
         return "—"
     digits = 0 if r["measure"] == "ACC_x" else 2
-    return f"{r['paper']:.{digits}f}" + ("" if pd.isna(r["paper_std"]) else f" ({r['paper_std']:.2f})")
+    text = f"{r['paper']:.{digits}f}" + ("" if pd.isna(r["paper_std"]) else f" ({r['paper_std']:.2f})")
+    # the paper's round where it is not the row's (a stand-in runs fewer rounds): t = 100's value in a
+    # t = 10 row read as the paper's t = 10 (an audit)
+    paper_round = r.get("paper_round", np.nan)
+    if not pd.isna(paper_round) and (pd.isna(r["round"]) or int(paper_round) != int(r["round"])):
+        text += f" @t={int(paper_round)}"
+    return text
 
 
 def layout(tidy: pd.DataFrame, rounds: dict[int, int]) -> pd.DataFrame:
@@ -260,7 +269,7 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
             f"Here: {dataset}, {split}; {sampled}; model {first['model']}, B = {int(first['batch_size'])}, "
             f"constant η = {first['eta0']:g}, E counted in local epochs; {scale}; "
             f"{runs['seed'].nunique()} seed(s). The paper: Imbalanced CIFAR-10 / DomainNet / Digits, "
-            "ResNet-20 / AlexNet / six-layer CNN, its rounds in the 'paper' cells. "
+            "ResNet-20 / AlexNet / six-layer CNN; a 'paper' cell gives its round (@t=) where it is not the row's. "
             + ("This is an offline stand-in at reduced scale: the paper's numbers are CIFAR-10's, so "
                "magnitudes are not expected to match; the verdicts say whether the direction does. "
                if stand_in else "")
