@@ -139,3 +139,17 @@ def test_two_sources_of_one_paper_data_set_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"table bmta: runs of the paper's MNIST come from the sources "
                                          r"mnist, mnist5k"):
         bmta(load_runs(dirs), load_reference("ma2022_efl_table2_bmta"))
+
+
+def test_methods_identical_in_every_seed_are_named_in_the_caption(tmp_path):
+    """APFL equals FedAvg seed by seed on IID data (its α falls to 0), VRL-SGD equals SCAFFOLD with every
+    device taking part: two rows, one line hiding the other, with no word (an audit)."""
+    from hetfl.reports.bmta import coinciding, per_run, write
+
+    dirs = [make_run(tmp_path, alg, seed, best_curve(v), model="mlp") for alg, vs in
+            (("fedavg", [80, 90]), ("apfl", [80, 90]), ("efl", [81, 90])) for seed, v in enumerate(vs)]
+    runs = load_runs(dirs)
+    assert coinciding(per_run(runs)) == ["APFL = FedAvg (MNIST NIID)"]
+    write(runs, load_reference("ma2022_efl_table2_bmta"), tmp_path / "out" / "bmta", "")
+    md = (tmp_path / "out" / "bmta.md").read_text()
+    assert "Identical in every seed, so one line hides the other: APFL = FedAvg (MNIST NIID)." in md

@@ -95,7 +95,7 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
             raise ValueError(f"table bmta: runs of the paper's {label} come from the sources "
                              f"{', '.join(names)}, which one table cannot pair seed by seed; allowed: one "
                              "source per paper data set (build a table from each experiment's runs)")
-    runs = per_run(runs)
+    runs = runs if "bmta" in runs else per_run(runs)  # per_run's frame may be given
     ref = reference.rename(columns={"bmta_pct": "paper"})[["method", "dataset", "paper"]]
     paper = {(m, d): float(v) for m, d, v in ref.itertuples(index=False)}
     rows = []
@@ -189,9 +189,30 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
             + settings_note)
 
 
+def coinciding(per: pd.DataFrame) -> list[str]:
+    """'APFL = FedAvg (MNIST IID)' for every two methods whose per-seed BMTA is the same in every seed of a
+    data set and setting: the table shows them as two methods, and a reader should know one hides the
+    other (an audit; APFL's α falls to 0 within 3 rounds on IID data, VRL-SGD is SCAFFOLD when every
+    device takes part, docs/algorithms.md). per: per_run's frame."""
+    out = []
+    for (dataset, setting), g in per.groupby(["dataset", "setting"], sort=True):
+        by_method = {method_label(a): m.set_index("seed")["bmta"].sort_index() for a, m in g.groupby("algorithm")}
+        names = sorted(by_method)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                x, y = by_method[a], by_method[b]
+                if len(x) > 1 and x.index.equals(y.index) and x.notna().all() and x.equals(y):
+                    out.append(f"{a} = {b} ({dataset} {setting})")
+    return out
+
+
 def write(runs: pd.DataFrame, reference: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFrame:
-    tidy = bmta(runs, reference)
-    write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, settings_note + " " + model_note(runs)))
+    per = per_run(runs)  # the curves read once, for the table and for the note
+    tidy = bmta(per, reference)
+    same = coinciding(per)
+    note = (f" Identical in every seed, so one line hides the other: {'; '.join(same)}." if same else "")
+    write_frame_tables(tidy, layout(tidy), out_stem,
+                       caption(tidy, settings_note + " " + model_note(runs)) + note)
     return tidy
 
 
