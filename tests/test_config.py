@@ -148,6 +148,24 @@ def test_an_event_the_table_cannot_use_or_that_empties_the_objective_is_refused(
         validate_config(cfg)
 
 
+@pytest.mark.parametrize(("exp", "change", "message"), [
+    (EXP, {"algorithm": None, "algorithms": ["fedavg", "fedprox"]},
+     "'experiments.{e}.algorithms' has value [\"fedavg\", \"fedprox\"], which is not allowed with table "
+     "accuracy_difference (its cells pair runs by seed and setting, with no method column"),
+    ("objective_inconsistency", {"algorithms": ["fedavg", "fedprox"]},
+     "'experiments.{e}.algorithms' has value [\"fedavg\", \"fedprox\"], which is not allowed with table "
+     "objective_inconsistency; allowed: those with closed forms, fedavg, fednova, scaffold"),
+])
+def test_algorithms_a_table_cannot_tell_apart_or_has_no_closed_form_for_are_refused(exp, change, message):
+    """Table 3 trained both algorithms' runs and then failed; Tables 4-5 and Figure 3 merged them silently
+    (keyed by seed); objective_inconsistency refused an algorithm without a closed form after training (an
+    audit adding an algorithm to the grids)."""
+    cfg = copy.deepcopy(QUICK)
+    merged = {**cfg["experiments"][exp], **change}
+    cfg["experiments"] = {exp: {k: v for k, v in merged.items() if v is not None}}
+    _refused(cfg, message.format(e=exp))
+
+
 @pytest.mark.parametrize(("table", "change", "message"), [
     ("objective_inconsistency", {}, "'experiments.{e}.dataset' has value \"synthetic\", which is not allowed "
                                     "with table objective_inconsistency"),

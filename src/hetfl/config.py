@@ -399,6 +399,10 @@ def _check_synthetic_iid(name: str, exp: dict[str, Any]) -> None:
                               f"no α, β)")
 
 
+#: tables whose cells pair runs by seed and setting with no method column (Ruan et al.'s, FedAvg throughout)
+ONE_ALGORITHM_TABLES = ("accuracy_difference", "fast_reboot", "crossing_epochs", "multiple_arrivals")
+
+
 def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
     """A table that reads what only some runs have: objective_inconsistency the quadratic bed's closed
     forms, efl_lambda EFL's λ. Other runs trained, then the table failed (an audit)."""
@@ -407,11 +411,23 @@ def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
         raise ConfigError(f"config key '{key}.dataset' has value \"{exp['dataset']}\", which is not allowed "
                           f"with table objective_inconsistency (it compares with the quadratic bed's closed "
                           f"forms); allowed: \"quadratic\"")
-    if table == "efl_lambda" and "efl" not in _algorithms(exp):
-        given = "algorithms" if "algorithms" in exp else "algorithm"
-        value = json.dumps(exp.get(given, "fedavg"))
+    given = "algorithms" if "algorithms" in exp else "algorithm"
+    value = json.dumps(exp.get(given, "fedavg"))
+    algorithms = _algorithms(exp)
+    if table == "efl_lambda" and "efl" not in algorithms:
         raise ConfigError(f"config key '{key}.{given}' has value {value}, which is not allowed with table "
                           "efl_lambda (it reads EFL's λ); allowed: efl among the algorithms")
+    if table in ONE_ALGORITHM_TABLES and len(algorithms) > 1:
+        raise ConfigError(f"config key '{key}.{given}' has value {value}, which is not allowed with table "
+                          f"{table} (its cells pair runs by seed and setting, with no method column: two "
+                          "algorithms' runs would be merged); allowed: one algorithm (an experiment each)")
+    if table == "objective_inconsistency":
+        from hetfl.reports.fixed_points import ALGORITHMS as CLOSED_FORMS
+
+        if set(algorithms) - set(CLOSED_FORMS):
+            raise ConfigError(f"config key '{key}.{given}' has value {value}, which is not allowed with "
+                              f"table objective_inconsistency; allowed: those with closed forms, "
+                              + ", ".join(CLOSED_FORMS))
 
 
 def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
