@@ -51,3 +51,24 @@ def test_a_reference_csv_changes_the_tables_not_the_training(package_copy):
     after = {kind: fp.fingerprint(kind) for kind in before}
     assert after["table"] != before["table"] and after["figure"] != before["figure"]
     assert after["train"] == before["train"]
+
+
+def test_a_plugins_algorithm_file_is_in_the_training_fingerprint(tmp_path, monkeypatch):
+    """An algorithm registered by a package outside hetfl: its module's file is hashed too, so editing it
+    reruns the training (it was left out: "Nothing to be done" with the old results in place)."""
+    pkg = tmp_path / "fp_demo_plugin"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "algo.py").write_text("STEP = 0.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(fp, "algorithm_modules", lambda algorithms: ("fp_demo_plugin.algo",))
+    fp.fingerprint.cache_clear()
+    try:
+        assert fp.outside_files(["fp_demo_plugin.algo", "hetfl.pipeline"]) == {
+            "fp_demo_plugin.algo": pkg / "algo.py"}
+        before = fp.fingerprint("train", ("demo",))
+        (pkg / "algo.py").write_text("STEP = 0.25\n")
+        fp.fingerprint.cache_clear()
+        assert fp.fingerprint("train", ("demo",)) != before
+    finally:
+        fp.fingerprint.cache_clear()

@@ -22,7 +22,8 @@ from hetfl.config import ConfigError, expand_runs, load_schema, validate_config
 ROOT = Path(__file__).resolve().parents[1]
 
 # A package outside hetfl: a server step size on FedAvg, w ← w + step·Σ_k p_τ^k Δ_k. Its registration
-# module imports no torch (as the guide recommends); the class lives in a module of its own.
+# module imports no torch (as the guide recommends); the class lives in a module of its own. Named
+# demohalf, not the guide's fedhalf: a reader who installed the guide's example must not break this test.
 PLUGIN_INIT = '''
 from dataclasses import dataclass
 from hetfl.algorithms.hparams import hyper
@@ -34,7 +35,7 @@ class HalfParams:
     step: float = hyper(0.5, "server step size", exclusive_minimum=0.0)
 
 
-ENTRY = AlgorithmEntry("fedhalf", "demo_plugin.algo:FedHalf", HalfParams, "a test plugin", "FedHalf")
+ENTRY = AlgorithmEntry("demohalf", "demo_plugin.algo:FedHalf", HalfParams, "a test plugin", "FedHalf")
 '''
 PLUGIN_ALGO = '''
 from demo_plugin import HalfParams
@@ -43,7 +44,7 @@ from hetfl.engine import comm
 
 
 class FedHalf(Algorithm):
-    name = "fedhalf"
+    name = "demohalf"
     Params = HalfParams
 
     def aggregate(self, state, params, finals, info):
@@ -98,27 +99,28 @@ def test_discover_takes_an_entry_or_a_class_and_reports_what_it_cannot_take(tmp_
 
     with pytest.warns(UserWarning) as caught:
         catalog = discover(BUILTIN, [
-            ep("fedhalf", "demo_plugin:ENTRY"),  # an AlgorithmEntry
-            ep("fedhalf2", "demo_plugin.algo:FedHalf"),  # a class whose name differs from the entry point's
+            ep("demohalf", "demo_plugin:ENTRY"),  # an AlgorithmEntry
+            ep("demohalf2", "demo_plugin.algo:FedHalf"),  # a class whose name differs from the entry point's
             ep("fedavg", "demo_plugin:ENTRY"),  # a name hetfl already has
             ep("broken", "demo_plugin.bad:X"),  # fails to import
             ep("number", "demo_plugin:__doc__"),  # neither an entry nor a class
         ])
-    assert list(catalog) == [*BUILTIN, "fedhalf"]
-    assert catalog["fedhalf"].target == "demo_plugin.algo:FedHalf" and catalog["fedhalf"].display == "FedHalf"
+    assert list(catalog) == [*BUILTIN, "demohalf"]
+    assert catalog["demohalf"].target == "demo_plugin.algo:FedHalf"
+    assert catalog["demohalf"].display == "FedHalf"
     messages = [str(w.message) for w in caught]
     assert len(messages) == 4
-    assert "'fedhalf2 = demo_plugin.algo:FedHalf'" in messages[0]
-    assert "registers the name 'fedhalf'" in messages[0]
+    assert "'demohalf2 = demo_plugin.algo:FedHalf'" in messages[0]
+    assert "registers the name 'demohalf'" in messages[0]
     assert "'fedavg' is already registered" in messages[1]
     assert "no such dependency" in messages[2]
     assert "allowed: an AlgorithmEntry or an Algorithm subclass" in messages[3]
     # the class form works when the names agree
     from demo_plugin.algo import FedHalf
 
-    (entry,) = discover({}, [ep("fedhalf", "demo_plugin.algo:FedHalf")]).values()
-    assert entry == AlgorithmEntry("fedhalf", "demo_plugin.algo:FedHalf", FedHalf.Params,
-                                   "registered by entry point 'fedhalf = demo_plugin.algo:FedHalf'")
+    (entry,) = discover({}, [ep("demohalf", "demo_plugin.algo:FedHalf")]).values()
+    assert entry == AlgorithmEntry("demohalf", "demo_plugin.algo:FedHalf", FedHalf.Params,
+                                   "registered by entry point 'demohalf = demo_plugin.algo:FedHalf'")
 
 
 def test_a_package_outside_hetfl_registers_an_algorithm(tmp_path):
@@ -127,7 +129,7 @@ def test_a_package_outside_hetfl_registers_an_algorithm(tmp_path):
     site = tmp_path / "site"
     install_plugin(site, """
         [hetfl.algorithms]
-        fedhalf = demo_plugin:ENTRY
+        demohalf = demo_plugin:ENTRY
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
 
@@ -137,18 +139,18 @@ def test_a_package_outside_hetfl_registers_an_algorithm(tmp_path):
         assert "not registered" not in proc.stderr
         return proc.stdout
 
-    assert "fedhalf: a test plugin" in run("-m", "hetfl.cli", "algorithms")
-    assert "step = 0.5: server step size" in run("-m", "hetfl.cli", "algorithms", "fedhalf")
+    assert "demohalf: a test plugin" in run("-m", "hetfl.cli", "algorithms")
+    assert "step = 0.5: server step size" in run("-m", "hetfl.cli", "algorithms", "demohalf")
     config = {"experiments": {"q": {
         "table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
-        "algorithms": ["fedavg", "fedhalf"], "algorithm_params": {"fedhalf": {"step": 0.25}},
+        "algorithms": ["fedavg", "demohalf"], "algorithm_params": {"demohalf": {"step": 0.25}},
         "local_steps": [2, 3], "lr_schedule": "constant", "eta0": 0.1, "rounds": 1, "schemes": ["B"],
         "num_traces": [1], "seeds": [0]}}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     listed = run("-m", "hetfl.cli", "runs", "c.yaml", "--json")
     specs = [json.loads(line) for line in listed.splitlines() if line.startswith("{")]
     assert [(s["algorithm"], s["algorithm_params"]) for s in specs] == [("fedavg", {}),
-                                                                        ("fedhalf", {"step": 0.25})]
+                                                                        ("demohalf", {"step": 0.25})]
     # one round on the quadratic bed from x0 = 0: client i runs y ← y − 0.1·2a_i(y − b_i), 2 and 3 steps
     script = textwrap.dedent("""
         import numpy as np
@@ -158,7 +160,7 @@ def test_a_package_outside_hetfl_registers_an_algorithm(tmp_path):
         from hetfl.models.quadratic import Quadratic
         cfg = TrainSettings("B", 1, 1, 0.1, 1, lr_schedule="constant", local_steps=(2, 3))
         res = train(Quadratic(), build_quadratic((1.0, 2.0), (1.0, 5.0)), np.ones((1, 2)), cfg,
-                    algorithm=make_algorithm("fedhalf", step=0.25))
+                    algorithm=make_algorithm("demohalf", step=0.25))
         print([v for _, m, v in res.records if m == "x"][0])
     """)
     x = float(run("-c", script).strip())

@@ -94,18 +94,38 @@ def algorithm_modules(algorithms: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({CATALOG[a].target.split(":")[0] for a in algorithms if a in CATALOG}))
 
 
+def outside_files(modules: Iterable[str]) -> dict[str, Path]:
+    """module -> source file of each module outside hetfl (an algorithm registered by a plugin package):
+    its own file only, not what it imports. Editing a plugin's algorithm left every run "Nothing to be done"
+    while it was left out of the fingerprint (an audit)."""
+    import importlib.util
+
+    out = {}
+    for name in modules:
+        if module_file(name) is not None:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            out[name] = Path(spec.origin)
+    return out
+
+
 @functools.cache
 def fingerprint(kind: str, algorithms: tuple[str, ...] = ()) -> str:
-    """16 hex digits of sha256 over the closure of `kind`'s entries (train: plus the algorithms' modules)
-    and its data files, each file hashed with its path relative to the package."""
+    """16 hex digits of sha256 over the closure of `kind`'s entries (train: plus the algorithms' modules,
+    a plugin's own file included) and its data files, each file hashed with its path relative to the
+    package (a plugin's: its module name)."""
     if kind not in ENTRIES:
         raise ValueError(f"job kind '{kind}' is unknown; allowed: {', '.join(ENTRIES)}")
-    files = set(closure(ENTRIES[kind] + algorithm_modules(algorithms)))
+    modules = algorithm_modules(algorithms)
+    files = set(closure(ENTRIES[kind] + modules))
     for pattern in DATA.get(kind, ()):
         files.update(PACKAGE.glob(pattern))
     h = hashlib.sha256()
     for path in sorted(files):
         h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in sorted(outside_files(modules).items()):
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
