@@ -95,6 +95,11 @@ def test_fedavgm_one_round_with_server_momentum():
     plain, *_ = one_round(make_algorithm("fedavgm", beta=0.0), X0, STEPS, LR, weights=[0.5, 0.8])
     fedavg, *_ = one_round(make_algorithm("fedavg"), X0, STEPS, LR, weights=[0.5, 0.8])
     assert scalar(plain[0]) == pytest.approx(scalar(fedavg[0]), rel=1e-6)
+    # the first round starts from init_state, m = 0 (an audit set it to ones and no test noticed):
+    # m = 0.5·0 + 3.316, w = 2·3.316
+    first, st, *_ = one_round(alg, X0, STEPS, LR, weights=[0.5, 0.8])
+    assert scalar(st["m"][0]) == pytest.approx(3.316, rel=1e-5)
+    assert scalar(first[0]) == pytest.approx(6.632, rel=1e-5)
 
 
 def apfl_local(i: int, w: float, v: float, a: float, steps: int, lr: float) -> tuple[float, float, float]:
