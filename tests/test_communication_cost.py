@@ -85,3 +85,13 @@ def test_layout_and_caption(tmp_path):
     # the caption counted three times the verdict cells shown, and the accuracy claim was hidden (an audit)
     assert "one for each Δ row's non-zeros, entropy and accuracy" in text
     assert delta["paper"] == "lower non-zeros and entropy; accuracy ≈ 0"
+
+
+def test_other_algorithms_take_the_registrys_label_and_the_caption_the_runs_sizes():
+    """A new algorithm's row read its registry name ('fedavgm'), and the caption said 'lognormal sizes'
+    whatever the runs used (an audit adding an algorithm)."""
+    assert cc._label("fedavgm") == "FedAvgM"
+    assert cc._label("fedelasticnet") == "FedProx + elastic net (Alg. 1)"
+    assert cc._sizes_text(pd.Series({"sizes.distribution": "equal"})) == "equal sizes"
+    lognormal = pd.Series({"sizes.distribution": "lognormal", "sizes.sigma": 0.3})
+    assert cc._sizes_text(lognormal) == "lognormal sizes (σ = 0.3)"

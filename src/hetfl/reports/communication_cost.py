@@ -33,6 +33,16 @@ LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedelasticnet": "FedProx + 
           "scaffold": "SCAFFOLD", "scaffold_elasticnet": "SCAFFOLD + elastic net (Alg. 2)", "feddyn": "FedDyn",
           "feddyn_elasticnet": "FedDyn + elastic net (Alg. 3)", "topk_ef": "FedAvg + top-k + EF",
           "sign_ef": "FedAvg + sign + EF", "st_ef": "FedAvg + ST + EF"}
+
+
+def _label(algorithm: str) -> str:
+    """The row's name: the paper's integrations by LABELS, any other algorithm by the registry's label
+    (a new algorithm's row read 'fedclip', not 'FedClip'; an audit)."""
+    from hetfl.algorithms import method_label
+
+    return LABELS.get(algorithm) or method_label(algorithm)
+
+
 #: (with elastic net, without): the paper's three integrations
 PAIRS = (("fedelasticnet", "fedprox"), ("scaffold_elasticnet", "scaffold"), ("feddyn_elasticnet", "feddyn"))
 PAPER_CLAIM = "lower (Tables 2-4; numbers not transcribed)"
@@ -73,7 +83,7 @@ def communication_cost(runs: pd.DataFrame) -> pd.DataFrame:
     for (setting, algorithm), g in seeds.groupby(["setting", "algorithm"], sort=False):
         for measure in MEASURES:
             iv = t_interval(g[measure].dropna())
-            rows.append({"setting": setting, "kind": "method", "method": LABELS.get(algorithm, algorithm),
+            rows.append({"setting": setting, "kind": "method", "method": _label(algorithm),
                          "measure": measure, "mean": iv.mean, "std": iv.std, "n_seeds": iv.n,
                          "ci_low": np.nan, "ci_high": np.nan, "paper": "", "verdict": ""})
     for setting, g in seeds.groupby("setting", sort=True):
@@ -134,6 +144,14 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _sizes_text(run: pd.Series) -> str:
+    """The runs' size law as they ran it (the caption said "lognormal" whatever the config's)."""
+    law = run.get("sizes.distribution", "pareto")
+    if law == "lognormal":
+        return f"lognormal sizes (σ = {run.get('sizes.sigma', 0):g})"
+    return f"{law} sizes"
+
+
 def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
     first = runs.iloc[0]
     settings = "; ".join(f"{s}: Dirichlet α = {g['partition.alpha'].iloc[0]:g}" for s, g in runs.groupby("setting")
@@ -152,7 +170,7 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
             "Student-t intervals. The paper's numbers are not in the transcribed text, so every verdict is "
             f"'not comparable' (verdicts, one for each Δ row's non-zeros, entropy and accuracy: "
             f"{counts_text(list(tidy.loc[tidy['kind'] == 'pair', 'verdict']))}). "
-            f"Here: {first.get('dataset')}, {settings}, lognormal sizes (σ = {first.get('sizes.sigma', 0):g}), "
+            f"Here: {first.get('dataset')}, {settings or 'its settings'}, {_sizes_text(first)}, "
             f"{sampled}, model {first['model']}, E = {int(first['local_epochs'])} epochs, B = "
             f"{int(first['batch_size'])}, η = {first['eta0']:g}, {int(runs['rounds'].max())} rounds, "
             f"{runs['seed'].nunique()} seed(s). The paper: MNIST, EMNIST-L, CIFAR-10/100, Shakespeare, 100 "
@@ -186,7 +204,7 @@ def draw_nonzeros(runs: pd.DataFrame, out: Path) -> None:
             g = sel[sel["algorithm"] == algorithm]
             mean = pd.concat([curve(d, "nonzeros_up") for d in g["run_dir"]], axis=1).mean(axis=1)
             style = "--" if algorithm.endswith("_ef") else "-"
-            ax.plot(mean.index, mean.to_numpy(), style, label=LABELS.get(algorithm, algorithm))
+            ax.plot(mean.index, mean.to_numpy(), style, label=_label(algorithm))
         ax.set_yscale("log")
         ax.set_title(str(setting), fontsize=9)
         ax.set_xlabel("round")
