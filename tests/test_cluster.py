@@ -173,6 +173,11 @@ def test_long_jobs_are_not_grouped_and_capped_by_the_environment():
     assert cluster.train_group([spec], ClusterOptions()) is None
     capped = cluster.train_resources([spec], ClusterOptions(max_runtime=30))
     assert capped["runtime"] == 30 < cluster.train_resources([spec], ClusterOptions())["runtime"]
+    # memory doubles with the attempt, up to HETFL_SLURM_MAX_MEM_MB (uncapped, a retry could ask for more
+    # than any node has and pend for ever: an audit)
+    free = cluster.train_resources([spec], ClusterOptions(), attempt=2)["mem_mb"]
+    held = cluster.train_resources([spec], ClusterOptions(max_mem_mb=1024), attempt=2)["mem_mb"]
+    assert held == 1024 < free
 
 
 def test_partition_only_where_the_environment_names_one():
@@ -188,6 +193,9 @@ def test_options_from_the_environment():
     env = {"HETFL_SLURM_PARTITION": "cpu", "SLURM_ACCOUNT": "lab", "HETFL_GPUS": "2",
            "HETFL_SLURM_MAX_RUNTIME": "2880"}
     assert ClusterOptions.from_environ(env) == ClusterOptions("cpu", None, "lab", 2, 2880)
+    assert ClusterOptions.from_environ({"HETFL_SLURM_MAX_MEM_MB": "65536"}).max_mem_mb == 65536
+    with pytest.raises(ValueError, match=r"HETFL_SLURM_MAX_MEM_MB has value '100'.*>= 256 \(MB\)"):
+        ClusterOptions.from_environ({"HETFL_SLURM_MAX_MEM_MB": "100"})
     assert ClusterOptions.from_environ({**env, "HETFL_SLURM_ACCOUNT": "fl"}).account == "fl"
     assert ClusterOptions.from_environ({}) == ClusterOptions()
     with pytest.raises(ValueError, match=r"HETFL_GPUS has value 'one'.*allowed: a whole number >= 0"):

@@ -219,13 +219,16 @@ class ClusterOptions:
     profile's, or none); ``gpus``: HETFL_GPUS, GPUs per job of a GPU model (0, the default: none);
     ``max_runtime``: HETFL_SLURM_MAX_RUNTIME, a cap in minutes on the time limit asked for (a partition
     rejects a job asking more than its MaxTime; a capped job that runs out is retried, resuming where the
-    workflow checkpoints runs)."""
+    workflow checkpoints runs); ``max_mem_mb``: HETFL_SLURM_MAX_MEM_MB, a cap on the memory asked for (the
+    estimate doubles with each attempt, and a request above every node's memory is refused or pends for
+    ever: an audit)."""
 
     partition: str | None = None
     gpu_partition: str | None = None
     account: str | None = None
     gpus: int = 0
     max_runtime: int | None = None
+    max_mem_mb: int | None = None
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> ClusterOptions:
@@ -242,7 +245,8 @@ class ClusterOptions:
                    gpu_partition=env.get("HETFL_SLURM_GPU_PARTITION") or None,
                    account=env.get("HETFL_SLURM_ACCOUNT") or env.get("SLURM_ACCOUNT") or None,
                    gpus=whole("HETFL_GPUS", 0, "GPUs per training job of a GPU model") or 0,
-                   max_runtime=whole("HETFL_SLURM_MAX_RUNTIME", 1, "minutes"))
+                   max_runtime=whole("HETFL_SLURM_MAX_RUNTIME", 1, "minutes"),
+                   max_mem_mb=whole("HETFL_SLURM_MAX_MEM_MB", 256, "MB"))
 
 
 def gpus_for(specs: Sequence[RunSpec], options: ClusterOptions) -> int:
@@ -271,8 +275,9 @@ def train_resources(specs: Sequence[RunSpec], options: ClusterOptions, attempt: 
     est = estimate(specs)
     gpus = gpus_for(specs, options)
     runtime = max(1, math.ceil(attempt * SAFETY * est.seconds / 60))
+    mem_mb = 256 * math.ceil(attempt * SAFETY * est.mem_mb / 256)
     values: dict[str, object] = {
-        "mem_mb": 256 * math.ceil(attempt * SAFETY * est.mem_mb / 256),
+        "mem_mb": min(mem_mb, options.max_mem_mb) if options.max_mem_mb else mem_mb,
         "runtime": min(runtime, options.max_runtime) if options.max_runtime else runtime,
         "gpu": gpus,
         "slurm_partition": (options.gpu_partition or options.partition) if gpus else options.partition,
