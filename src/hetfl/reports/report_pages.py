@@ -137,9 +137,10 @@ def write_table_page(name: str, md: Path, csv: Path, out: Path) -> None:
 
 #: what a figure draws where it is not figures.py's mean curve with a 95 % t band (an audit found four
 #: captions describing a band their figures do not draw)
+_MIN_MAX = "Curves: mean over seeds per round; band: min–max over seeds (no band with one seed)."
 FIGURE_BANDS = {
-    "efl_figure1": "Curves: mean over seeds per round; band: min–max over seeds (no band with one seed).",
-    "efl_figure2": "Curves: mean over seeds per round; band: min–max over seeds (no band with one seed).",
+    "efl_figure1": _MIN_MAX,  # efl_figures._band
+    "efl_figure2": _MIN_MAX,
     "communication_nonzeros": "Curves: mean over seeds per round; no band.",
     "objective_inconsistency": "Points: each run's fixed point beside the closed forms; no curves, no band.",
 }
