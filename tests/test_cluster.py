@@ -190,18 +190,37 @@ def test_partition_only_where_the_environment_names_one():
 
 
 def test_options_from_the_environment():
-    env = {"HETFL_SLURM_PARTITION": "cpu", "SLURM_ACCOUNT": "lab", "HETFL_GPUS": "2",
+    env = {"HETFL_SLURM_PARTITION": "cpu", "SLURM_ACCOUNT": "lab", "HETFL_GPUS": "1",
            "HETFL_SLURM_MAX_RUNTIME": "2880"}
-    assert ClusterOptions.from_environ(env) == ClusterOptions("cpu", None, "lab", 2, 2880)
+    assert ClusterOptions.from_environ(env) == ClusterOptions("cpu", None, "lab", 1, 2880)
     assert ClusterOptions.from_environ({"HETFL_SLURM_MAX_MEM_MB": "65536"}).max_mem_mb == 65536
     with pytest.raises(ValueError, match=r"HETFL_SLURM_MAX_MEM_MB has value '100'.*>= 256 \(MB\)"):
         ClusterOptions.from_environ({"HETFL_SLURM_MAX_MEM_MB": "100"})
     assert ClusterOptions.from_environ({**env, "HETFL_SLURM_ACCOUNT": "fl"}).account == "fl"
     assert ClusterOptions.from_environ({}) == ClusterOptions()
-    with pytest.raises(ValueError, match=r"HETFL_GPUS has value 'one'.*allowed: a whole number >= 0"):
+    with pytest.raises(ValueError, match=r"HETFL_GPUS has value 'one'.*allowed: a whole number from 0 to 1"):
         ClusterOptions.from_environ({"HETFL_GPUS": "one"})
     with pytest.raises(ValueError, match=r"HETFL_SLURM_MAX_RUNTIME has value '0'.*>= 1"):
         ClusterOptions.from_environ({"HETFL_SLURM_MAX_RUNTIME": "0"})
+
+
+def test_one_gpu_at_most_and_gres_for_clusters_that_refuse_gpus():
+    """hetfl train uses one device, so HETFL_GPUS=2 held an idle GPU; clusters without select/cons_tres
+    refuse the plugin's --gpus, and HETFL_SLURM_GPU_GRES asks --gres=<name>:<n> instead."""
+    with pytest.raises(ValueError, match=r"HETFL_GPUS has value '2'.*a whole number from 0 to 1.*one device"):
+        ClusterOptions.from_environ({"HETFL_GPUS": "2"})
+    gres = ClusterOptions.from_environ({"HETFL_GPUS": "1", "HETFL_SLURM_GPU_GRES": "gpu:a100"})
+    assert gres.gres == "gpu:a100"
+    (spec,) = _synthetic()
+    assert cluster.resource_names(gres) == ["mem_mb", "runtime", "gpu", "gres"]
+    on_gpu = cluster.train_resources(_cnn(), gres)
+    assert (on_gpu["gpu"], on_gpu["gres"]) == (0, "gpu:a100:1")  # gpu 0: the plugin adds no --gpus
+    on_cpu = cluster.train_resources([spec], gres)
+    assert (on_cpu["gpu"], on_cpu["gres"]) == (0, None)
+    assert "gres" not in cluster.train_resources(_cnn(), ClusterOptions(gpus=1))
+    for bad in ("gpu:2", "gpu:a100:1", "'gpu'", "gpu a100"):
+        with pytest.raises(ValueError, match=rf"HETFL_SLURM_GPU_GRES has value {bad!r}.*e\.g\. 'gpu'"):
+            ClusterOptions.from_environ({"HETFL_SLURM_GPU_GRES": bad})
 
 
 def test_dense_models_are_sized_from_the_data():

@@ -87,6 +87,9 @@ SHORT_SECONDS = 300.0  # a job under five minutes spends about as long queueing 
 # training, while a job this short loses little of a cluster's parallelism (the estimates run ~6x over
 # SYNTHETIC's measured times)
 BUNDLE_SECONDS = 900.0
+#: HETFL_SLURM_GPU_GRES: a GRES name and optional type (one letter at least, so "gpu:2" is not read as a
+#: type), without the count that train_resources appends
+GRES_NAME = re.compile(r"[A-Za-z0-9_]+(:(?=[A-Za-z0-9_.]*[A-Za-z_])[A-Za-z0-9_.]+)?")
 GROUP_SHORT = "hetfl_short"  # the group id the slurm profile's group-components refers to
 
 
@@ -216,7 +219,10 @@ class ClusterOptions:
     """Where jobs go, from the environment (docs/cluster.md). ``partition``: HETFL_SLURM_PARTITION (else
     the profile's or the cluster's default); ``gpu_partition``: HETFL_SLURM_GPU_PARTITION for the jobs that
     get a GPU (else ``partition``); ``account``: HETFL_SLURM_ACCOUNT, else SLURM_ACCOUNT (else the
-    profile's, or none); ``gpus``: HETFL_GPUS, GPUs per job of a GPU model (0, the default: none);
+    profile's, or none); ``gpus``: HETFL_GPUS, GPUs per job of a GPU model (0, the default: none; at
+    most 1, because `hetfl train` trains on one device); ``gres``: HETFL_SLURM_GPU_GRES, the GRES name
+    (``gpu`` or ``gpu:<type>``) under which a GPU job asks ``--gres=<name>:<gpus>`` instead of the
+    plugin's ``--gpus=<gpus>``, for clusters without ``select/cons_tres``, where sbatch refuses --gpus;
     ``max_runtime``: HETFL_SLURM_MAX_RUNTIME, a cap in minutes on the time limit asked for (a partition
     rejects a job asking more than its MaxTime; a capped job that runs out is retried, resuming where the
     workflow checkpoints runs); ``max_mem_mb``: HETFL_SLURM_MAX_MEM_MB, a cap on the memory asked for (the
@@ -229,24 +235,35 @@ class ClusterOptions:
     gpus: int = 0
     max_runtime: int | None = None
     max_mem_mb: int | None = None
+    gres: str | None = None
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> ClusterOptions:
-        def whole(name: str, minimum: int, meaning: str) -> int | None:
+        def whole(name: str, minimum: int, meaning: str, maximum: int | None = None) -> int | None:
             raw = env.get(name, "").strip()
             if not raw:
                 return None
-            if not raw.isdigit() or int(raw) < minimum:
+            if not raw.isdigit() or int(raw) < minimum or (maximum is not None and int(raw) > maximum):
+                allowed = (f"a whole number >= {minimum}" if maximum is None
+                           else f"a whole number from {minimum} to {maximum}")
                 raise ValueError(f"environment variable {name} has value {raw!r}, which is not allowed; "
-                                 f"allowed: a whole number >= {minimum} ({meaning})")
+                                 f"allowed: {allowed} ({meaning})")
             return int(raw)
+
+        gres = env.get("HETFL_SLURM_GPU_GRES", "").strip() or None
+        if gres is not None and not GRES_NAME.fullmatch(gres):
+            raise ValueError(f"environment variable HETFL_SLURM_GPU_GRES has value {gres!r}, which is not "
+                             "allowed; allowed: a GRES name and optional type without a count, e.g. 'gpu' "
+                             "or 'gpu:a100' (a GPU job asks --gres=<it>:<HETFL_GPUS>)")
 
         return cls(partition=env.get("HETFL_SLURM_PARTITION") or None,
                    gpu_partition=env.get("HETFL_SLURM_GPU_PARTITION") or None,
                    account=env.get("HETFL_SLURM_ACCOUNT") or env.get("SLURM_ACCOUNT") or None,
-                   gpus=whole("HETFL_GPUS", 0, "GPUs per training job of a GPU model") or 0,
+                   gpus=whole("HETFL_GPUS", 0, "GPUs per training job of a GPU model; hetfl train "
+                              "trains on one device, so a second GPU would sit idle", maximum=1) or 0,
                    max_runtime=whole("HETFL_SLURM_MAX_RUNTIME", 1, "minutes"),
-                   max_mem_mb=whole("HETFL_SLURM_MAX_MEM_MB", 256, "MB"))
+                   max_mem_mb=whole("HETFL_SLURM_MAX_MEM_MB", 256, "MB"),
+                   gres=gres)
 
 
 def gpus_for(specs: Sequence[RunSpec], options: ClusterOptions) -> int:
@@ -258,6 +275,8 @@ def resource_names(options: ClusterOptions) -> list[str]:
     """The resources ``train_resources`` sets: slurm_partition and slurm_account only when the environment
     names one, so that the profile's default-resources stay in force otherwise."""
     names = ["mem_mb", "runtime", "gpu"]
+    if options.gres:
+        names.append("gres")
     if options.partition or (options.gpus and options.gpu_partition):
         names.append("slurm_partition")
     if options.account:
@@ -270,7 +289,8 @@ def train_resources(specs: Sequence[RunSpec], options: ClusterOptions, attempt: 
     (minutes) are SAFETY × the estimate, rounded up (mem_mb to 256 MB, runtime to whole minutes, at most
     ``options.max_runtime``) and scaled by the attempt, so that a retry after an out-of-memory or
     time-limit kill asks for more; gpu is
-    ``gpus_for``; slurm_partition is the GPU partition for a job given a GPU, else the partition (None,
+    ``gpus_for`` (0 under ``options.gres``, whose jobs ask ``gres`` "<gres>:<gpus>" instead, None for a
+    CPU job); slurm_partition is the GPU partition for a job given a GPU, else the partition (None,
     which Snakemake drops, for a CPU job when only a GPU partition is named: the cluster's default)."""
     est = estimate(specs)
     gpus = gpus_for(specs, options)
@@ -279,7 +299,9 @@ def train_resources(specs: Sequence[RunSpec], options: ClusterOptions, attempt: 
     values: dict[str, object] = {
         "mem_mb": min(mem_mb, options.max_mem_mb) if options.max_mem_mb else mem_mb,
         "runtime": min(runtime, options.max_runtime) if options.max_runtime else runtime,
-        "gpu": gpus,
+        # under HETFL_SLURM_GPU_GRES the GPUs go in the gres string, and gpu 0 keeps the plugin's --gpus out
+        "gpu": 0 if options.gres else gpus,
+        "gres": f"{options.gres}:{gpus}" if gpus else None,
         "slurm_partition": (options.gpu_partition or options.partition) if gpus else options.partition,
         "slurm_account": options.account,
     }

@@ -1,7 +1,7 @@
 # Cluster placement (issue 15): which rules stay on the submitting host, and what a training job asks a
 # scheduler for. The estimates live in hetfl.cluster; where jobs go comes from the environment
 # (HETFL_SLURM_PARTITION, HETFL_SLURM_GPU_PARTITION, HETFL_SLURM_ACCOUNT or SLURM_ACCOUNT, HETFL_GPUS,
-# HETFL_SLURM_MAX_RUNTIME; docs/cluster.md). Without an executor (local runs) groups are ignored and the
+# HETFL_SLURM_GPU_GRES, HETFL_SLURM_MAX_RUNTIME, HETFL_SLURM_MAX_MEM_MB; docs/cluster.md). Without an executor (local runs) groups are ignored and the
 # resources constrain nothing unless --resources names them (e.g. --resources gpu=1).
 import os
 import sys
