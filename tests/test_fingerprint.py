@@ -72,3 +72,20 @@ def test_a_plugins_algorithm_file_is_in_the_training_fingerprint(tmp_path, monke
         assert fp.fingerprint("train", ("demo",)) != before
     finally:
         fp.fingerprint.cache_clear()
+
+
+def test_a_node_without_git_records_the_workflows_commit(monkeypatch):
+    """run.json recorded commit "unknown" on cluster nodes without git; the workflow now hands its
+    checkout's state to jobs in GIT_ENV, which git_state reads only where git cannot answer."""
+    here = fp.git_environ()
+    commit, dirty = fp.git_state()
+    assert here == {"HETFL_GIT_COMMIT": commit, "HETFL_GIT_DIRTY": str(dirty).lower()}
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(fp.subprocess, "run", no_git)
+    assert fp.git_state({}) == ("unknown", None)
+    assert fp.git_state(here) == (commit, dirty)
+    assert fp.git_state({"HETFL_GIT_COMMIT": "abc", "HETFL_GIT_DIRTY": "true"}) == ("abc", True)
+    assert fp.git_environ() == {}

@@ -12,8 +12,9 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import os
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -129,13 +130,29 @@ def fingerprint(kind: str, algorithms: tuple[str, ...] = ()) -> str:
     return h.hexdigest()[:16]
 
 
-def git_state() -> tuple[str, bool | None]:
+#: environment variables through which the workflow hands its checkout's git state to jobs on nodes
+#: without git (workflow/rules/common.smk sets them; SLURM passes the submitting environment on)
+GIT_ENV = ("HETFL_GIT_COMMIT", "HETFL_GIT_DIRTY")
+
+
+def git_state(environ: Mapping[str, str] | None = None) -> tuple[str, bool | None]:
     """(commit, dirty) of the checkout hetfl runs from: dirty = uncommitted changes under src/hetfl.
-    ("unknown", None) outside a git checkout."""
+    Where git cannot answer (no git on a cluster node, or no checkout), the state the workflow recorded in
+    ``GIT_ENV`` on its host; else ("unknown", None)."""
     try:
         run = functools.partial(subprocess.run, capture_output=True, text=True, check=True, cwd=PACKAGE)
         commit = run(["git", "rev-parse", "HEAD"]).stdout.strip()
         dirty = bool(run(["git", "status", "--porcelain", "--", "."]).stdout.strip())
         return commit, dirty
     except (OSError, subprocess.CalledProcessError):
-        return "unknown", None
+        env = os.environ if environ is None else environ
+        dirty = {"true": True, "false": False}.get(env.get(GIT_ENV[1], ""))
+        return env.get(GIT_ENV[0]) or "unknown", dirty
+
+
+def git_environ() -> dict[str, str]:
+    """``GIT_ENV`` for jobs of a workflow run from this checkout (empty where git cannot answer here)."""
+    commit, dirty = git_state({})
+    if commit == "unknown":
+        return {}
+    return {GIT_ENV[0]: commit, GIT_ENV[1]: "unknown" if dirty is None else str(dirty).lower()}

@@ -1,10 +1,11 @@
 # Config validation, grid expansion and target functions only; the logic lives in hetfl.
 import json
+import os
 import re
 import sys
 
 from hetfl.config import ConfigError, by_cell, expand_runs, read_config_file, specs_to_json, validate_config
-from hetfl.fingerprint import fingerprint
+from hetfl.fingerprint import fingerprint, git_environ
 from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
 from hetfl.reports.catalog import has_class_labels
 from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
@@ -20,6 +21,9 @@ except ConfigError as _err:
     sys.exit(f"hetfl: {_err}")
 config.clear()
 config.update(_validated)
+# jobs inherit this process's environment (SLURM passes it on), so a node without git still records the
+# commit in run.json (hetfl.fingerprint.git_state)
+os.environ.update(git_environ())
 
 RUNS = {(s.experiment, s.run): s for s in expand_runs(config)}
 _RUN_TABLES = {s.table for s in RUNS.values()} - {"none"}
