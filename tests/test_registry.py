@@ -192,3 +192,24 @@ def test_class_and_registration_must_agree_on_hyperparameters(monkeypatch):
                                                             FedProxParams, "p"))
     with pytest.raises(TypeError, match=r"has Params = NoParams but is registered with FedProxParams"):
         algorithm_class("mismatch")
+
+
+def test_a_mistyped_target_is_refused_when_the_config_is_validated(monkeypatch):
+    """An AlgorithmEntry whose "module:Class" does not exist passed validation and failed only when its
+    training job imported it; validation now finds it without importing the module."""
+    from hetfl.algorithms.hparams import NoParams
+    from hetfl.algorithms.registry import target_problem
+
+    assert target_problem("hetfl.algorithms.fedavg:FedAvg") is None
+    typo = AlgorithmEntry("typo", "hetfl.algorithms.fedavg:FedAvgg", NoParams, "p")
+    monkeypatch.setitem(CATALOG, "typo", typo)
+    monkeypatch.setitem(CATALOG, "nomod", AlgorithmEntry("nomod", "demo_missing.algo:Demo", NoParams, "p"))
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "local_steps": [2, 3], "rounds": 1, "schemes": ["B"], "num_traces": [1], "seeds": [0]}
+    with pytest.raises(ConfigError, match=r"experiments\.q\.algorithms' names algorithm 'typo'.*"
+                                          r"fedavg\.py\) defines no top-level FedAvgg"):
+        validate_config({"experiments": {"q": {**exp, "algorithms": ["fedavg", "typo"]}}})
+    with pytest.raises(ConfigError, match=r"experiments\.q\.algorithm' names algorithm 'nomod'.*"
+                                          r"module demo_missing\.algo cannot be found"):
+        validate_config({"experiments": {"q": {**exp, "algorithm": "nomod"}}})
+    validate_config({"experiments": {"q": {**exp, "algorithm": "fedavg"}}})

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from hetfl.algorithms.hparams import CATALOG, check_scheme, parse_hyperparameters
+from hetfl.algorithms.registry import target_problem
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 from hetfl.errors import ConfigError
@@ -145,6 +146,13 @@ def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
     if "algorithm" in given and "algorithms" in given:
         raise ConfigError(f"config key 'experiments.{name}.algorithms' is not allowed together with "
                           f"'experiments.{name}.algorithm'; allowed: one of the two")
+    for algo in _algorithms(exp):  # a plugin's mistyped target failed only when its training job started
+        problem = target_problem(CATALOG[algo].target)
+        if problem:
+            key = "algorithms" if "algorithms" in given else "algorithm"
+            raise ConfigError(f"config key 'experiments.{name}.{key}' names algorithm '{algo}', whose "
+                              f"class cannot be imported: {problem}; allowed: a registered target that "
+                              "exists (fix the AlgorithmEntry's target in the package that registers it)")
     for algo, params in exp["algorithm_params"].items():  # also those not run: a config may trim the axis
         try:
             parse_hyperparameters(algo, params, key=f"experiments.{name}.algorithm_params.{algo}")

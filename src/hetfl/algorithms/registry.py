@@ -15,7 +15,10 @@ method labels all read the merged catalog. docs/adding-an-algorithm.md walks thr
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import importlib.util
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -63,6 +66,38 @@ def entry_from(obj: Any, name: str, source: str) -> AlgorithmEntry:
     if not dataclasses.is_dataclass(entry.params):
         raise ValueError(f"its hyperparameters {entry.params!r} are not a dataclass")
     return entry
+
+
+@functools.cache
+def target_problem(target: str) -> str | None:
+    """Why an entry's "module:Class" target cannot be imported, found without importing the module (it
+    imports torch): the module must exist and define the name at its top level. None when it does, or
+    when the module has no Python source to read (the import then decides)."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr.isidentifier():
+        return f"target {target!r} is not of the form 'module:Class'"
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as err:
+        return f"target {target!r}: module {module} cannot be found ({err})"
+    if spec is None:
+        return f"target {target!r}: module {module} cannot be found"
+    if not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    with open(spec.origin, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), spec.origin)
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    if attr not in names:
+        return f"target {target!r}: module {module} ({spec.origin}) defines no top-level {attr}"
+    return None
 
 
 def _entry_points(group: str) -> Iterable[metadata.EntryPoint]:
