@@ -213,3 +213,36 @@ def test_a_mistyped_target_is_refused_when_the_config_is_validated(monkeypatch):
                                           r"module demo_missing\.algo cannot be found"):
         validate_config({"experiments": {"q": {**exp, "algorithm": "nomod"}}})
     validate_config({"experiments": {"q": {**exp, "algorithm": "fedavg"}}})
+
+
+def test_optional_and_tuple_hyperparameters_and_unsupported_types(monkeypatch):
+    """A plugin's `float | None` or `tuple[int, ...]` field was checked as a number, so null or a list
+    was refused with "allowed: a value of type float | None", which no value could meet; a type a config
+    cannot give (a dict) is now refused when the plugin registers."""
+    import dataclasses
+
+    import hetfl.algorithms.hparams as hp
+
+    fields = [("cap", "float | None", dataclasses.field(default=None, metadata={"minimum": 0})),
+              ("taus", "tuple[int, ...]", dataclasses.field(default=(1, 2), metadata={"minimum": 1})),
+              ("mode", "Optional[str]", dataclasses.field(default=None, metadata={"choices": ["a", "b"]}))]
+    params = dataclasses.make_dataclass("Params", fields, frozen=True)
+    monkeypatch.setattr(hp, "CATALOG", {**CATALOG, "opt": AlgorithmEntry("opt", "x:Y", params, "p")})
+    got = hp.parse_hyperparameters("opt", {"cap": None, "taus": [3, 4.0], "mode": "b"})
+    assert (got.cap, got.taus, got.mode) == (None, (3, 4), "b")
+    assert hp.parse_hyperparameters("opt", {"cap": 2}).cap == 2.0
+    with pytest.raises(ValueError, match=r"taus' has value \[1, 0\].*list of int, each >= 1"):
+        hp.parse_hyperparameters("opt", {"taus": [1, 0]})
+    with pytest.raises(ValueError, match=r"'algorithm_params\.cap' has value -1.*float or null, >= 0"):
+        hp.parse_hyperparameters("opt", {"cap": -1})
+    with pytest.raises(ValueError, match=r"'algorithm_params\.mode' has value \"c\".*\"a\", \"b\", or null"):
+        hp.parse_hyperparameters("opt", {"mode": "c"})
+    assert [d for _, _, d in describe("opt")] == [" [a value of type float or null, >= 0]",
+                                                  " [a list of int, each >= 1]",
+                                                  ' [one of "a", "b", or null]']
+
+    from hetfl.algorithms.registry import entry_from
+
+    nested = dataclasses.make_dataclass("Nested", [("w", "dict[str, float]")])
+    with pytest.raises(ValueError, match=r"hyperparameter 'w' has type 'dict\[str, float\]'.*allowed: bool"):
+        entry_from(AlgorithmEntry("bad", "x:Y", nested, "p"), "bad", "test")

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetfl.algorithms.hptypes import HyperType, hyper_type
 from hetfl.algorithms.registry import AlgorithmEntry, discover
 
 
@@ -233,27 +234,20 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
 CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN)
 
 
-def _allowed(meta: dict[str, Any], typ: str) -> str:
+def _allowed(meta: dict[str, Any], typ: HyperType) -> str:
     if meta.get("choices"):
-        return "one of " + ", ".join(json.dumps(c) for c in meta["choices"])
-    parts = [f"a value of type {typ}"]
+        each = "one of " + ", ".join(json.dumps(c) for c in meta["choices"])
+        text = f"a list, each {each}" if typ.sequence else each
+        return text + (", or null" if typ.nullable else "")
+    parts = [str(typ)]
     for key, op in (("minimum", ">="), ("exclusive_minimum", ">"), ("maximum", "<="),
                     ("exclusive_maximum", "<")):
         if meta.get(key) is not None:
-            parts.append(f"{op} {meta[key]}")
+            parts.append(f"{'each ' if typ.sequence else ''}{op} {meta[key]}")
     return ", ".join(parts)
 
 
-def _type_name(f: dataclasses.Field) -> str:
-    """'float', 'int', 'str' or 'bool' whether or not the defining module postpones annotations."""
-    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-
-
-def _check_value(f: dataclasses.Field, value: Any, key: str) -> Any:
-    meta, typ = f.metadata, _type_name(f)
-    shown = json.dumps(value) if not isinstance(value, dict) else "{...}"
-    bad = ValueError(f"config key '{key}' has value {shown}, which is not allowed; "
-                     f"allowed: {_allowed(meta, typ)}")
+def _check_scalar(typ: str, meta: dict[str, Any], value: Any, bad: ValueError) -> Any:
     if typ == "bool":
         if not isinstance(value, bool):
             raise bad
@@ -274,6 +268,22 @@ def _check_value(f: dataclasses.Field, value: Any, key: str) -> Any:
         if meta.get(mkey) is not None and not ok(meta[mkey]):
             raise bad
     return int(v) if typ == "int" else v
+
+
+def _check_value(f: dataclasses.Field, value: Any, key: str) -> Any:
+    meta, typ = f.metadata, hyper_type(f)
+    shown = json.dumps(value) if not isinstance(value, dict) else "{...}"
+    bad = ValueError(f"config key '{key}' has value {shown}, which is not allowed; "
+                     f"allowed: {_allowed(meta, typ)}")
+    if value is None:
+        if typ.nullable:
+            return None
+        raise bad
+    if typ.sequence:
+        if not isinstance(value, list | tuple):
+            raise bad
+        return tuple(_check_scalar(typ.scalar, meta, v, bad) for v in value)
+    return _check_scalar(typ.scalar, meta, value, bad)
 
 
 def parse_hyperparameters(algorithm: str, raw: dict[str, Any] | None, key: str = "algorithm_params") -> Any:
@@ -313,5 +323,5 @@ def check_scheme(algorithm: str, scheme: str, key: str = "schemes") -> None:
 def describe(algorithm: str) -> list[tuple[str, Any, str]]:
     """(name, default, description with allowed values) of each hyperparameter."""
     cls = CATALOG[algorithm].params
-    return [(f.name, f.default, f"{f.metadata.get('doc', '')} [{_allowed(f.metadata, _type_name(f))}]")
+    return [(f.name, f.default, f"{f.metadata.get('doc', '')} [{_allowed(f.metadata, hyper_type(f))}]")
             for f in dataclasses.fields(cls)]

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+from hetfl.algorithms.hptypes import hyper_type
+
 ENTRY_POINT_GROUP = "hetfl.algorithms"
 
 
@@ -65,6 +67,8 @@ def entry_from(obj: Any, name: str, source: str) -> AlgorithmEntry:
                          "allowed: the same name for both")
     if not dataclasses.is_dataclass(entry.params):
         raise ValueError(f"its hyperparameters {entry.params!r} are not a dataclass")
+    for f in dataclasses.fields(entry.params):
+        hyper_type(f)  # a type a config cannot give was accepted here and refused every value later
     return entry
 
 
