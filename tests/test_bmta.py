@@ -162,8 +162,8 @@ def test_low_participation_cells_are_not_compared_with_table_2(tmp_path):
     dirs = []
     for k in (1, 8):
         for alg, scheme, values in (("fedavg", "A", [50.0, 52.0, 51.0]), ("efl", "C", [60.0, 61.0, 59.0])):
-            dirs += [make_run(tmp_path / f"T{k}", alg, s, best_curve(v), dataset="shakespeare", skew="natural",
-                              scheme=scheme, num_traces=k) for s, v in enumerate(values)]
+            dirs += [make_run(tmp_path / f"T{k}", alg, s, best_curve(v), dataset="shakespeare",
+                              skew="natural", scheme=scheme, num_traces=k) for s, v in enumerate(values)]
     t = bmta(load_runs(dirs), load_reference("ma2022_efl_table2_bmta"))
     full = t[t["num_traces"] == 1].set_index("method")
     low = t[t["num_traces"] == 8].set_index("method")
