@@ -247,6 +247,19 @@ def test_reproduce_refuses_a_directory_that_does_not_exist(capsys, tmp_path):
     assert rc == 2 and "--directory has value" in err and "which is not an existing directory" in err
 
 
+def test_a_figures_caption_names_the_papers_data_beside_the_runs():
+    """Figure 3 of Ruan et al. is non-IID EMNIST, and make reproduce draws it on SYNTHETIC: the caption
+    said neither (an audit); it now names the runs' data sets and what the paper's figure draws."""
+    runs = pd.DataFrame({"seed": [0, 1], "dataset": ["synthetic", "synthetic"]})
+    caption = report_pages.figure_caption("scheme_curves", runs, "accuracy_difference")
+    assert "2 seed(s); data: synthetic)" in caption
+    assert "The paper's Figure 3 draws non-IID EMNIST at |T| = 1, 3, 5, 8." in caption
+    named = pd.DataFrame({"seed": [0], "dataset": ["mnist"], "dataset_name": ["mnist5k"]})
+    assert "data: mnist5k)" in report_pages.figure_caption("arrival_curves", named, "fast_reboot")
+    nonzeros = report_pages.figure_caption("communication_nonzeros", runs, "communication_cost")
+    assert "The paper" not in nonzeros
+
+
 def test_a_figures_caption_describes_the_band_it_draws():
     """EFL's figures draw a min–max band, the non-zeros none, the fixed points no curve: their captions
     said "band: 95 % Student-t interval" like every other figure's (an audit)."""

@@ -49,10 +49,13 @@ class TableEntry:
 
 @dataclass(frozen=True)
 class FigureEntry:
-    """label: the paper's name for the figure; what: the sentence the figure's title starts with."""
+    """label: the paper's name for the figure; what: the sentence the figure's title starts with;
+    paper_data: what the paper's figure draws, where its caption says (the caption sets it beside the runs'
+    own data sets: make reproduce draws stand-ins)."""
 
     label: str
     what: str
+    paper_data: str = ""
 
 
 TABLES: dict[str, TableEntry] = {
@@ -74,11 +77,16 @@ TABLES: dict[str, TableEntry] = {
 }
 
 FIGURES: dict[str, FigureEntry] = {
-    "scheme_curves": FigureEntry("Figure 3", "Ruan et al. Figure 3: test accuracy per scheme"),
-    "arrival_curves": FigureEntry("Figure 4 (left)", "Ruan et al. Figure 4 (left): accuracy after an arrival"),
-    "departure_curves": FigureEntry("Figure 4 (right)", "Ruan et al. Figure 4 (right): loss after a departure"),
-    "multiple_arrival_curves": FigureEntry("Figure 5", "Ruan et al. Figure 5: accuracy, staggered arrivals"),
-    "efl_figure1": FigureEntry("Figure 1", "Ma et al. Figure 1: IID vs non-IID test accuracy"),
+    "scheme_curves": FigureEntry("Figure 3", "Ruan et al. Figure 3: test accuracy per scheme",
+                                 "non-IID EMNIST at |T| = 1, 3, 5, 8"),
+    "arrival_curves": FigureEntry("Figure 4 (left)", "Ruan et al. Figure 4 (left): accuracy after an arrival",
+                                  "MNIST"),
+    "departure_curves": FigureEntry("Figure 4 (right)", "Ruan et al. Figure 4 (right): loss after a departure",
+                                    "SYNTHETIC"),
+    "multiple_arrival_curves": FigureEntry("Figure 5", "Ruan et al. Figure 5: accuracy, staggered arrivals",
+                                            "non-IID MNIST"),
+    "efl_figure1": FigureEntry("Figure 1", "Ma et al. Figure 1: IID vs non-IID test accuracy",
+                                 "VGG11 on CIFAR100 and ResNet50 on EMNIST"),
     "efl_figure2": FigureEntry("Figure 2", "Ma et al. Figure 2: EFL with λ = 0 vs the best λ"),
     "objective_inconsistency": FigureEntry("Objective inconsistency",
                                            "Fixed points of FedAvg, FedNova, SCAFFOLD vs the closed forms"),

@@ -146,6 +146,12 @@ FIGURE_BANDS = {
 }
 
 
+def _data_sets(runs: pd.DataFrame) -> list[str]:
+    """The runs' data sets by their sources' names (mnist5k, not its paper label MNIST)."""
+    col = "dataset_name" if "dataset_name" in runs else "dataset"
+    return sorted(map(str, runs[col].dropna().unique())) if col in runs else []
+
+
 def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
     """The figure's caption fragment: the paper's figure, what is drawn, the seeds, the band, the |T| = 1
     note where it applies, and the table whose runs it draws."""
@@ -156,9 +162,13 @@ def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
              "</strong>.",
              html.escape(catalog.FIGURES[name].what if name in catalog.FIGURES else name.replace("_", " "))
              + ".",
-             f"Drawn from the runs of table {html.escape(table)} ({len(runs)} runs, {seeds} seed(s)).",
+             f"Drawn from the runs of table {html.escape(table)} ({len(runs)} runs, {seeds} seed(s)"
+             + (f"; data: {html.escape(', '.join(_data_sets(runs)))}" if _data_sets(runs) else "") + ").",
              FIGURE_BANDS.get(name, "Curves: mean over seeds per round; band: 95 % Student-t interval over "
                                     "seeds (no band with one seed).")]
+    entry = catalog.FIGURES.get(name)
+    if entry is not None and entry.paper_data:
+        parts.append(f"The paper's {html.escape(entry.label)} draws {html.escape(entry.paper_data)}.")
     if name == "scheme_curves":
         parts.append(f"Panels with |T| = 1: {html.escape(ONE_TRACE_NOTE)} — trace T_0 has every device "
                      "complete its local work every round, so Schemes A, B and C give the same weights and "
