@@ -530,3 +530,19 @@ def test_natural_min_samples_leaves_out_small_writers():
     want = [groups["abcd"[j]] for j in old]
     got = partition(y, PartitionSpec("natural"), 3, seed=4, client_ids=ids)
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_natural_equal_counts_trims_every_domain_to_the_smallest():
+    """FedFOR Tables 3-5 (seed 003): Algorithm 1 averages W^t = 1/K Σ_k W_k^t over the K domain clients,
+    and FedBN's set-up it follows cuts every domain to the smallest one's length. natural with
+    equal_counts: each client keeps a random subset of its own writer's/domain's samples, all of the
+    smallest client's size; the clients drawn are those of the untrimmed split."""
+    ids = np.array(["a"] * 7 + ["b"] * 3 + ["c"] * 5 + ["d"] * 4)
+    y = np.arange(len(ids)) % 3
+    loose = partition(y, PartitionSpec("natural"), 3, seed=1, client_ids=ids)
+    parts = partition(y, PartitionSpec("natural", equal_counts=True), 3, seed=1, client_ids=ids)
+    smallest = min(len(p) for p in loose)
+    assert [len(p) for p in parts] == [smallest] * 3
+    for tight, full in zip(parts, loose, strict=True):
+        assert set(tight) <= set(full)
+    assert_disjoint(parts, len(y))

@@ -70,7 +70,7 @@ LABEL_SKEWS: tuple[str, ...] = ("iid", "dirichlet", "pathological", "shards", "l
 LABEL_CHOICES: tuple[str, ...] = ("cyclic", "random")  # pathological: NIID-Bench i mod C | Ruan et al.
 LONGTAIL_DRAWS: tuple[str, ...] = ("disjoint", "independent")  # longtail: hetfl's dealing | FedFOR's draws
 _NO_SIZE_SKEW = ("shards", "natural")  # their sizes are part of the definition
-EQUAL_COUNT_SKEWS: tuple[str, ...] = ("iid", "pathological")  # the skews equal_counts can trim
+EQUAL_COUNT_SKEWS: tuple[str, ...] = ("iid", "pathological", "natural")  # the skews equal_counts can trim
 _MAX_DIRICHLET_DRAWS = 1000  # NIID-Bench loops forever; hetfl gives up with an error instead
 
 
@@ -100,9 +100,11 @@ class PartitionSpec:
     a device needs 2 for its local train/test split; 0 keeps every id).
     ``draw``: longtail only, one of :data:`LONGTAIL_DRAWS`: ``"disjoint"`` (every sample dealt at most
     once) or ``"independent"`` (FedFOR: every client drawn from all the data afresh; clients overlap).
-    ``equal_counts``: iid and pathological without a size skew only; every client is trimmed to the
-    smallest client's count (Ruan et al. §5.3, "the same number of samples"), per class in proportion to
-    what it holds, so the samples beyond it are dropped.
+    ``equal_counts``: iid, pathological and natural without a size skew only; every client is trimmed to
+    the smallest client's count (Ruan et al. §5.3, "the same number of samples"), per class in proportion
+    to what it holds (natural: a uniform random subset of each writer's/domain's samples, as FedBN, the
+    set-up FedFOR Tables 3-5 follow, cuts every domain to the smallest one's length), so the samples
+    beyond it are dropped.
     """
 
     label_skew: str = "iid"
@@ -544,6 +546,9 @@ def partition(
         parts = _longtail(y, spec, n_clients, rng)
     else:
         parts = _natural(client_ids, len(y), n_clients, rng, spec.min_samples)
+        if spec.equal_counts:  # drawn after the clients, so the untrimmed split's draws are unchanged
+            smallest = min(len(p) for p in parts)
+            parts = [rng.permutation(p)[:smallest] for p in parts]
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
