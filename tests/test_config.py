@@ -92,7 +92,8 @@ def test_bad_model_params_are_named_before_any_job(model, params, message):
 @pytest.mark.parametrize(("partition", "sizes", "message"), [
     ({"label_skew": "dirichlet", "equal_counts": True}, {"distribution": "equal"},
      "'experiments.{e}.settings.NIID.partition.equal_counts' has value true, which is not allowed with "
-     "label_skew \"dirichlet\"; allowed: true only with label_skew \"iid\" or \"pathological\" or \"natural\""),
+     "label_skew \"dirichlet\"; allowed: true only with label_skew \"iid\" or \"pathological\" or "
+     "\"natural\""),
     ({"label_skew": "pathological", "m": 2, "equal_counts": True}, {"distribution": "pareto"},
      "'experiments.{e}.settings.NIID.partition.equal_counts' has value true, which is not allowed with "
      "experiments.{e}.sizes.distribution \"pareto\" (a size skew); allowed: true only with "

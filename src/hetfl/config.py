@@ -482,7 +482,8 @@ def _check_test_fraction(name: str, exp: dict[str, Any]) -> None:
 
 
 def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
-    """partition.equal_counts trims an iid, pathological or natural split with no size skew (data.partition)."""
+    """partition.equal_counts trims an iid, pathological or natural split with no size skew
+    (data.partition)."""
     from hetfl.data.partition import EQUAL_COUNT_SKEWS
 
     for label, setting in exp["settings"].items():
