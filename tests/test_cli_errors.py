@@ -284,3 +284,21 @@ def test_run_paths_refuse_a_missing_path_or_no_run_at_all(capsys, results):
     mlflow_json = str(results / "results/e/mlflow.json")
     rc, err = _main(capsys, "table", "accuracy_difference", "--out", "x", mlflow_json)
     assert rc == 2 and "none of the 1 path(s) given is a run directory" in err
+
+
+@pytest.mark.parametrize(("experiment", "run", "expect"), [
+    ("tiny_table", "NIID_T1_A_s0",
+     "--experiment has value 'tiny_table', which is not allowed; allowed: tiny_table3, tiny_table4, "
+     "tiny_table5"),
+    ("tiny_table3", "NIID_T2_A_s0",
+     "--run has value 'NIID_T2_A_s0', which is not a run of experiment tiny_table3 in "
+     "workflow/config/tiny.yaml; allowed: its 18 runs, e.g. NIID_T6_A_s0, NIID_T1_A_s0"),
+])
+def test_train_by_config_names_the_unknown_experiment_or_run_and_what_is_allowed(capsys, experiment, run,
+                                                                                 expect):
+    """A typo in --experiment or --run names the flag, the value and what is allowed, before any work."""
+    rc, err = _main(capsys, "train", "--config", "workflow/config/tiny.yaml", "--experiment", experiment,
+                    "--run", run, "--no-mlflow")
+    assert rc == 2
+    assert expect in err
+    assert "hetfl runs workflow/config/tiny.yaml" in err

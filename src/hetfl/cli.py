@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import errno
 import json
 import os
@@ -279,11 +280,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(f"{' and '.join(given)} given with --config, which is not allowed: the run's "
                               f"split and traces are made under data_splits/ from the config; allowed: "
                               f"--split and --traces with --spec (--split with --cell), or leave them out")
-        matches = [s for s in expand_runs(load_config(args.config))
-                   if s.experiment == args.experiment and s.run == args.run]
+        config = load_config(args.config)
+        if args.experiment not in config["experiments"]:
+            raise ConfigError(f"--experiment has value {args.experiment!r}, which is not allowed; allowed: "
+                              f"{', '.join(config['experiments'])} (the experiments of {args.config}; list "
+                              f"their runs with: hetfl runs {args.config})")
+        runs = [s for s in expand_runs(config) if s.experiment == args.experiment]
+        matches = [s for s in runs if s.run == args.run]
         if not matches:
-            raise ConfigError(f"no run '{args.experiment}/{args.run}' in {args.config}; "
-                              f"list them with: hetfl runs {args.config}")
+            close = difflib.get_close_matches(args.run, [s.run for s in runs], n=3, cutoff=0.0)
+            raise ConfigError(f"--run has value {args.run!r}, which is not a run of experiment "
+                              f"{args.experiment} in {args.config}; allowed: its {len(runs)} runs, e.g. "
+                              f"{', '.join(close)} (list them with: hetfl runs {args.config})")
         spec = matches[0]
         split, trace = _prepare_by_hand(spec)
         out = Path(args.out) if args.out else paths.run_dir(spec)
