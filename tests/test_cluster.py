@@ -81,6 +81,12 @@ def test_cnn_job_by_hand():
     assert run.seconds == pytest.approx(train_s + eval_s + 0.02)
     # data 2 × 70,000 × 3,136 B; state 4 × 4 B × 1,663,370 × 10; activations 12 B × 90,000 × 10 × 10
     assert run.mem_mb == pytest.approx(1000 + (439_040_000 + 266_139_200 + 108_000_000) / 2**20)
+    # clients_per_round = 2: only the 2 sampled devices' activations (it counted all 10, an audit's doubt)
+    (sampled,) = _runs(dataset="mnist", settings={"N": {"partition": {"label_skew": "iid"}}}, num_devices=10,
+                       sizes={"distribution": "equal"}, model="cnn", local_epochs=1, rounds=2, batch_size=10,
+                       clients_per_round=2)
+    assert cluster.estimate_run(sampled).mem_mb == pytest.approx(
+        1000 + (439_040_000 + 266_139_200 + 108_000_000 // 5) / 2**20)
     cpu = cluster.train_resources([spec], ClusterOptions())
     # 2 × 1,775.5 MB → 14 × 256; 2 × (30 s start + 229.7 s) → 9 min
     assert cpu == {"mem_mb": 3584, "runtime": 9, "gpu": 0}

@@ -196,11 +196,14 @@ def estimate_run(spec: RunSpec) -> Estimate:
     per_step = max(3 * cost.flops / cost.rate, MIN_SAMPLE_SECONDS)
     per_eval = max(cost.flops / cost.rate, MIN_SAMPLE_SECONDS / 3)  # forward only: a third of a step
     seconds = sample_steps * per_step + evals * (n + n_global) * per_eval + spec.rounds * ROUND_SECONDS
-    # memory: the data (twice: as read from split.npz and as tensors), client-stacked model state, and
-    # one minibatch of activations per device with their gradients
+    # memory: the data (twice: as read from split.npz and as tensors), client-stacked model state (every
+    # device: a stateful algorithm keeps one per device), and one minibatch of activations with their
+    # gradients per device that trains in a round (engine.runner stacks only those: K of N under
+    # clients_per_round)
     data = 2 * (n + n_global) * input_bytes(spec)
     state = STATE_COPIES * 4 * cost.params * spec.num_devices
-    acts = 3 * 4 * cost.activations * spec.batch_size * spec.num_devices
+    trained = min(spec.clients_per_round or spec.num_devices, spec.num_devices)
+    acts = 3 * 4 * cost.activations * spec.batch_size * trained
     return Estimate(seconds, BASE_MB + (data + state + acts) / 2**20, cost.gpu)
 
 
