@@ -107,6 +107,38 @@ def test_figures_draw_whatever_grid_they_are_given(tmp_path):
     assert (tmp_path / "out" / "fig2.png").stat().st_size > 1000
 
 
+def test_figure1_draws_full_participation_and_figure3_the_low_rate(tmp_path, monkeypatch):
+    """The bmta table's runs may hold |T| = 1 and |T| = 8 (ma2022_efl_text.yaml): Figure 1 mixed both
+    into one band per method. It now draws |T| = 1 only, and Figure 3 (low participation rate) draws the
+    methods run at |T| > 1, a column per |T|; the workflow draws Figure 3 only where such runs exist."""
+    from types import SimpleNamespace
+
+    from hetfl.reports import efl_figures
+    from hetfl.reports.figures import DRAWN_WHEN, FIGURES
+
+    curves = {"mean_client_accuracy": [0.3, 0.5, 0.6]}
+    dirs = [make_run(tmp_path / "r", f"{alg}_T{k}_s{s}", {"algorithm": alg, "num_traces": k, "seed": s,
+                                                          "scheme": "A" if alg == "fedavg" else "C"}, curves)
+            for alg, ks in (("fedavg", (1, 8)), ("efl", (1, 8)), ("apfl", (1,))) for k in ks for s in (0, 1)]
+    runs = load_runs(dirs)
+    drawn = []
+    monkeypatch.setattr(efl_figures, "_band", lambda ax, run_dirs, metric, label, scale=1.0:
+                        drawn.append((label, sorted(Path(d).name for d in run_dirs))))
+    efl_figures.figure1(runs, tmp_path / "fig1")
+    assert {label: names for label, names in drawn} == {
+        "FedAvg": ["fedavg_T1_s0", "fedavg_T1_s1"], "EFL": ["efl_T1_s0", "efl_T1_s1"],
+        "APFL": ["apfl_T1_s0", "apfl_T1_s1"]}
+    drawn.clear()
+    efl_figures.figure3(runs, tmp_path / "fig3")
+    assert drawn == [("FedAvg (Scheme A)", ["fedavg_T1_s0", "fedavg_T1_s1"]),
+                     ("EFL (Scheme C)", ["efl_T1_s0", "efl_T1_s1"]),
+                     ("FedAvg (Scheme A)", ["fedavg_T8_s0", "fedavg_T8_s1"]),
+                     ("EFL (Scheme C)", ["efl_T8_s0", "efl_T8_s1"])]
+    assert FIGURES["efl_figure3"][0] == "bmta"
+    assert not DRAWN_WHEN["efl_figure3"]([SimpleNamespace(num_traces=1)])
+    assert DRAWN_WHEN["efl_figure3"]([SimpleNamespace(num_traces=1), SimpleNamespace(num_traces=8)])
+
+
 def test_quick_config_runs_every_table_2_method_and_builds_the_efl_outputs(tmp_path):
     """Acceptance of issue 13 at the planning level: every Table 2 method on mnist5k with ≥ 3 seeds, the
     fairness table built from the bmta runs, Figures 1-2 drawn (a Snakemake dry run of quick.yaml)."""
@@ -128,7 +160,8 @@ def test_quick_config_runs_every_table_2_method_and_builds_the_efl_outputs(tmp_p
                            "--cores", "2"], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for target in ("reports/tables/bmta.csv", "reports/tables/fairness.csv", "reports/tables/efl_lambda.csv",
-                   "reports/figures/efl_figure1.png", "reports/figures/efl_figure2.png"):
+                   "reports/figures/efl_figure1.png", "reports/figures/efl_figure2.png",
+                   "reports/figures/efl_figure3.png"):
         assert target in proc.stdout, target
 
 

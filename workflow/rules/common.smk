@@ -8,6 +8,7 @@ from hetfl.config import ConfigError, by_cell, expand_runs, read_config_file, sp
 from hetfl.fingerprint import fingerprint, git_environ
 from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
 from hetfl.reports.catalog import has_class_labels
+from hetfl.reports.figures import DRAWN_WHEN as FIGURE_DRAWN_WHEN
 from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
 from hetfl.reports.tables import BUILDERS as TABLE_BUILDERS
 from hetfl.reports.tables import SOURCES as TABLE_SOURCES
@@ -73,7 +74,9 @@ CELLS = by_cell(RUNS.values())
 
 
 # figure -> the table whose runs draw it (the registry hetfl.reports.figures.FIGURES), for the tables run
-FIGURES = {f: t for f, (t, _) in FIGURE_REGISTRY.items() if t in TABLES}
+# (and, for a figure in DRAWN_WHEN, only where those runs can draw it: EFL Figure 3 needs |T| > 1)
+FIGURES = {f: t for f, (t, _) in FIGURE_REGISTRY.items() if t in TABLES
+           and FIGURE_DRAWN_WHEN.get(f, lambda specs: True)([s for s in RUNS.values() if s.table == t])}
 
 
 def _split_charts():

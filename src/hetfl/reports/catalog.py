@@ -88,6 +88,8 @@ FIGURES: dict[str, FigureEntry] = {
     "efl_figure1": FigureEntry("Figure 1", "Ma et al. Figure 1: IID vs non-IID test accuracy",
                                  "VGG11 on CIFAR100 and ResNet50 on EMNIST"),
     "efl_figure2": FigureEntry("Figure 2", "Ma et al. Figure 2: EFL with λ = 0 vs the best λ"),
+    "efl_figure3": FigureEntry("Figure 3", "Ma et al. Figure 3: test accuracy at a low participation rate",
+                               "LSTMs on Sentiment140 and Shakespeare"),
     "objective_inconsistency": FigureEntry("Objective inconsistency",
                                            "Fixed points of FedAvg, FedNova, SCAFFOLD vs the closed forms"),
     "communication_nonzeros": FigureEntry("Non-zeros per round", "Non-zero entries clients send per round"),

@@ -9,8 +9,14 @@ Figure 2 ("The first row shows Testing Accuracy-Communication Rounds comparison 
 Training Loss-Communication Rounds comparison in non-IID setting"): EFL with λ = 0 against EFL with the
 best λ (efl_lambda.best_lambda), a column per data set and setting.
 
-Both draw whatever grid they are given: a missing method or λ is left out, an empty grid gives an empty
-panel that says so.
+Figure 3 ("Testing Accuracy-Communication Rounds comparisons among different algorithms in low
+participation rate"): the same curves for the methods run at a low participation rate (|T| > 1; hetfl's
+reading: Ruan et al.'s traces, as ma2022_efl_text.yaml says), a column per |T| with full participation
+(|T| = 1) first, a row per data set and setting. Figure 1 draws the |T| = 1 runs only: the bmta table's
+runs may hold both.
+
+All three draw whatever grid they are given: a missing method or λ is left out, an empty grid gives an
+empty panel that says so.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ def _empty(ax, text: str) -> None:
 
 
 def figure1(runs: pd.DataFrame, out: Path) -> None:
-    runs = runs[runs["algorithm"].isin(FIGURE1_METHODS)]
+    # full participation: a |T| = 8 run (Figure 3's) in the same band would lower the mean
+    runs = runs[runs["algorithm"].isin(FIGURE1_METHODS) & (runs["num_traces"] == 1)]
     datasets = sorted(runs["dataset"].unique()) or ["—"]
     settings = sorted(runs["setting"].unique(), key=lambda s: (not is_iid(runs[runs["setting"] == s].iloc[0]), s))
     settings = settings or ["—"]
@@ -90,4 +97,35 @@ def figure2(runs: pd.DataFrame, out: Path) -> None:
     if not runs.empty:
         axes[0][-1].legend(fontsize=7)
     fig.suptitle("EFL Figure 2 (reduced scale): the elastic term, λ = 0 vs best λ", fontsize=10)
+    _save(fig, out)
+
+
+def figure3(runs: pd.DataFrame, out: Path) -> None:
+    low = runs[runs["num_traces"] > 1]
+    methods = [a for a in dict.fromkeys(runs["algorithm"]) if a in set(low["algorithm"])]
+    methods.sort(key=lambda a: (a != "fedavg", a))  # FedAvg first, the others in name order
+    runs = runs[runs["algorithm"].isin(methods)]
+    rows = sorted(low.groupby(["dataset", "setting"]).groups) or [("—", "—")]
+    ks = sorted(int(k) for k in runs["num_traces"].unique()) or [1]
+    fig, axes = pyplot().subplots(len(rows), len(ks), figsize=(3.6 * len(ks), 2.8 * len(rows)), squeeze=False,
+                                  sharey=True)
+    for i, (dataset, setting) in enumerate(rows):
+        for j, k in enumerate(ks):
+            ax = axes[i][j]
+            sel = runs[(runs["dataset"] == dataset) & (runs["setting"] == setting) & (runs["num_traces"] == k)]
+            for algorithm in methods:
+                g = sel[sel["algorithm"] == algorithm]
+                if len(g):
+                    scheme = "/".join(sorted(g["scheme"].unique()))
+                    _band(ax, list(g["run_dir"]), "mean_client_accuracy",
+                          f"{method_label(algorithm)} (Scheme {scheme})", 100.0)
+            if sel.empty:
+                _empty(ax, "no runs at |T| > 1 (low participation)" if low.empty else "no runs")
+            ax.set_title(f"{dataset} {setting}, |T| = {k}" + (" (full)" if k == 1 else " (low)"), fontsize=9)
+            ax.set_xlabel("round")
+            if j == 0:
+                ax.set_ylabel("mean testing accuracy (%)")
+    if not low.empty:
+        axes[0][-1].legend(fontsize=7)
+    fig.suptitle("EFL Figure 3 (reduced scale): low participation rate", fontsize=10)
     _save(fig, out)

@@ -13,8 +13,9 @@ seeds (`hetfl.reports.catalog.figure_title`).
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -253,8 +254,16 @@ FIGURES = {
         runs, out, "test_accuracy", "arrivals", "multiple_arrival_curves")),
     "efl_figure1": ("bmta", _efl_figure("figure1")),  # Ma et al. Figure 1: IID vs non-IID curves
     "efl_figure2": ("efl_lambda", _efl_figure("figure2")),  # Ma et al. Figure 2: λ = 0 vs best λ
+    "efl_figure3": ("bmta", _efl_figure("figure3")),  # Ma et al. Figure 3: low participation (|T| > 1)
     "objective_inconsistency": ("objective_inconsistency", _objective_inconsistency),
     "communication_nonzeros": ("communication_cost", _communication_nonzeros),
+}
+
+
+#: figures drawn only where the config's runs of their table can draw them (figure -> predicate over those
+#: runs' RunSpecs); every other figure is drawn whenever its table is run
+DRAWN_WHEN: dict[str, Callable[[Iterable[Any]], bool]] = {
+    "efl_figure3": lambda specs: any(s.num_traces > 1 for s in specs),
 }
 
 

@@ -141,6 +141,7 @@ _MIN_MAX = "Curves: mean over seeds per round; band: min–max over seeds (no ba
 FIGURE_BANDS = {
     "efl_figure1": _MIN_MAX,  # efl_figures._band
     "efl_figure2": _MIN_MAX,
+    "efl_figure3": _MIN_MAX,
     "communication_nonzeros": "Curves: mean over seeds per round; no band.",
     "objective_inconsistency": "Points: each run's fixed point beside the closed forms; no curves, no band.",
 }
