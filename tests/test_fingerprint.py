@@ -53,6 +53,28 @@ def test_a_reference_csv_changes_the_tables_not_the_training(package_copy):
     assert after["train"] == before["train"]
 
 
+def test_the_trace_fits_csv_is_in_the_trace_fingerprint(package_copy):
+    """data.traces draws traces from the (mu, sigma) of ruan2021_table2_fits.csv: an edit of it must rerun
+    the trace jobs (Snakemake's code param), as an edit of Table 2's moments does."""
+    before = fp.fingerprint("trace")
+    fits = package_copy / "reports/references/ruan2021_table2_fits.csv"
+    fits.write_text(fits.read_text().replace("0.15603795992429048", "0.25"))
+    fp.fingerprint.cache_clear()
+    assert fp.fingerprint("trace") != before
+
+
+def test_every_package_file_an_entry_module_names_is_in_its_data():
+    """A package file named by a string literal in a job kind's entry module (reports/references/*.csv)
+    is one of that kind's DATA files."""
+    import re
+
+    for kind, entries in fp.ENTRIES.items():
+        data = {p for pattern in fp.DATA.get(kind, ()) for p in fp.PACKAGE.glob(pattern)}
+        for path in filter(None, map(fp.module_file, entries)):
+            for name in re.findall(r"[\"'](reports/references/[A-Za-z0-9_.-]+\.csv)[\"']", path.read_text()):
+                assert fp.PACKAGE / name in data, f"{kind}: {path.name} reads {name}, not in DATA[{kind!r}]"
+
+
 def test_a_plugins_algorithm_file_is_in_the_training_fingerprint(tmp_path, monkeypatch):
     """An algorithm registered by a package outside hetfl: its module's file is hashed too, so editing it
     reruns the training (it was left out: "Nothing to be done" with the old results in place)."""
