@@ -293,6 +293,32 @@ def test_tf32_is_a_checkpoint_key_of_its_own_and_refused_off_cuda(tmp_path):
     assert not (tmp_path / "run").exists() and not (tmp_path / "cell").exists()
 
 
+def test_a_checkpoint_made_under_other_threads_or_device_is_not_continued(tmp_path):
+    """--threads changes a CNN's numbers in their last bits (its blocks train on as many CPU workers), so a
+    run killed under --threads 2 and rerun with --threads 1 matched neither uninterrupted run: a checkpoint
+    is continued (or a finished run restored) only under the threads and device type it was made with.
+    One thread on the CPU, the workflow's, keeps the key it had."""
+    args = (SPEC, "a" * 64, "b" * 64, "code")
+    key = pipeline.checkpoint_key(*args)
+    assert pipeline.checkpoint_key(*args, threads=1, device="cpu") == key
+    assert len({key, pipeline.checkpoint_key(*args, threads=2), pipeline.checkpoint_key(*args, device="cuda"),
+                pipeline.checkpoint_key(*args, tf32=True, device="cuda")}) == 4
+    split, trace = _inputs(tmp_path)
+    out = tmp_path / "run"
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        run_training(SPEC, split, trace, out, progress=False, checkpoint_every=5)
+        (out / "run.json").unlink()
+        (out / "metrics.parquet").unlink()
+        torch.set_num_threads(1)
+        run_training(SPEC, split, trace, out, progress=False, checkpoint_every=5)
+    finally:
+        torch.set_num_threads(threads)
+    info = json.loads((out / "run.json").read_text())
+    assert info["torch_threads"] == 1 and info["resumed_from_round"] is None  # trained again, not restored
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="--device auto would train on CUDA")
 @pytest.mark.parametrize("flag,expect", [([], None), (["--graphs"], True), (["--no-graphs"], False)])
 def test_hetfl_train_passes_its_graphs_option_down(flag, expect, tmp_path, monkeypatch):

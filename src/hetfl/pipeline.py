@@ -145,12 +145,24 @@ def provenance(algorithms: Iterable[str]) -> Provenance:
     return Provenance(fingerprint("train", tuple(sorted(set(algorithms)))), commit, dirty)
 
 
-def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str, tf32: bool = False) -> str:
+def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str, tf32: bool = False,
+                   threads: int = 1, device: str = "cpu") -> str:
     """A checkpoint continues a run only if nothing that decides its numbers has changed. tf32: trained
-    with TF32 products on CUDA (engine.reproducible), a key of its own; IEEE runs keep the key they had."""
+    with TF32 products on CUDA (engine.reproducible), a key of its own; IEEE runs keep the key they had.
+    threads (torch's intra-op threads, `hetfl train --threads`) and device (its type): the CNNs' blocks
+    of clients train on as many CPU workers as threads (engine.executor) and end a few ulps apart from
+    one thread, and CUDA equals the CPU to rounding only, so a checkpoint made under other threads or on
+    another device type is not continued (an audit: --threads 2 killed, resumed with 1, matched
+    neither). The workflow's one thread on the CPU keeps the key it had."""
     key = {"spec": spec.to_dict(), "split": split_sha, "traces": traces_sha, "code": code,
            "torch": torch.__version__, "numpy": np.__version__}
-    blob = json.dumps({**key, "tf32": True} if tf32 else key, sort_keys=True)
+    if tf32:
+        key["tf32"] = True
+    if threads != 1:
+        key["threads"] = int(threads)
+    if device != "cpu":
+        key["device"] = device
+    blob = json.dumps(key, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -229,7 +241,8 @@ class RunJob:
         self.prov = prov or provenance([spec.algorithm])
         self.split_sha, self.traces_sha = file_sha256(split_npz), file_sha256(traces_npz)
         self.participation = participation(tr, spec, fed.train_sizes)
-        self.key = checkpoint_key(spec, self.split_sha, self.traces_sha, self.prov.code, self.tf32)
+        self.key = checkpoint_key(spec, self.split_sha, self.traces_sha, self.prov.code, self.tf32,
+                                  torch.get_num_threads(), self.device.type)
         self.ckpt_path = self.out_dir / CHECKPOINT
         ckpt = _load_checkpoint(self.ckpt_path, self.key)
         self.restored: TrainResult | None = None
