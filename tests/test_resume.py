@@ -155,6 +155,30 @@ def test_finished_runs_are_restored_and_stale_checkpoints_ignored(tmp_path):
     assert info["resumed_from_round"] is None and info["wall_time_s"] != json.loads(first["r"])["wall_time_s"]
 
 
+def test_a_cells_run_is_keyed_by_its_own_algorithms_code(tmp_path, monkeypatch):
+    """A run's code fingerprint (run.json, checkpoint key) is its own algorithm's closure, not the cell's:
+    an edit of fedprox.py restores the cell's fedavg runs instead of retraining them, and a run trained
+    alone is restored in a cell."""
+    from hetfl.fingerprint import fingerprint
+
+    split, trace = _inputs(tmp_path)
+    fedavg = dataclasses.replace(SPEC, run="avg", algorithm="fedavg", algorithm_params={})
+    fedprox = dataclasses.replace(SPEC, run="prox", algorithm="fedprox", algorithm_params={})
+    root = tmp_path / "results"
+    run_training(fedavg, split, trace, root / "e/avg", progress=False)
+    alone = (root / "e/avg/run.json").read_text()
+    assert json.loads(alone)["code_fingerprint"] == fingerprint("train", ("fedavg",))
+    run_cell([fedavg, fedprox], split, {"avg": trace, "prox": trace}, root)
+    assert (root / "e/avg/run.json").read_text() == alone  # restored, not retrained
+    edited = {("fedavg",): fingerprint("train", ("fedavg",)), ("fedprox",): "0" * 16}
+    monkeypatch.setattr(pipeline, "fingerprint", lambda kind, algorithms=(): edited[tuple(algorithms)])
+    prox_before = (root / "e/prox/run.json").read_text()
+    run_cell([fedavg, fedprox], split, {"avg": trace, "prox": trace}, root)
+    assert (root / "e/avg/run.json").read_text() == alone
+    assert json.loads((root / "e/prox/run.json").read_text())["code_fingerprint"] == "0" * 16
+    assert (root / "e/prox/run.json").read_text() != prox_before
+
+
 def test_a_job_of_several_cells_writes_what_one_job_per_cell_writes(tmp_path):
     """`hetfl train --cell` with the runs of two cells (two seeds) and --splits-root trains both, cell after
     cell, and each run's metrics are those of a job for its cell alone (--split)."""

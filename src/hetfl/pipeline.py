@@ -395,7 +395,12 @@ def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, s
     if len({s.split_key for s in specs}) > 1:
         raise ValueError(f"a cell's runs share one split; got {sorted({s.split_key for s in specs})}")
     fed = load_federation(split_npz)
-    prov = provenance(s.algorithm for s in specs)
+    # each run's own code: the training closure and its algorithm's module. One fingerprint over the cell's
+    # algorithms retrained every run of a cell when one algorithm's file changed (an audit: fedavg's runs
+    # retrained for an edit of fedprox.py) and gave a run another fingerprint than it has trained alone.
+    commit, dirty = git_state()
+    prov = {a: Provenance(fingerprint("train", (a,)), commit, dirty)
+            for a in sorted({s.algorithm for s in specs})}
     dev = resolve_device(device)
     check_tf32(tf32, dev)  # before the cell's data goes to the device
     data: dict[str, Data] = {}  # one copy on the device per model's view of the data
@@ -411,7 +416,7 @@ def run_cell(specs: list[RunSpec], split_npz: str | Path, traces_of: dict[str, s
                 stream = files.enter_context(open(Path(log_dir) / f"{spec.run}.log", "w", encoding="utf-8"))
             jobs.append(RunJob(spec, split_npz, traces_of[spec.run],
                                Path(results_root) / spec.experiment / spec.run, device=device,
-                               progress=stream, checkpoint_every=checkpoint_every, prov=prov,
+                               progress=stream, checkpoint_every=checkpoint_every, prov=prov[spec.algorithm],
                                data=data[spec.model], graphs=graphs, keep_graphs=keep_graphs, tf32=tf32))
         todo = [j for j in jobs if j.restored is None]
         small = [j for j in todo if sum(p.numel() for p in j.loop.params) < STACK_MAX_PARAMETERS]
