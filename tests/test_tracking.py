@@ -149,6 +149,36 @@ def test_remirroring_updates_in_place_and_leaves_no_deleted_run(store, tmp_path)
     assert not replaced.exists()
 
 
+def test_a_mirror_killed_half_way_is_replaced_not_kept(store, monkeypatch):
+    """A mirror cut off after its run was created (a killed track job) holds part of its params and no
+    metrics: mirroring again must replace it, not update it in place as if complete."""
+    results = store
+    a = _write_run(results, _spec("killed"))
+
+    class Killed(BaseException):
+        pass
+
+    def dying(client, run_id, run):
+        from mlflow.entities import Param
+
+        client.log_batch(run_id, params=[Param("seed", "0")])
+        raise Killed
+
+    log_content = tracking._log_content
+    monkeypatch.setattr(tracking, "_log_content", dying)
+    with pytest.raises(Killed):
+        tracking.mirror_run_dirs(results, [a])
+    monkeypatch.setattr(tracking, "_log_content", log_content)
+    again = tracking.mirror_run_dirs(results, [a])
+    client = _client(results)
+    run = client.get_run(again.runs["killed/IID_T8_C_s0"])
+    assert run.data.params == tracking.flatten(_spec("killed"))
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [0.5, 0.6, 0.7]
+    assert run.info.status == "FINISHED" and again.purged == 1
+    exp_id = client.get_experiment_by_name("killed").experiment_id
+    assert len(client.search_runs([exp_id], run_view_type=ViewType.ALL)) == 1
+
+
 def test_a_pruning_mirror_removes_runs_that_left_the_grid(store):
     """The workflow mirrors an experiment's whole grid (`--prune`): a seed dropped from the config left its
     mirror live before (an audit counted 28 runs in an experiment of 18 and a summary). By hand, without

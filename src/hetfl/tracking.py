@@ -314,12 +314,15 @@ def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, 
 
     An unchanged live mirror is updated in place (name, tags, artifacts, end time); otherwise the earlier
     mirrors are deleted and a new run is created: MLflow can neither replace a logged metric value nor
-    move a run's start.
+    move a run's start. A new mirror gets its content tag only once its params, metrics and artifacts are
+    logged, and a mirror still RUNNING was cut off: a mirror killed half-way (Ctrl-C, a killed track job)
+    is replaced, not kept in place with part of its params and metrics (an audit found one kept with one
+    param and no metric).
     """
     from mlflow.entities import RunTag
 
     tags = {run.key_tag: run.key, CONTENT_TAG: run.content_sha256, **run.tags}
-    keep = next((r for r in existing if r.info.lifecycle_stage == "active"
+    keep = next((r for r in existing if r.info.lifecycle_stage == "active" and r.info.status != "RUNNING"
                  and r.data.tags.get(CONTENT_TAG) == run.content_sha256), None)
     stale = [r.info.run_id for r in existing if keep is None or r.info.run_id != keep.info.run_id]
     for r in existing:
@@ -331,10 +334,12 @@ def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, 
             client.update_run(rid, name=run.name)
         client.log_batch(rid, tags=[RunTag(k, v) for k, v in tags.items()])
     else:
-        rid = client.create_run(exp_id, start_time=run.start_ms, tags=tags, run_name=run.name).info.run_id
+        rid = client.create_run(exp_id, start_time=run.start_ms, run_name=run.name,
+                                tags={k: v for k, v in tags.items() if k != CONTENT_TAG}).info.run_id
         _log_content(client, rid, run)
     for path, folder in run.artifacts:
         client.log_artifact(rid, str(path), artifact_path=folder)
+    client.set_tag(rid, CONTENT_TAG, run.content_sha256)  # complete: from now on kept in place
     client.set_terminated(rid, status=run.status, end_time=run.end_ms)
     return rid, stale
 
