@@ -96,6 +96,40 @@ def test_cli_by_hand_rebuilds_a_stale_split(tmp_path):
     assert manifest["alpha"] == 0.5 == info["spec"]["alpha"]  # the data used and the record agree
 
 
+def test_by_hand_a_split_or_traces_made_by_other_code_are_made_again(tmp_path, monkeypatch):
+    """`hetfl train --config` made a split again only for other parameters: after an edit of the split code
+    (data/synthetic.py) it trained on the split the old code made, and its numbers differed from a fresh
+    directory's. A split records its code's fingerprint; traces, cheap to draw, are drawn and compared."""
+    from hetfl import fingerprint as fp
+    from hetfl.data import traces as traces_module
+
+    monkeypatch.chdir(tmp_path)
+    spec = dataclasses.replace(SPEC, rounds=3)
+    split, trace = cli._prepare_by_hand(spec)
+    manifest = json.loads(split.with_name("manifest.json").read_text())
+    assert manifest[cli.SPLIT_CODE_KEY] == fp.fingerprint("split")
+    stamps = split.stat().st_mtime_ns, trace.stat().st_mtime_ns
+    assert cli._prepare_by_hand(spec) == (split, trace)  # the same code: both kept as they are
+    assert (split.stat().st_mtime_ns, trace.stat().st_mtime_ns) == stamps
+    real = fp.fingerprint
+    monkeypatch.setattr(fp, "fingerprint", lambda kind, *a: "0" * 16 if kind == "split" else real(kind, *a))
+    cli._prepare_by_hand(spec)  # the split code changed: the split is made again
+    assert json.loads(split.with_name("manifest.json").read_text())[cli.SPLIT_CODE_KEY] == "0" * 16
+    assert trace.stat().st_mtime_ns == stamps[1]
+    draw = traces_module.generate_traces
+
+    def other(*args, **kwargs):  # the trace code now draws other fractions
+        tr = draw(*args, **kwargs)
+        tr.fractions = tr.fractions * 0.5
+        return tr
+
+    monkeypatch.setattr(traces_module, "generate_traces", other)
+    cli._prepare_by_hand(spec)
+    expected = draw(spec.num_traces, spec.num_devices, spec.rounds, spec.seed,
+                    names=spec.trace_order[: spec.num_traces], p_inactive=spec.p_inactive).fractions * 0.5
+    assert np.array_equal(traces_module.load_traces(trace).fractions, expected)
+
+
 def _train_cmd(spec: RunSpec, split: Path, trace: Path, out: Path, every: int) -> list[str]:
     return [sys.executable, "-m", "hetfl.cli", "train", "--spec", json.dumps(spec.to_dict()), "--split",
             str(split), "--traces", str(trace), "--out", str(out), "--no-mlflow", "--checkpoint-every",

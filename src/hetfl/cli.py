@@ -137,6 +137,7 @@ def _cmd_split(args: argparse.Namespace) -> int:
     else:
         split_spec = _split_spec_from_flags(args)
     manifest = make_split(args.out, split_spec, args.seed)
+    _stamp_split_code(args.out)
     if args.describe:
         _describe_split(Path(args.out), manifest)
     sizes = manifest["train_sizes"]
@@ -192,24 +193,62 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+SPLIT_CODE_KEY = "code_fingerprint"  # manifest.json: hetfl.fingerprint of the split code that made it
+
+
+def _stamp_split_code(npz: Path | str) -> None:
+    """Record in the split's manifest.json the fingerprint of the code that made it (`hetfl train --config`
+    makes a split again when its code changed; Snakemake reruns it through its code param)."""
+    from hetfl.fingerprint import fingerprint
+    from hetfl.io import atomic_write_json
+
+    path = Path(npz).with_name("manifest.json")
+    atomic_write_json(path, {**json.loads(path.read_text()), SPLIT_CODE_KEY: fingerprint("split")})
+
+
+def _same_traces(path: Path, spec) -> bool:
+    """Whether the trace file holds exactly what the trace code makes now for the run (traces take
+    milliseconds to draw, so they are drawn and compared rather than stamped)."""
+    import numpy as np
+
+    from hetfl.data.traces import generate_traces, load_traces, parse_traceset
+    from hetfl.pipeline import check_traces
+
+    have = load_traces(path)
+    check_traces(have, spec, path)
+    names = parse_traceset(spec.traceset)
+    fresh = generate_traces(len(names), spec.num_devices, spec.rounds, spec.seed, names=names,
+                            assignment=spec.trace_assignment, p_inactive=spec.p_inactive)
+    return (list(have.trace_names) == list(fresh.trace_names)
+            and np.array_equal(have.assignment, fresh.assignment)
+            and np.array_equal(have.fractions, fresh.fractions))
+
+
 def _prepare_by_hand(spec) -> tuple[Path, Path]:
     """`hetfl train --config`: the run's split and traces at their canonical paths, made (again) when they
-    are missing or were made for other parameters."""
+    are missing, were made for other parameters, or by other code than the split's and traces' now (an
+    audit: a split made before an edit of data/synthetic.py was trained on after it)."""
     from hetfl import paths
     from hetfl.data.build import check_split, make_split
-    from hetfl.data.traces import load_traces, make_traces
-    from hetfl.pipeline import check_traces
+    from hetfl.data.traces import make_traces
+    from hetfl.fingerprint import fingerprint
 
     split = paths.split_dir(spec) / "split.npz"
     trace = paths.trace_file(spec)
     try:
         check_split(split, spec.split_spec(), spec.seed)
+        made_by = json.loads(split.with_name("manifest.json").read_text()).get(SPLIT_CODE_KEY)
+        if made_by != fingerprint("split"):
+            raise ValueError(f"it was made by other split code ({made_by or 'not recorded'}, now "
+                             f"{fingerprint('split')})")
     except (FileNotFoundError, ValueError) as why:
         if split.exists():
             print(f"hetfl train: making the split again: {why}", file=sys.stderr)
         make_split(split, spec.split_spec(), spec.seed)
+        _stamp_split_code(split)
     try:
-        check_traces(load_traces(trace), spec, trace)
+        if not _same_traces(trace, spec):
+            raise ValueError("the trace code now draws other traces for these parameters")
     except (FileNotFoundError, ValueError) as why:
         if trace.exists():
             print(f"hetfl train: making the traces again: {why}", file=sys.stderr)
