@@ -214,7 +214,8 @@ def test_run_name_with_a_quote_is_matched_exactly(store, tmp_path):
 
 def test_summary_run_carries_tables_and_figures(store, tmp_path):
     results = store
-    runs = [_write_run(results, _spec("summ")), _write_run(results, _spec("summ", run="IID_T8_C_s1"))]
+    runs = [_write_run(results, _spec("summ"), user="ada"),
+            _write_run(results, _spec("summ", run="IID_T8_C_s1"), user="ada")]
     reports = tmp_path / "reports"
     files = [reports / "tables/accuracy_difference.md", reports / "tables/accuracy_difference.csv",
              reports / "figures/scheme_curves.png"]
@@ -229,6 +230,10 @@ def test_summary_run_carries_tables_and_figures(store, tmp_path):
     assert arts == {"tables/accuracy_difference.md", "tables/accuracy_difference.csv",
                     "figures/scheme_curves.png"}
     assert summary.info.start_time == START_MS  # spans the experiment from its first run's start
+    # the UI's Source and User columns: the runs' commit and user (an audit found both empty)
+    assert summary.data.tags["mlflow.source.git.commit"] == "0123abcd" * 5
+    assert summary.data.tags["mlflow.user"] == "ada"
+    assert client.get_run(first.runs["summ/IID_T8_C_s0"]).data.tags["mlflow.user"] == "ada"
     files[0].write_text("a table built again")  # new bytes, same files: written over in place
     again = tracking.mirror_run_dirs(results, runs, description="", summary_files=files)
     assert again.summaries == first.summaries and again.runs == first.runs and again.purged == 0

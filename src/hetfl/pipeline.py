@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import getpass
 import hashlib
 import json
 import platform
@@ -143,6 +144,14 @@ class Provenance:
 def provenance(algorithms: Iterable[str]) -> Provenance:
     commit, dirty = git_state()
     return Provenance(fingerprint("train", tuple(sorted(set(algorithms)))), commit, dirty)
+
+
+def _user() -> str | None:
+    """Who trains the run: the login name, None where the system has none for this uid (containers)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
 
 
 def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str, tf32: bool = False,
@@ -326,6 +335,7 @@ class RunJob:
             # TF32 products on CUDA (engine.reproducible; hetfl train --tf32), else IEEE float32
             "cuda_tf32": self.tf32,
             "torch_threads": torch.get_num_threads(),
+            "user": _user(),  # the MLflow mirror's mlflow.user (the UI's User column)
             # a run trained stacked with others shares their wall time (engine.runner.train_stacked)
             "stacked_runs": self.stacked_with,
             "wall_time_s": round(wall, 3),

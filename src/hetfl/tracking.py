@@ -178,7 +178,12 @@ def flat_ends(m):
 def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
     """The mirror of one finished run, from its run.json and metrics.parquet (`rounds`: mirrored_rows)."""
     import pandas as pd
-    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
+    from mlflow.utils.mlflow_tags import (
+        MLFLOW_GIT_COMMIT,
+        MLFLOW_SOURCE_NAME,
+        MLFLOW_SOURCE_TYPE,
+        MLFLOW_USER,
+    )
 
     d = Path(run_dir)
     d = d.parent if d.name == "run.json" else d
@@ -201,6 +206,8 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
             NOTE_TAG: f"Mirror of `{d}` (status {info.get('status')}, {info.get('rounds_done')} rounds, "
                       f"device {info.get('device')}{', TF32 products' if info.get('cuda_tf32') else ''}); "
                       f"run.json and metrics.parquet are its artifacts."}
+    if info.get("user"):  # the User column: who trained it (MlflowClient.create_run sets no user)
+        tags[MLFLOW_USER] = str(info["user"])
     if info.get("cuda_tf32"):  # hetfl train --tf32: numbers of TF32 products, not IEEE float32's
         tags["hetfl.precision"] = "tf32"
     if info.get("code_fingerprint"):
@@ -260,8 +267,16 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
     folder = {".md": "tables", ".csv": "tables", ".tex": "tables", ".png": "figures", ".svg": "figures"}
     start = min(r.start_ms for r in runs)
     end = max([r.end_ms for r in runs] + [int(f.stat().st_mtime * 1000) for f in files])
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_USER
+
     tags = {"hetfl.kind": "summary", "hetfl.runs": str(len(runs)),
             NOTE_TAG: f"Tables and figures built from the {len(runs)} run(s) of {experiment}."}
+    commits = {r.tags.get(MLFLOW_GIT_COMMIT) for r in runs}
+    if len(commits) == 1 and None not in commits:  # the Source column, where the runs agree on it
+        tags[MLFLOW_GIT_COMMIT] = commits.pop()
+    users = {r.tags.get(MLFLOW_USER) for r in runs}
+    if len(users) == 1 and None not in users:
+        tags[MLFLOW_USER] = users.pop()
     return RunRecord(experiment=experiment, key=experiment, name=f"{experiment}/summary", params={},
                      records=[], tags=tags, start_ms=start, end_ms=end, status="FINISHED",
                      artifacts=tuple((f, folder.get(f.suffix, "reports")) for f in files),
