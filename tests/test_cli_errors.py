@@ -302,3 +302,17 @@ def test_train_by_config_names_the_unknown_experiment_or_run_and_what_is_allowed
     assert rc == 2
     assert expect in err
     assert "hetfl runs workflow/config/tiny.yaml" in err
+
+
+def test_a_split_the_data_cannot_make_names_the_config_entry(capsys, tmp_path):
+    """A grid whose split is impossible (more devices than the data can give each a sample) passed
+    validation, and the split job's error named only the spec's fields; the workflow passes the config
+    entry, which the error now names with the keys to change."""
+    spec = json.dumps({"dataset": "digits", "num_devices": 1000, "partition": {"label_skew": "pathological",
+                                                                             "m": 2}})
+    rc, err = _main(capsys, "split", "--spec", spec, "--seed", "0", "--out", str(tmp_path / "s/split.npz"),
+                    "--config-key", "experiments.big.settings.NIID")
+    assert rc == 2
+    assert "config entry 'experiments.big.settings.NIID' (seed 0) gives a split the data cannot make" in err
+    assert "allowed: fewer devices (its experiment's num_devices)" in err
+    assert not (tmp_path / "s/split.npz").exists()

@@ -136,7 +136,15 @@ def _cmd_split(args: argparse.Namespace) -> int:
         split_spec = json_object("--spec", text, '{"dataset": "synthetic", ...} or a file holding one')
     else:
         split_spec = _split_spec_from_flags(args)
-    manifest = make_split(args.out, split_spec, args.seed)
+    try:
+        manifest = make_split(args.out, split_spec, args.seed)
+    except ValueError as err:
+        if not args.config_key:
+            raise
+        # the split's own message names the spec's fields; the workflow's user edits a config
+        raise ValueError(f"config entry '{args.config_key}' (seed {args.seed}) gives a split the data cannot "
+                         f"make: {err}; allowed: fewer devices (its experiment's num_devices), another "
+                         "partition or sizes") from None
     _stamp_split_code(args.out)
     if args.describe:
         _describe_split(Path(args.out), manifest)
@@ -542,6 +550,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("split", help="generate a federation (per-device train/test data) and its manifest")
     p.add_argument("--spec", help="split spec as JSON (or a JSON file): what RunSpec.split_spec() returns; "
                                   "replaces the flags below")
+    p.add_argument("--config-key", default=None,
+                   help="the config entry the spec comes from (the workflow passes experiments.<e>.settings."
+                        "<s>): a split the data cannot make names it, with the keys to change")
     p.add_argument("--dataset", default="synthetic",
                    help="synthetic | quadratic | a real source (hetfl datasets lists them)")
     p.add_argument("--partition",

@@ -10,7 +10,8 @@ rule split:
     # a priority is not passed on to a job's inputs: without their own, splits waited behind training
     priority: REPORT_PRIORITY
     shell:
-        "hetfl split --spec {params.spec:q} --seed {wildcards.seed} --out {output.npz} > {log} 2>&1"
+        "hetfl split --spec {params.spec:q} --seed {wildcards.seed} --out {output.npz}"
+        " --config-key experiments.{wildcards.experiment}.settings.{wildcards.setting} > {log} 2>&1"
 
 
 rule trace:
