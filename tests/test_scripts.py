@@ -42,3 +42,13 @@ def test_entropy_bins_prints_both_binnings_and_restores_the_measure(capsys) -> N
     assert len(lines) == 10  # two tasks, five algorithms
     assert all("floor" in line and "centred" in line for line in lines)
     assert comm.entropy_bits is before
+
+
+def test_table3_variants_prints_both_metrics_per_traceset(capsys) -> None:
+    load("table3_variants").main(["--setting", "IID00", "--T", "1,2", "--seeds", "0,1", "--rounds", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("IID00 |T|=1 ") and lines[1].startswith("IID00 |T|=2 ")
+    for line in lines:
+        for name in ("pooled B vs A", "pooled C vs B", "per-device B vs A", "per-device C vs B"):
+            assert name in line
+    assert "pooled B vs A 0.0 [0.0, 0.0]" in lines[0]  # |T| = 1: every device complete, the schemes agree
