@@ -15,26 +15,24 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
 import torch
-from scipy import stats
 
 from hetfl.data import traces
 from hetfl.data.build import build_synthetic
 from hetfl.engine.runner import TrainSettings, train
 from hetfl.models import make_model
+from hetfl.reports.verdicts import t_interval
 
 SIZES = '{"distribution": "pareto", "index": 0.5, "size": 20, "max_size": 1000, "min_size": 10, "sigma": 0.3}'
 METRICS = {"pooled": "test_accuracy", "per-device": "mean_client_accuracy"}
 
 
 def interval(values: list[float]) -> str:
-    """mean [95 % Student-t CI] (the mean alone for one seed)."""
-    x = np.asarray(values, dtype=float)
-    if len(x) < 2:
-        return f"{x.mean():.1f}"
-    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
-    return f"{x.mean():.1f} [{x.mean() - half:.1f}, {x.mean() + half:.1f}]"
+    """mean [95 % Student-t CI] (the tables' interval, verdicts.t_interval; the mean alone for one seed)."""
+    iv = t_interval(values)
+    if len(values) < 2:
+        return f"{iv.mean:.1f}"
+    return f"{iv.mean:.1f} [{iv.low:.1f}, {iv.high:.1f}]"
 
 
 def main(argv: list[str]) -> None:
