@@ -107,6 +107,7 @@ def test_figures_draw_whatever_grid_they_are_given(tmp_path):
     assert (tmp_path / "out" / "fig2.png").stat().st_size > 1000
 
 
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # _band is replaced: no line, no legend entry
 def test_figure1_draws_full_participation_and_figure3_the_low_rate(tmp_path, monkeypatch):
     """The bmta table's runs may hold |T| = 1 and |T| = 8 (ma2022_efl_text.yaml): Figure 1 mixed both
     into one band per method. It now draws |T| = 1 only, and Figure 3 (low participation rate) draws the
