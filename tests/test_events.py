@@ -18,6 +18,41 @@ def test_fast_reboot_boost_schedule():
     assert np.allclose(tail, 2.0)
 
 
+def test_the_relative_boost_decay_reading():
+    """event.boost_decay: relative = 1 + 2(τ0/τ)², 3·p^l at τ0 and an O(τ^−2) excess like the default, but
+    counted from round 1: at τ = 2τ0 it is 1.5, where the shifted decay is 1 + 2/(τ0 + 1)²."""
+    assert fast_reboot_boost(10, 10, decay="relative") == pytest.approx(3.0)
+    assert fast_reboot_boost(20, 10, decay="relative") == pytest.approx(1.5)
+    assert fast_reboot_boost(20, 10) == pytest.approx(1 + 2 / 121)
+    assert fast_reboot_boost(9, 10, decay="relative") == 1.0
+    with pytest.raises(ValueError, match="boost decay 'linear' is not allowed; allowed: shifted, relative"):
+        fast_reboot_boost(10, 10, decay="linear")
+    s = build_schedule([Event("arrival", 4, (2,), "fast_reboot")], num_devices=3, rounds=8,
+                       boost_decay="relative")
+    np.testing.assert_allclose(s.boost[[3, 7], 2], [3.0, 1 + 2 * (4 / 8) ** 2])
+
+
+def test_the_boost_decay_reading_in_a_config():
+    """The default leaves the run specs as they were (no key); the readings axis makes fast-reboot variants
+    only, and their schedule decays relatively."""
+    from hetfl.config import expand_runs, validate_config
+    from hetfl.pipeline import event_schedule
+
+    exp = {"table": "fast_reboot", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+           "num_devices": 4, "sizes": {"distribution": "equal", "size": 20}, "schemes": ["C"],
+           "num_traces": [1], "rounds": 12, "seeds": [0],
+           "event": {"kind": "arrival", "rounds": [5], "policies": ["fast_reboot", "vanilla"]},
+           "readings": {"boost_decay": ["relative"]}}
+    runs = {r.run: r for r in expand_runs(validate_config({"experiments": {"e": exp}}))}
+    assert sorted(runs) == ["N_T1_C_arr5_fast_reboot_s0", "N_T1_C_arr5_fast_reboot_s0__boost_decay-relative",
+                            "N_T1_C_arr5_vanilla_s0"]
+    assert "boost_decay" not in runs["N_T1_C_arr5_fast_reboot_s0"].event
+    variant = runs["N_T1_C_arr5_fast_reboot_s0__boost_decay-relative"]
+    assert variant.event["boost_decay"] == "relative"
+    np.testing.assert_allclose(event_schedule(variant, 4).boost[9, 3], 1 + 2 * (5 / 10) ** 2)
+    np.testing.assert_allclose(event_schedule(runs["N_T1_C_arr5_fast_reboot_s0"], 4).boost[9, 3], 1 + 2 / 36)
+
+
 def test_arrival_schedule_fast_reboot():
     s = build_schedule([Event("arrival", 4, (2,), "fast_reboot")], num_devices=3, rounds=6)
     p = np.array([0.25, 0.25, 0.5])

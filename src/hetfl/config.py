@@ -801,7 +801,10 @@ def _events(exp: dict[str, Any]) -> list[dict[str, Any] | None]:
         return [None]
     devices = list(ev.get("devices") or [exp["num_devices"] - 1])
     return [{"kind": ev["kind"], "round": r, "policy": pol, "devices": devices, "stagger": ev["stagger"],
-             "departure_test_set": ev["departure_test_set"], "boost": ev["boost"]}
+             "departure_test_set": ev["departure_test_set"], "boost": ev["boost"],
+             # only where it is not the default: every run's spec (its fingerprint, its MLflow params) stays
+             # what it was before the reading existed
+             **({"boost_decay": ev["boost_decay"]} if ev["boost_decay"] != "shifted" else {})}
             for r in ev["rounds"] for pol in ev["policies"]]
 
 
@@ -835,11 +838,14 @@ def _variant(spec: RunSpec, key: str, value: Any) -> RunSpec | None:
         if part.get("label_skew") != "pathological" or part.get("label_choice", "cyclic") == value:
             return None
         changes = {"partition": {**part, "label_choice": value}}
-    elif key in ("departure_test_set", "boost"):
+    elif key in ("departure_test_set", "boost", "boost_decay"):
         ev = spec.event
         kind = "departure" if key == "departure_test_set" else "arrival"
-        if ev is None or ev["kind"] != kind or ev[key] == value:
+        own = (ev or {}).get(key, "shifted") if key == "boost_decay" else (ev or {}).get(key)
+        if ev is None or ev["kind"] != kind or own == value:
             return None
+        if key == "boost_decay" and ev["policy"] != "fast_reboot":
+            return None  # vanilla reboot has no boost to decay
         changes = {"event": {**ev, key: value}}
     else:  # the schema lists every key; this guards the two lists against drifting apart
         raise ConfigError(f"config key 'readings.{key}' is not a reading hetfl knows")

@@ -88,7 +88,8 @@ def event_schedule(spec: RunSpec, num_devices: int) -> Schedule | None:
                   for i, d in enumerate(ev["devices"])]
     else:
         events = [Event(ev["kind"], ev["round"], tuple(ev["devices"]), ev["policy"])]
-    return build_schedule(events, num_devices, spec.rounds, ev.get("departure_test_set", "paper"))
+    return build_schedule(events, num_devices, spec.rounds, ev.get("departure_test_set", "paper"),
+                          ev.get("boost_decay", "shifted"))
 
 
 def check_traces(tr: traces.Traces, spec: RunSpec, path: str | Path) -> None:

@@ -58,16 +58,26 @@ class Schedule:
         return eta0 / (tau - int(self.shift_round[tau - 1]) + 1)
 
 
-def fast_reboot_boost(tau: int, tau0: int, factor: float = 3.0) -> float:
-    """Ruan et al. §5.3: p_τ^l = 3p^l at τ0, decaying to p^l as O((τ − τ0)^−2):
-    boost = 1 + (factor − 1)/(τ − τ0 + 1)²."""
+#: how the fast-reboot boost decays (event.boost_decay, docs/events.md): §5.3 "decays to p^l by O(τ^−2)"
+#: fixes neither the constant nor the origin; both readings give 3p^l at τ0 and an O(τ^−2) excess
+BOOST_DECAYS: tuple[str, ...] = ("shifted", "relative")
+
+
+def fast_reboot_boost(tau: int, tau0: int, factor: float = 3.0, decay: str = "shifted") -> float:
+    """Ruan et al. §5.3: p_τ^l = 3p^l at τ0, decaying to p^l as O(τ^−2). The factor on p^l is
+    1 + (factor − 1)/(τ − τ0 + 1)² (``shifted``: rounds counted from the arrival, as the learning-rate
+    restart counts them) or 1 + (factor − 1)·(τ0/τ)² (``relative``: the global round τ itself)."""
+    if decay not in BOOST_DECAYS:
+        raise ValueError(f"boost decay '{decay}' is not allowed; allowed: {', '.join(BOOST_DECAYS)}")
     if tau < tau0:
         return 1.0
+    if decay == "relative":
+        return 1.0 + (factor - 1.0) * (tau0 / tau) ** 2
     return 1.0 + (factor - 1.0) / (tau - tau0 + 1) ** 2
 
 
 def build_schedule(events: Sequence[Event], num_devices: int, rounds: int,
-                   departure_test_set: str = "paper") -> Schedule:
+                   departure_test_set: str = "paper", boost_decay: str = "shifted") -> Schedule:
     """The schedule of a run with the given events (none: everyone in, no shift).
 
     departure_test_set (docs/readings.md): "paper" scores 'include' on every device's holdout (the original
@@ -94,7 +104,7 @@ def build_schedule(events: Sequence[Event], num_devices: int, rounds: int,
             for d in devs:
                 in_obj[before, d] = sending[before, d] = test[before, d] = False
             if ev.policy == "fast_reboot":
-                b = np.array([fast_reboot_boost(t, ev.round) for t in taus])
+                b = np.array([fast_reboot_boost(t, ev.round, decay=boost_decay) for t in taus])
                 boost[:, devs] = b[:, None]
             shift[after] = ev.round
         else:

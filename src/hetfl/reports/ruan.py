@@ -26,7 +26,7 @@ READING_COLUMNS = {
     "accuracy_difference": ["local_work", "completion", "trace_assignment", "p_inactive", "local_epochs",
                             "eta0", "iid", "partition.label_choice"],
     "fast_reboot": ["local_work", "completion", "trace_assignment", "local_epochs", "eta0",
-                    "partition.label_choice", "event.boost"],
+                    "partition.label_choice", "event.boost", "event.boost_decay"],
     "crossing_epochs": ["local_work", "completion", "trace_assignment", "local_epochs", "eta0",
                         "event.departure_test_set"],
 }
@@ -42,6 +42,7 @@ READING_BASIS = {
     "label_choice": "paper: §5.1 'one label chosen uniformly at random' (random)",
     "departure_test_set": "paper: Figure 4 caption (include on all data, exclude on the remaining)",
     "boost": "paper: §4.2 p^l + δ^l (additive)",
+    "boost_decay": "unpublished: §5.3 'decays to p^l by O(τ^−2)' (shifted, 2p^l/(τ − τ0 + 1)²)",
     "improvement": "paper: §5.2 'the differences in the test accuracies' (points)",
 }
 
@@ -98,13 +99,19 @@ def provenance_note(runs: pd.DataFrame) -> str:
     return f"Runs read: {'; '.join(parts)}; code fingerprint(s) {', '.join(sorted(codes)) or 'unknown'}."
 
 
+#: readings a run's spec records only where they are not the default (config._events), so that specs made
+#: before the reading existed stay as they were: a missing value is this one
+UNRECORDED_DEFAULTS = {"event.boost_decay": "shifted"}
+
+
 def reading_values(runs: pd.DataFrame, table: str) -> dict[str, str]:
     """The value of each reading column over the runs ('a|b' when they differ)."""
     out = {}
     for col in READING_COLUMNS[table]:
-        if col not in runs:
+        if col not in runs and col not in UNRECORDED_DEFAULTS:
             continue
-        vals = sorted({str(v) for v in runs[col] if not (isinstance(v, float) and pd.isna(v))})
+        column = runs[col] if col in runs else pd.Series([None] * len(runs), dtype=object)
+        vals = sorted({str(v) if not pd.isna(v) else UNRECORDED_DEFAULTS.get(col, "") for v in column} - {""})
         out[col] = "|".join(vals) if vals else "—"
     return out
 
@@ -182,7 +189,7 @@ def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
     tidy = compute_fast_reboot(runs)
     caption = ("Reproduction of Ruan et al. (2021), Table 4: global epochs from the arrival round τ0 on "
                "(round τ0 is the first) until the global test accuracy is back at its level of round τ0 − 1, with fast reboot (the arriving "
-               "device's coefficient boosted to 3·p^l at τ0, decaying as 2p^l/(τ − τ0 + 1)², composed with "
+               "device's coefficient boosted to 3·p^l at τ0, decaying as 2p^l/(τ − τ0 + 1)² (the event.boost_decay reading), composed with "
                "the scheme as the event.boost reading says) and vanilla reboot; the learning rate restarts at "
                "η0/(τ − τ0 + 1) in both. From τ0 on the test set includes the arriving device's holdout. "
                "The cell is the paired per-seed difference vanilla − fast (rounds fast reboot saves; same "
