@@ -123,6 +123,26 @@ def test_a_small_grid_is_projected_from_two_measured_runs(tmp_path):
         assert len(runs) == 2 and all(f'"rounds": {rounds}' in r.read_text() for r in runs)
 
 
+def test_a_kept_directory_with_an_earlier_projection_is_refused(tmp_path, monkeypatch):
+    """Run again in the same --keep DIR, Snakemake found the first projection's outputs up to date and the
+    second projection timed nothing (2 s instead of 19 s; an audit): it is refused before any work."""
+    import subprocess
+
+    calls = []
+    monkeypatch.setattr("hetfl.projection.subprocess.run",
+                        lambda argv, **kw: calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""))
+    config = validate_config({"experiments": {"e": {
+        "table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+        "num_devices": 4, "schemes": ["C"], "num_traces": [1], "rounds": 20, "seeds": [0]}}})
+    (tmp_path / "f0.2" / "results").mkdir(parents=True)  # what an earlier projection left
+    with pytest.raises(ConfigError, match=r"--keep .* already holds a projection's workflow .*f0\.2"):
+        project(config, [0.1, 0.2], workdir=tmp_path, snakefile=ROOT / "Snakefile")
+    assert calls == [] and (tmp_path / "f0.2" / "results").is_dir()  # nothing run, nothing removed
+    (tmp_path / "f0.1").mkdir()  # an empty directory is fine
+    project(config, [0.1, 0.3], workdir=tmp_path, snakefile=ROOT / "Snakefile")
+    assert len(calls) == 2
+
+
 def test_the_workflow_is_run_at_make_reproduces_job_rate(tmp_path, monkeypatch):
     """Snakemake's default 100/1s rate costs minutes of scheduler CPU on a grid (docs/engine.md); a
     projection must time the grid as `make reproduce` runs it."""

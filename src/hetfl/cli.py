@@ -540,7 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fractions", type=float, nargs="+", default=[0.05, 0.1],
                    help="fractions of every run's rounds to time (at least two; default 0.05 0.1)")
     p.add_argument("--cores", type=_positive, default=2, help="snakemake --cores (default 2)")
-    p.add_argument("--keep", metavar="DIR", help="run in DIR and keep it (default: a temporary directory)")
+    p.add_argument("--keep", metavar="DIR", help="run in DIR and keep it (default: a temporary directory); "
+                                                  "DIR must not hold an earlier projection")
     p.add_argument("--snakefile", default="Snakefile", help="hetfl's Snakefile (default: ./Snakefile)")
     p.set_defaults(func=_cmd_project)
 

@@ -183,6 +183,16 @@ def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), co
                           "more (a line is fitted through their wall times)")
     for f in fractions:  # every problem before any work
         scaled_config(config, f, None)
+    if workdir is not None:
+        # a --keep DIR that holds an earlier projection: Snakemake would find that run's outputs up to date
+        # and time only what is left to do (a second `hetfl project --keep DIR` projected 2 s for a grid
+        # measured at 19 s; an audit), and another config's runs of the same names would be reused alike
+        used = [d for d in (Path(workdir) / f"f{f:g}" for f in fractions) if d.is_dir() and any(d.iterdir())]
+        if used:
+            held = ", ".join(map(str, used))
+            raise ConfigError(f"--keep {workdir} already holds a projection's workflow ({held}), "
+                              "whose outputs would be reused instead of timed; allowed: a new or empty "
+                              "directory (move or remove the earlier one: nothing there is deleted)")
     runs_full = len(list(expand_runs(config)))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("MLFLOW_TRACKING_URI", None)  # each run's own store, in its directory
