@@ -142,3 +142,27 @@ def test_the_scheduler_wakes_on_jobs_ends_unless_told_otherwise():
         assert reproduce.LOCAL_JOB_RATE not in args and args[-len(own):] == own
     profile = yaml.safe_load((ROOT / "workflow/profiles/default/config.yaml").read_text())
     assert profile["max-jobs-per-timespan"] == reproduce.LOCAL_JOB_RATE
+
+
+def test_after_a_failed_run_the_report_bundles_only_up_to_date_outputs(tmp_path, capsys):
+    """Snakemake's --report bundles whatever file exists: after a run whose training failed, the table of
+    the previous grid (its runs removed with the failed job's outputs) was shown as the config's (an audit:
+    a 5-round config's report showing the 4-round table). Only up-to-date outputs are bundled now."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "fake_snakemake.py"
+    fake.write_text(
+        "import sys\n"
+        f"open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        "if '--summary' in sys.argv:\n"
+        "    print('output_file\\tdate\\trule\\tlog-file(s)\\tstatus\\tplan')\n"
+        "    print('reports/tables/a.md\\tThu\\ttable\\tlogs/a.log\\tok\\tupdate pending')\n"
+        "    print('reports/tables/b.md\\tThu\\ttable\\tlogs/b.log\\tok\\tno update')\n"
+        "    print('results/e/r/run.json\\tThu\\ttrain_e\\t\\tok\\tno update')\n")
+    snakemake = [sys.executable, str(fake)]
+    assert reproduce.write_report(snakemake, ["--cores", "1"], dict(os.environ), failed=True) == 0
+    report_call = calls.read_text().splitlines()[-1]
+    assert report_call.endswith(f"--report {reproduce.REPORT} reports/tables/b.md")
+    assert "reports/tables/a.md" in capsys.readouterr().err
+    calls.unlink()  # a run that succeeded: the whole report, no summary asked for
+    assert reproduce.write_report(snakemake, ["--cores", "1"], dict(os.environ)) == 0
+    assert calls.read_text().splitlines() == [f"--cores 1 --report {reproduce.REPORT}"]

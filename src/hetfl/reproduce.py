@@ -15,8 +15,10 @@ point, before starting snakemake:
    --resources), and --max-jobs-per-timespan 10000/10s (LOCAL_JOB_RATE: Snakemake's scheduler wakes on
    jobs' ends, not every second; unless the arguments set it);
 4. ends by writing reports/report.html (`snakemake --report`, same config; docs/report.md): every table
-   and figure with its caption, opening on the fidelity summary. After a failed run it is still written
-   when the outputs it bundles exist, and its failure is reported without hiding the run's.
+   and figure with its caption, opening on the fidelity summary. After a failed run it is still written,
+   from the outputs that are up to date only: an output whose job failed or did not run (a table whose runs
+   failed to retrain) is left out and named, not bundled as the config's result; its failure is reported
+   without hiding the run's.
 
 usage: python -m hetfl.reproduce --cores N --configfile FILE [--directory DIR] [other snakemake args]
 """
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             return unlock.returncode
     code = subprocess.run([*snakemake, *run_args(rest)], env=env).returncode
     (directory / REPORT).parent.mkdir(parents=True, exist_ok=True)  # a run of one target may not make it
-    report = write_report(snakemake, rest, env)
+    report = write_report(snakemake, rest, env, failed=bool(code))
     return code or report
 
 
@@ -146,10 +148,51 @@ def run_args(rest: list[str]) -> list[str]:
 REPORT = "reports/report.html"
 
 
-def write_report(snakemake: list[str], rest: list[str], env: dict[str, str]) -> int:
+#: the outputs `snakemake --report` can bundle (every `report()` output of the workflow is under it)
+REPORT_OUTPUTS = "reports/"
+
+
+def report_outputs(snakemake: list[str], rest: list[str], env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(up to date, not up to date): the workflow's outputs under REPORT_OUTPUTS by `snakemake --summary`'s
+    plan ("no update" = up to date; "update pending" = its job failed, did not run, or its inputs, params or
+    code changed since)."""
+    proc = subprocess.run([*snakemake, *rest, "--summary"], env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"snakemake --summary failed:\n{proc.stderr[-2000:]}")
+    fresh, stale = [], []
+    for line in proc.stdout.splitlines()[1:]:  # header: output_file, date, rule, log-file(s), status, plan
+        fields = line.split("\t")
+        if len(fields) >= 2 and fields[0].startswith(REPORT_OUTPUTS):
+            (fresh if fields[-1] == "no update" else stale).append(fields[0])
+    return fresh, stale
+
+
+def write_report(snakemake: list[str], rest: list[str], env: dict[str, str], failed: bool = False) -> int:
     """`snakemake --report reports/report.html` with the run's config; its own message on failure (e.g. an
-    output it bundles is missing because its job failed)."""
-    proc = subprocess.run([*snakemake, *rest, "--report", REPORT], env=env, capture_output=True, text=True)
+    output it bundles is missing because its job failed).
+
+    After a failed run (`failed`), the report bundles only the outputs that are up to date: Snakemake's
+    --report bundles whatever file exists, so a table left from the previous grid, whose runs failed to
+    retrain (and were removed), was shown as the config's result (an audit: a report of a 5-round config
+    showing the 4-round table). The others are named."""
+    targets: list[str] = []
+    if failed:
+        try:
+            fresh, stale = report_outputs(snakemake, rest, env)
+        except RuntimeError as err:
+            print(f"hetfl reproduce: error: the report {REPORT} was not written: {err}", file=sys.stderr)
+            return 1
+        if stale:
+            shown = ", ".join(stale[:10]) + (f" and {len(stale) - 10} more" if len(stale) > 10 else "")
+            print(f"hetfl reproduce: the report leaves out {len(stale)} output(s) that are not up to date "
+                  f"(their jobs failed or did not run): {shown}", file=sys.stderr)
+            if not fresh:
+                print(f"hetfl reproduce: error: the report {REPORT} was not written: none of its outputs "
+                      "is up to date", file=sys.stderr)
+                return 1
+            targets = fresh
+    proc = subprocess.run([*snakemake, *rest, "--report", REPORT, *targets], env=env, capture_output=True,
+                          text=True)
     if proc.returncode:
         print(f"hetfl reproduce: error: the report {REPORT} was not written:\n{proc.stderr[-2000:]}",
               file=sys.stderr)
