@@ -153,6 +153,11 @@ def test_methods_identical_in_every_seed_are_named_in_the_caption(tmp_path):
     write(runs, load_reference("ma2022_efl_table2_bmta"), tmp_path / "out" / "bmta", "")
     md = (tmp_path / "out" / "bmta.md").read_text()
     assert "Identical in every seed, so one line hides the other: APFL = FedAvg (MNIST NIID)." in md
+    # with FedAvg also run at |T| = 8 (EFL Figure 3), the |T| = 1 coincidence is still named: grouped by
+    # (data set, setting) only, FedAvg's seeds of both |T| had been compared with APFL's and never matched
+    low = [make_run(tmp_path / "T8", "fedavg", seed, best_curve(v), model="mlp", num_traces=8, scheme="A")
+           for seed, v in enumerate([60, 70])]
+    assert coinciding(per_run(load_runs(dirs + low))) == ["APFL = FedAvg (MNIST NIID, |T| = 1)"]
 
 
 def test_low_participation_cells_are_not_compared_with_table_2(tmp_path):

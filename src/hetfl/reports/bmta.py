@@ -204,14 +204,16 @@ def coinciding(per: pd.DataFrame) -> list[str]:
     other (an audit; APFL's α falls to 0 within 3 rounds on IID data, VRL-SGD is SCAFFOLD when every
     device takes part, docs/algorithms.md). per: per_run's frame."""
     out = []
-    for (dataset, setting), g in per.groupby(["dataset", "setting"], sort=True):
+    several = per["num_traces"].nunique() > 1  # a cell is per |T| too: say which (EFL Figure 3's |T| = 8)
+    for (dataset, setting, k), g in per.groupby(["dataset", "setting", "num_traces"], sort=True):
         by_method = {method_label(a): m.set_index("seed")["bmta"].sort_index() for a, m in g.groupby("algorithm")}
         names = sorted(by_method)
+        where = f"{dataset} {setting}" + (f", |T| = {int(k)}" if several else "")
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 x, y = by_method[a], by_method[b]
                 if len(x) > 1 and x.index.equals(y.index) and x.notna().all() and x.equals(y):
-                    out.append(f"{a} = {b} ({dataset} {setting})")
+                    out.append(f"{a} = {b} ({where})")
     return out
 
 
