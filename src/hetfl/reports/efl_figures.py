@@ -47,9 +47,18 @@ def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8)
 
 
+def drawn(name: str, runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs figure `name` draws a line of: Figure 1 its five methods at full participation (a |T| = 8
+    run, Figure 3's, in the same band would lower the mean), Figure 3 the methods run at |T| > 1."""
+    if name == "efl_figure1":
+        return runs[runs["algorithm"].isin(FIGURE1_METHODS) & (runs["num_traces"] == 1)]
+    if name == "efl_figure3":
+        return runs[runs["algorithm"].isin(set(runs.loc[runs["num_traces"] > 1, "algorithm"]))]
+    raise ValueError(f"figure '{name}' is not one drawn by method lines; allowed: efl_figure1, efl_figure3")
+
+
 def figure1(runs: pd.DataFrame, out: Path) -> None:
-    # full participation: a |T| = 8 run (Figure 3's) in the same band would lower the mean
-    runs = runs[runs["algorithm"].isin(FIGURE1_METHODS) & (runs["num_traces"] == 1)]
+    runs = drawn("efl_figure1", runs)
     datasets = sorted(runs["dataset"].unique()) or ["—"]
     settings = sorted(runs["setting"].unique(), key=lambda s: (not is_iid(runs[runs["setting"] == s].iloc[0]), s))
     settings = settings or ["—"]
@@ -102,9 +111,8 @@ def figure2(runs: pd.DataFrame, out: Path) -> None:
 
 def figure3(runs: pd.DataFrame, out: Path) -> None:
     low = runs[runs["num_traces"] > 1]
-    methods = [a for a in dict.fromkeys(runs["algorithm"]) if a in set(low["algorithm"])]
-    methods.sort(key=lambda a: (a != "fedavg", a))  # FedAvg first, the others in name order
-    runs = runs[runs["algorithm"].isin(methods)]
+    runs = drawn("efl_figure3", runs)
+    methods = sorted(set(runs["algorithm"]), key=lambda a: (a != "fedavg", a))  # FedAvg first, then by name
     rows = sorted(low.groupby(["dataset", "setting"]).groups) or [("—", "—")]
     ks = sorted(int(k) for k in runs["num_traces"].unique()) or [1]
     fig, axes = pyplot().subplots(len(rows), len(ks), figsize=(3.6 * len(ks), 2.8 * len(rows)), squeeze=False,

@@ -147,6 +147,23 @@ FIGURE_BANDS = {
 }
 
 
+#: figures with a line per method whose per-seed BMTA the bmta table compares: two methods identical in
+#: every seed draw one line where the legend names two
+LINE_FIGURES = ("efl_figure1", "efl_figure3")
+
+
+def hidden_lines_note(name: str, runs: pd.DataFrame) -> str:
+    """'Identical in every seed, so one line hides the other: ...' for the methods the figure draws (the
+    bmta table's caption names them too), else ''."""
+    from hetfl.reports.bmta import coinciding, per_run
+    from hetfl.reports.efl_figures import drawn
+
+    lines = drawn(name, runs)
+    same = coinciding(per_run(lines)) if len(lines) else []
+    return (f"Identical in every seed, so one line hides the other: {html.escape('; '.join(same))}."
+            if same else "")
+
+
 def _data_sets(runs: pd.DataFrame) -> list[str]:
     """The runs' data sets by their sources' names (mnist5k, not its paper label MNIST)."""
     col = "dataset_name" if "dataset_name" in runs else "dataset"
@@ -167,6 +184,8 @@ def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
              + (f"; data: {html.escape(', '.join(_data_sets(runs)))}" if _data_sets(runs) else "") + ").",
              FIGURE_BANDS.get(name, "Curves: mean over seeds per round; band: 95 % Student-t interval over "
                                     "seeds (no band with one seed).")]
+    if name in LINE_FIGURES and {"algorithm", "num_traces", "run_dir"} <= set(runs.columns):
+        parts.append(hidden_lines_note(name, runs))
     entry = catalog.FIGURES.get(name)
     if entry is not None and entry.paper_data:
         parts.append(f"The paper's {html.escape(entry.label)} draws {html.escape(entry.paper_data)}.")
@@ -174,7 +193,7 @@ def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
         parts.append(f"Panels with |T| = 1: {html.escape(ONE_TRACE_NOTE)} — trace T_0 has every device "
                      "complete its local work every round, so Schemes A, B and C give the same weights and "
                      "draw one line.")
-    return "<p>" + " ".join(parts) + "</p>\n"
+    return "<p>" + " ".join(p for p in parts if p) + "</p>\n"
 
 
 def write_figure_caption(name: str, runs: pd.DataFrame, table: str, out: Path) -> None:
