@@ -458,3 +458,24 @@ def test_split_and_trace_jobs_import_neither_pandas_nor_the_config(tmp_path, job
     proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert out.is_file()
+
+
+def test_an_event_that_moves_the_objective_is_refused_with_a_running_sum_algorithm():
+    """SCAFFOLD's c, FedDyn's h and the tracked corrections are running sums over the devices: an arrival or
+    an 'exclude' departure renormalises p^k and left them off Σ p^k (·)_k for the rest of the run (an audit:
+    SCAFFOLD stayed at the old optimum after an exclusion). Refused before any work; FedAvg and a departure
+    under 'include' (p^k unchanged) stay allowed."""
+    exp = {"table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+           "num_devices": 4, "schemes": ["B"], "num_traces": [1], "rounds": 10, "seeds": [0],
+           "algorithms": ["fedavg", "scaffold"],
+           "event": {"kind": "departure", "rounds": [5], "policies": ["include", "exclude"]}}
+    with pytest.raises(ConfigError, match=r"'experiments\.e\.event' \(departure, policies include, exclude\) "
+                                          r"is not allowed with algorithm scaffold: its server state is a "
+                                          r"running sum.*allowed: such an event with fedavg, fedprox"):
+        validate_config({"experiments": {"e": exp}})
+    validate_config({"experiments": {"e": {**exp, "event": {**exp["event"], "policies": ["include"]}}}})
+    arrival = {**exp, "algorithms": ["efl"], "schemes": ["C"],
+               "event": {"kind": "arrival", "rounds": [5], "policies": ["vanilla"]}}
+    with pytest.raises(ConfigError, match="not allowed with algorithm efl"):
+        validate_config({"experiments": {"e": arrival}})
+    validate_config({"experiments": {"e": {**arrival, "algorithms": ["fedavg", "fednova"], "schemes": ["B"]}}})

@@ -344,6 +344,14 @@ def _check_event(name: str, exp: dict[str, Any]) -> None:
         raise ConfigError(f"config key '{key}.devices' has value {json.dumps(ev['devices'])}, which is not "
                           f"allowed: every device would arrive or depart, leaving rounds with no device in "
                           f"the objective; allowed: at most {n - 1} of the {n} devices")
+    if ev["kind"] == "arrival" or "exclude" in ev["policies"]:  # the events that renormalise p^k
+        for algo in _algorithms(exp):
+            why = CATALOG[algo].events_why
+            if why:
+                free = [a for a, e in CATALOG.items() if not e.events_why]
+                raise ConfigError(f"config key '{key}' ({ev['kind']}, policies {', '.join(ev['policies'])}) "
+                                  f"is not allowed with algorithm {algo}: {why}; allowed: such an event with "
+                                  f"{', '.join(free)}, or a departure under 'include' only")
     own = [label for label, sv in exp["settings"].items() if "rounds" in sv]
     if own:
         raise ConfigError(f"config key 'experiments.{name}.settings.{own[0]}.rounds' is not allowed with an "

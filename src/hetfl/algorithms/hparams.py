@@ -172,6 +172,12 @@ class FedGateParams:
     period: str = hyper("done", PERIOD_DOC, choices=("done", "full"))
 
 
+#: AlgorithmEntry.events_why of the algorithms whose server state is a running sum over the devices
+_RUNNING_SUM = ("its server state is a running sum over the devices (SCAFFOLD's c = Σ p^k c_k, FedDyn's h, "
+                "the tracked corrections, the Fisher or attention sums), updated by increments: an event "
+                "that renormalises p^k leaves it off Σ p^k (·)_k for the rest of the run, and a departed "
+                "device keeps steering the model (an audit; the papers do not say how to re-anchor it)")
+
 BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
     AlgorithmEntry("fedavg", "hetfl.algorithms.fedavg:FedAvg", NoParams,
                    "McMahan et al. 2017 (FedAvg); Ruan et al. 2021, seed 002 (Schemes A/B/C)", "FedAvg"),
@@ -179,15 +185,17 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
                    "Li et al. 2020 (FedProx), compared in seeds 000, 003, 004", "FedProx"),
     AlgorithmEntry("scaffold", "hetfl.algorithms.scaffold:Scaffold", ScaffoldParams,
                    "Karimireddy et al. 2020 (SCAFFOLD, option II), compared in seeds 000, 003, 004",
-                   "SCAFFOLD"),
+                   "SCAFFOLD", events_why=_RUNNING_SUM),
     AlgorithmEntry("fednova", "hetfl.algorithms.fednova:FedNova", FedNovaParams,
                    "Wang et al. 2020 (FedNova), lecture notes seed 001", "FedNova", schemes=("A", "B"),
                    schemes_why="FedNova's τ_eff/a_i already removes the step bias that Scheme C's E/s "
                                "removes: under C the update would be divided by the steps twice"),
     AlgorithmEntry("feddyn", "hetfl.algorithms.feddyn:FedDyn", FedDynParams,
-                   "Acar et al. 2021 (FedDyn), compared in seeds 003, 004", "FedDyn"),
+                   "Acar et al. 2021 (FedDyn), compared in seeds 003, 004", "FedDyn",
+                   events_why=_RUNNING_SUM),
     AlgorithmEntry("fedcurv", "hetfl.algorithms.fedcurv:FedCurv", FedCurvParams,
-                   "Shoham et al. 2019 (FedCurv), compared in seed 003", "FedCurv"),
+                   "Shoham et al. 2019 (FedCurv), compared in seed 003", "FedCurv",
+                   events_why=_RUNNING_SUM),
     AlgorithmEntry("fedbn", "hetfl.algorithms.fedbn:FedBN", NoParams,
                    "Li et al. 2021 (FedBN), compared in seed 003", "FedBN"),
     AlgorithmEntry("fedfor", "hetfl.algorithms.fedfor:FedFor", FedForParams,
@@ -196,28 +204,29 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
                    "Ma et al. 2022 (Elastic Federated Learning, Eq. 2-6, Algorithms 1-2), seed 000", "EFL",
                    schemes=("C",),
                    schemes_why="EFL's adaptive coefficient p_τ^k = E·p^k/s_τ^k is Scheme C: under A or B "
-                               "EFL would silently drop it"),
+                               "EFL would silently drop it", events_why=_RUNNING_SUM),
     AlgorithmEntry("fedelasticnet", "hetfl.algorithms.elasticnet:FedElasticNet", ElasticNetParams,
                    "FedElasticNet Algorithm 1 (on FedAvg/FedProx), seed 004", "FedElasticNet"),
     AlgorithmEntry("scaffold_elasticnet", "hetfl.algorithms.elasticnet:ScaffoldElasticNet",
                    ScaffoldElasticNetParams, "FedElasticNet Algorithm 2 (on SCAFFOLD), seed 004",
-                   "SCAFFOLD+ElasticNet"),
+                   "SCAFFOLD+ElasticNet", events_why=_RUNNING_SUM),
     AlgorithmEntry("feddyn_elasticnet", "hetfl.algorithms.elasticnet:FedDynElasticNet",
                    FedDynElasticNetParams, "FedElasticNet Algorithm 3 (on FedDyn), seed 004",
-                   "FedDyn+ElasticNet"),
+                   "FedDyn+ElasticNet", events_why=_RUNNING_SUM),
     AlgorithmEntry("fedavgm", "hetfl.algorithms.fedavgm:FedAvgM", FedAvgMParams,
                    "Hsu, Qi, Brown 2019 (FedAvgM, server momentum); docs/adding-an-algorithm.md", "FedAvgM"),
     AlgorithmEntry("apfl", "hetfl.algorithms.apfl:APFL", ApflParams,
                    "Deng, Kamani, Mahdavi 2020 (APFL, arXiv 2003.13461, Algorithm 1, adaptive α), compared "
                    "in seed 000", "APFL"),
     AlgorithmEntry("fedamp", "hetfl.algorithms.fedamp:FedAMP", FedAmpParams,
-                   "Huang et al. 2021 (FedAMP, AAAI, Eq. 7-8), compared in seed 000", "FedAMP"),
+                   "Huang et al. 2021 (FedAMP, AAAI, Eq. 7-8), compared in seed 000", "FedAMP",
+                   events_why=_RUNNING_SUM),
     AlgorithmEntry("fedgate", "hetfl.algorithms.fedgate:FedGATE", FedGateParams,
                    "Haddadpour et al. 2021 (FedGATE with compression, FedCOMGATE, Algorithm 2), compared in "
-                   "seed 000", "FedGATE"),
+                   "seed 000", "FedGATE", events_why=_RUNNING_SUM),
     AlgorithmEntry("vrlsgd", "hetfl.algorithms.vrlsgd:VRLSGD", VrlSgdParams,
                    "Liang et al. 2019 (VRL-SGD, arXiv 1912.12844, Algorithm 1), compared in seed 000",
-                   "VRL-SGD"),
+                   "VRL-SGD", events_why=_RUNNING_SUM),
     AlgorithmEntry("topk_ef", "hetfl.algorithms.compressed:CompressedFedAvg", CompressionParams,
                    "FedAvg + top-k + error feedback at a matched bit budget (seed 004's reviewers)",
                    "FedAvg+top-k+EF"),

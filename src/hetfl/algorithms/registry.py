@@ -44,6 +44,10 @@ class AlgorithmEntry:
     # without it when the correction IS Scheme C (docs/algorithms.md, "Schemes and step corrections")
     schemes: tuple[str, ...] = ("A", "B", "C")
     schemes_why: str = ""
+    # why the algorithm refuses an event that moves the objective's weights p^k (an arrival, a departure
+    # under "exclude"): server state kept as a running sum Σ p^k (·)_k, which a renormalised p leaves off
+    # its invariant for the rest of the run; "" = events allowed (docs/events.md, "Algorithms with state")
+    events_why: str = ""
 
     @property
     def display(self) -> str:
@@ -59,7 +63,8 @@ def entry_from(obj: Any, name: str, source: str) -> AlgorithmEntry:
                                params=obj.Params, paper=getattr(obj, "paper", f"registered by {source}"),
                                label=getattr(obj, "label", ""),
                                schemes=tuple(getattr(obj, "schemes", ("A", "B", "C"))),
-                               schemes_why=getattr(obj, "schemes_why", ""))
+                               schemes_why=getattr(obj, "schemes_why", ""),
+                               events_why=getattr(obj, "events_why", ""))
     else:
         raise ValueError(f"it is a {type(obj).__name__}; allowed: an AlgorithmEntry or an Algorithm subclass")
     if entry.name != name:
