@@ -180,3 +180,34 @@ def test_low_participation_cells_are_not_compared_with_table_2(tmp_path):
     assert set(low["verdict"]) == {"not comparable"}
     assert low.loc["EFL", "diff_verdict"] == "not comparable"
     assert "participation" in low.loc["EFL", "reason"]
+
+
+def test_caption_states_readings_and_participation_of_low_participation_runs(tmp_path):
+    """docs/readings.md: every caption states the readings used and the measured participation. The bmta
+    table (and fairness, from its runs) gained EFL's Figure 3 block at |T| = 8, where E[K_τ] is about 4 of 20
+    devices, and its caption said neither (an audit)."""
+    from hetfl.reports.tables import build_table
+
+    dirs = []
+    for k, complete in ((1, 20.0), (8, 4.2)):
+        for alg, scheme in (("fedavg", "A" if k > 1 else "C"), ("efl", "C")):
+            for seed in (0, 1):
+                run_dir = make_run(tmp_path / f"T{k}", alg, seed, best_curve(80 + seed), scheme=scheme,
+                                   num_traces=k, num_devices=20, model="mlp", rounds=3, local_epochs=1,
+                                   batch_size=10, eta0=0.1, sizes={"distribution": "equal"},
+                                   completion="nearest", trace_assignment="random", p_inactive=0.05,
+                                   local_work="steps")
+                record = json.loads((run_dir / "run.json").read_text())
+                record["traces"] = {"mean_complete_devices": complete, "sha256": f"T{k}s{seed}",
+                                    "p_complete": {"T_0": 1.0} if k == 1 else {"T_0": 1.0, "T_30": 0.1}}
+                (run_dir / "run.json").write_text(json.dumps(record))
+                dirs.append(run_dir)
+    build_table("bmta", dirs, tmp_path / "out" / "bmta")
+    md = (tmp_path / "out" / "bmta.md").read_text()
+    assert ("Readings of the |T| > 1 runs (docs/readings.md): completion = nearest, "
+            "trace_assignment = random, p_inactive = 0.05.") in md
+    assert "E[K_τ]: mnist5k NIID |T|=1: 20.0, |T|=8: 4.2." in md
+    assert "P(complete round) per trace: T_0 1.000, T_30 0.100." in md
+    # |T| = 1 only: every device completes every round, nothing to state
+    build_table("bmta", [d for d in dirs if d.parent.name == "T1"], tmp_path / "out1" / "bmta")
+    assert "E[K_τ]" not in (tmp_path / "out1" / "bmta.md").read_text()

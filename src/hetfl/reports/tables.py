@@ -82,8 +82,32 @@ def load_event_runs(paths: list[Path]) -> pd.DataFrame:
     return runs.rename(columns={"event.round": "event_round", "event.policy": "event_policy"})
 
 
+#: the readings that decide who completes a round when some devices run an incomplete trace (|T| > 1)
+TRACE_READINGS = ("completion", "trace_assignment", "p_inactive")
+
+
+def low_participation_note(runs: pd.DataFrame) -> str:
+    """For runs with |T| > 1 (EFL's Figure 3 block): the readings that decide who completes a round and the
+    participation the trace files gave (E[K_τ], P(complete) per trace), as the Ruan captions state them
+    (docs/readings.md: every caption states the readings used and the measured participation). Empty when
+    every run has |T| = 1: every device then completes every round. An audit found the bmta and fairness
+    captions silent on both after a |T| = 8 block joined them."""
+    if "num_traces" not in runs or not (runs["num_traces"].fillna(1) > 1).any():
+        return ""
+    low = runs[runs["num_traces"].fillna(1) > 1]
+    readings = []
+    for key in TRACE_READINGS:
+        if key in low:
+            values = sorted({str(v) for v in low[key].dropna()})
+            if values:
+                readings.append(f"{key} = {'|'.join(values)}")
+    text = ("Readings of the |T| > 1 runs (docs/readings.md): " + ", ".join(readings) + ". ") if readings else ""
+    return text + ruan.participation_note(runs)
+
+
 def _notes(runs: pd.DataFrame) -> str:
-    return settings_note(runs) + " " + scale_note(runs) + " " + ruan.provenance_note(runs)
+    return " ".join(filter(None, [settings_note(runs), scale_note(runs), low_participation_note(runs),
+                                  ruan.provenance_note(runs)]))
 
 
 def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
