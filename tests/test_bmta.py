@@ -211,3 +211,20 @@ def test_caption_states_readings_and_participation_of_low_participation_runs(tmp
     # |T| = 1 only: every device completes every round, nothing to state
     build_table("bmta", [d for d in dirs if d.parent.name == "T1"], tmp_path / "out1" / "bmta")
     assert "E[K_τ]" not in (tmp_path / "out1" / "bmta.md").read_text()
+
+
+def test_a_method_not_in_table_2_is_not_comparable_for_that_reason(tmp_path):
+    """FedProx and SCAFFOLD (Figure 1's methods) have no Table 2 value: their Δ is 'not comparable' because
+    the paper gives none, while the caption named only the stand-in, under which the other methods' Δ are
+    judged (an audit)."""
+    from hetfl.reports.bmta import caption
+
+    dirs = [make_run(tmp_path, alg, s, best_curve(v + s)) for alg, v in
+            (("fedavg", 80), ("fedgate", 85), ("fedprox", 81)) for s in (0, 1, 2)]
+    t = bmta(load_runs(dirs), load_reference("ma2022_efl_table2_bmta"))
+    by = t.set_index("method")
+    assert by.loc["FedProx", "diff_verdict"] == "not comparable" and by.loc["FedGATE", "diff_verdict"] != \
+        "not comparable"
+    text = caption(t, "")
+    assert "no paper value: FedProx not in Table 2" in text
+    assert "FedGATE not in Table 2" not in text

