@@ -132,3 +132,15 @@ def test_the_paper_shows_in_the_layout(tmp_path):
     assert row["paper"] == "70.93 (0.94) @t=100" and row["reproduced"] == "70.33 ± 1.53"
     assert row["Δ vs FedAvg [95% CI]"].startswith("11.33 [")
     assert "stand-in" in fedfor.caption(tidy, runs)
+
+
+def test_the_caption_gives_the_reason_of_each_not_comparable_cell(tmp_path):
+    """Table 2 prints no ACC_x, so a target set on a Table 2 run gives 'not comparable' cells; the caption
+    counted them without a reason (an audit)."""
+    runs = _fake_runs(tmp_path, CURVES, acc_x=60)
+    text = fedfor.caption(fedfor.fedfor_by_e(runs), runs)
+    assert ("1 not comparable; not comparable: no paper value for ACC60 (the paper's Table 2 prints "
+            "none).") in text
+    (tmp_path / "none").mkdir()
+    runs = _fake_runs(tmp_path / "none", CURVES)  # no target: no ACC_x cell, nothing to explain
+    assert "not comparable:" not in fedfor.caption(fedfor.fedfor_by_e(runs), runs)

@@ -273,7 +273,24 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
             + ("This is an offline stand-in at reduced scale: the paper's numbers are CIFAR-10's, so "
                "magnitudes are not expected to match; the verdicts say whether the direction does. "
                if stand_in else "")
-            + f"Verdicts: {counts_text([v for v in tidy['verdict'] if v != '—'])}.")
+            + f"Verdicts: {counts_text([v for v in tidy['verdict'] if v != '—'])}"
+            + _not_comparable_text(tidy, table) + ".")
+
+
+def _not_comparable_text(tidy: pd.DataFrame, table: str) -> str:
+    """Why each 'not comparable' cell is so: no paper value (Table 2 prints no ACC_x), or a method the paper
+    runs on FedBN's backbone (Tables 3-4). The caption gave no reason (an audit)."""
+    nc = tidy[tidy["verdict"] == "not comparable"]
+    if nc.empty:
+        return ""
+    reasons = []
+    missing = nc[nc["paper_diff"].isna()]
+    if len(missing):
+        measures = ", ".join(dict.fromkeys(_measure_text(r).removesuffix(" (rounds)") for _, r in missing.iterrows()))
+        reasons.append(f"no paper value for {measures} (the paper's {table} prints none)")
+    if (nc["paper_diff"].notna() & ~nc["comparable"].astype(bool)).any():
+        reasons.append("the paper applies the method on FedBN's backbone, hetfl's shares every entry")
+    return "; not comparable: " + "; ".join(reasons)
 
 
 def build(run_dirs: list[Path], out_stem: Path) -> Path:
