@@ -53,6 +53,22 @@ def test_the_boost_decay_reading_in_a_config():
     np.testing.assert_allclose(event_schedule(runs["N_T1_C_arr5_fast_reboot_s0"], 4).boost[9, 3], 1 + 2 / 36)
 
 
+def test_the_boost_reading_makes_fast_reboot_variants_only():
+    """Vanilla reboot has no boost (all ones), so additive and multiplicative give it the same weights: its
+    boost=multiplicative variants were 20 runs of make reproduce, each bit-identical to its default run,
+    where docs/readings.md says a reading that cannot change a run is not run again (an audit)."""
+    from hetfl.config import expand_runs, validate_config
+
+    exp = {"table": "fast_reboot", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+           "num_devices": 4, "sizes": {"distribution": "equal", "size": 20}, "schemes": ["C"],
+           "num_traces": [1], "rounds": 12, "seeds": [0],
+           "event": {"kind": "arrival", "rounds": [5], "policies": ["fast_reboot", "vanilla"]},
+           "readings": {"boost": ["multiplicative"]}}
+    runs = sorted(r.run for r in expand_runs(validate_config({"experiments": {"e": exp}})))
+    assert runs == ["N_T1_C_arr5_fast_reboot_s0", "N_T1_C_arr5_fast_reboot_s0__boost-multiplicative",
+                    "N_T1_C_arr5_vanilla_s0"]
+
+
 def test_arrival_schedule_fast_reboot():
     s = build_schedule([Event("arrival", 4, (2,), "fast_reboot")], num_devices=3, rounds=6)
     p = np.array([0.25, 0.25, 0.5])

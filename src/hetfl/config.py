@@ -852,8 +852,8 @@ def _variant(spec: RunSpec, key: str, value: Any) -> RunSpec | None:
         own = (ev or {}).get(key, "shifted") if key == "boost_decay" else (ev or {}).get(key)
         if ev is None or ev["kind"] != kind or own == value:
             return None
-        if key == "boost_decay" and ev["policy"] != "fast_reboot":
-            return None  # vanilla reboot has no boost to decay
+        if key in ("boost", "boost_decay") and ev["policy"] != "fast_reboot":
+            return None  # vanilla reboot has no boost to compose or decay (its runs were bit-identical)
         changes = {"event": {**ev, key: value}}
     else:  # the schema lists every key; this guards the two lists against drifting apart
         raise ConfigError(f"config key 'readings.{key}' is not a reading hetfl knows")
