@@ -478,4 +478,5 @@ def test_an_event_that_moves_the_objective_is_refused_with_a_running_sum_algorit
                "event": {"kind": "arrival", "rounds": [5], "policies": ["vanilla"]}}
     with pytest.raises(ConfigError, match="not allowed with algorithm efl"):
         validate_config({"experiments": {"e": arrival}})
-    validate_config({"experiments": {"e": {**arrival, "algorithms": ["fedavg", "fednova"], "schemes": ["B"]}}})
+    allowed = {**arrival, "algorithms": ["fedavg", "fednova"], "schemes": ["B"]}
+    validate_config({"experiments": {"e": allowed}})
