@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from hetfl.reports.verdicts import (
+    RULE_TEXT,
     VERDICTS,
     bounded_interval,
     counts_text,
@@ -189,3 +190,18 @@ def test_within_cuts_an_interval_to_its_quantitys_range():
     assert within(Interval(50.0, 1.0, 98.0, 102.0, 3), 0.0, 100.0).high == 100.0  # a BMTA in per cent
     nan = within(Interval(1.0, math.nan, math.nan, math.nan, 1), low=0.0)
     assert math.isnan(nan.low) and math.isnan(nan.high)
+
+
+@pytest.mark.parametrize(("paper", "low", "high", "expected"), [
+    (0.85, 0.09, 8.29, "same direction"),  # bmta FedGATE on mnist5k: the paper's size lies inside, yet
+    (0.85, 2.0, 3.0, "same direction"),    # a stand-in's size is another scale's: never "agrees"
+    (0.85, -1.0, 3.0, "inconclusive"),
+    (0.85, -3.0, -1.0, "disagrees"),
+    (0.0, 1.0, 2.0, "inconclusive"),       # no direction to share
+])
+def test_a_stand_ins_difference_is_judged_for_its_direction_only(paper, low, high, expected):
+    """mnist5k stands in for MNIST (EFL Table 2) and CIFAR-10 (FedFOR Table 2) at reduced scale: the docs
+    judged its differences because "their direction does not depend on the scale", yet a CI holding the
+    paper's size read "agrees" (an audit)."""
+    assert verdict(paper, low, high, kind="direction") == expected
+    assert "never agrees" in RULE_TEXT["direction"]

@@ -142,9 +142,11 @@ def _difference(runs: pd.DataFrame, first: pd.Series, values: pd.Series, method:
     iv = t_interval(diffs)
     base = paper.get((method_label(REFERENCE_METHOD), dataset), np.nan)
     p = np.nan if unreported else paper.get((method, dataset), np.nan) - base
+    # a stand-in's Δ is judged for its direction only: its size is another data set's at another scale
+    kind = "direction" if first.get("dataset_name", "") in STAND_INS else "difference"
     return {"diff_mean": iv.mean, "diff_ci_low": iv.low, "diff_ci_high": iv.high, "n_pairs": len(diffs),
             "paper_diff": p,
-            "diff_verdict": verdict(p, iv.low, iv.high) if diffs else "not comparable"}
+            "diff_verdict": verdict(p, iv.low, iv.high, kind=kind) if diffs else "not comparable"}
 
 
 def layout(tidy: pd.DataFrame) -> pd.DataFrame:
@@ -199,7 +201,9 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
             "method − FedAvg on the same split, traces and seed (FedAvg under the cell's scheme where it ran it, "
             "else under the one scheme it ran: the scheme column), against the paper's difference. Verdicts "
             "(hetfl.reports.verdicts), a BMTA (a level): " + RULE_TEXT["level"] + "; a Δ (a difference): "
-            + RULE_TEXT["difference"] + "; not comparable = "
+            + RULE_TEXT["difference"]
+            + ("; on a stand-in, " + RULE_TEXT["direction"] if set(run["reason"]) & set(STAND_INS.values())
+               else "") + "; not comparable = "
             + ("; ".join(reasons) if reasons else "no paper value") + ". "
             f"BMTA verdicts: {counts_text(list(run['verdict']))}. Δ verdicts: {counts_text(diffs)}. "
             + (f"Not run here: {', '.join(not_run)} (paper values shown). " if not_run else "")

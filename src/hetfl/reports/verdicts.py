@@ -133,7 +133,7 @@ def bounded_interval(lower: Sequence[float], upper: Sequence[float],
     return Interval(math.nan, math.nan, low, high, len(lo), censored)
 
 
-KINDS = ("difference", "level")
+KINDS = ("difference", "level", "direction")
 #: the rule as a caption states it, per kind
 RULE_TEXT = {
     "difference": "agrees = a bounded CI holds the paper value and excludes 0 (or holds 0 where the paper "
@@ -143,6 +143,10 @@ RULE_TEXT = {
                   "all, where the paper reports 0)",
     "level": "agrees = a bounded CI holds the paper value; disagrees = the CI excludes it, above or below; "
              "inconclusive = no CI, or an unbounded one that holds it",
+    "direction": "a difference on an offline stand-in at reduced scale is judged for its direction only, "
+                 "never its size (the paper's is another data set's and scale's): same direction = the CI "
+                 "excludes 0 on the paper's side; inconclusive = the CI contains 0, or fewer than 2 seeds; "
+                 "disagrees = the CI excludes 0 on the other side; never agrees",
 }
 
 
@@ -168,6 +172,10 @@ def verdict(paper: float | None, low: float, high: float, comparable: bool = Tru
             return "disagrees"
         return "agrees" if bounded else "inconclusive"
     holds_zero = low <= 0 <= high
+    if kind == "direction":  # a stand-in: the sign is comparable, the size is not
+        if paper == 0 or holds_zero:
+            return "inconclusive"
+        return "same direction" if (low > 0) == (paper > 0) else "disagrees"
     if paper == 0:
         return ("agrees" if bounded else "inconclusive") if holds_zero else "disagrees"
     if holds_zero:
