@@ -27,7 +27,15 @@ import pandas as pd
 
 from hetfl.algorithms import method_label
 from hetfl.reports.event_tables import curve
-from hetfl.reports.verdicts import RULE_TEXT, Interval, counts_text, interval_text, t_interval, verdict, within
+from hetfl.reports.verdicts import (
+    RULE_TEXT,
+    Interval,
+    counts_text,
+    interval_text,
+    t_interval,
+    verdict,
+    within,
+)
 from hetfl.reports.writers import write_frame_tables
 
 METRIC = "mean_client_accuracy"
@@ -44,7 +52,8 @@ LOW_PARTICIPATION = ("Table 2 reports full participation (|T| = 1) only; |T| > 1
 IID_REASON = "Table 2 reports the non-IID setting only"
 KEYS = ["algorithm", "dataset", "setting", "num_traces", "scheme"]
 TIDY_COLUMNS = ["method", "dataset", "setting", "num_traces", "scheme", "n_seeds", "n_diverged",
-                "reproduced_mean", "reproduced_std", "ci_low", "ci_high", "best_round_mean", "paper", "verdict",
+                "reproduced_mean", "reproduced_std", "ci_low", "ci_high", "best_round_mean", "paper",
+                "verdict",
                 "diff_mean", "diff_ci_low", "diff_ci_high", "n_pairs", "paper_diff", "diff_verdict", "reason"]
 
 
@@ -117,8 +126,8 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
                   LOW_PARTICIPATION if low_participation else stand_in) or ""
         unreported = iid or low_participation  # cells Table 2 has no number for
         p = np.nan if unreported else paper.get((method, dataset), np.nan)
-        row = {"method": method, "dataset": dataset, "setting": setting, "num_traces": int(k), "scheme": scheme,
-               "n_seeds": len(g), "n_diverged": int((g["status"] != "ok").sum()),
+        row = {"method": method, "dataset": dataset, "setting": setting, "num_traces": int(k),
+               "scheme": scheme, "n_seeds": len(g), "n_diverged": int((g["status"] != "ok").sum()),
                "reproduced_mean": iv.mean, "reproduced_std": iv.std, "ci_low": iv.low, "ci_high": iv.high,
                "best_round_mean": float(g["best_round"].mean()) if g["best_round"].notna().any() else np.nan,
                "paper": p, "verdict": verdict(p, iv.low, iv.high, comparable=not reason, kind="level"),
@@ -193,12 +202,13 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
     if unlisted:
         reasons.append(f"no paper value: {', '.join(unlisted)} not in Table 2")
     diffs = [v for v in run["diff_verdict"] if v != "—"]
-    return ("Reproduction of Ma et al. (2022), EFL Table 2: best mean testing accuracy (BMTA, %) in the non-IID "
-            "setting. Mean testing accuracy = the unweighted mean over devices of each device's accuracy on its "
-            "own local test set (mean_client_accuracy; APFL and FedAMP score each device with its personalised "
-            "model, the others with the global model); BMTA = its best over the evaluated rounds. Cells: mean "
-            "[95% Student-t CI] over seeds of the per-seed BMTA; 'Δ vs FedAvg' = the paired per-seed difference "
-            "method − FedAvg on the same split, traces and seed (FedAvg under the cell's scheme where it ran it, "
+    return ("Reproduction of Ma et al. (2022), EFL Table 2: best mean testing accuracy (BMTA, %) in the "
+            "non-IID setting. Mean testing accuracy = the unweighted mean over devices of each device's "
+            "accuracy on its own local test set (mean_client_accuracy; APFL and FedAMP score each device "
+            "with its personalised model, the others with the global model); BMTA = its best over the "
+            "evaluated rounds. Cells: mean [95% Student-t CI] over seeds of the per-seed BMTA; 'Δ vs FedAvg' "
+            "= the paired per-seed difference method − FedAvg on the same split, traces and seed (FedAvg "
+            "under the cell's scheme where it ran it, "
             "else under the one scheme it ran: the scheme column), against the paper's difference. Verdicts "
             "(hetfl.reports.verdicts), a BMTA (a level): " + RULE_TEXT["level"] + "; a Δ (a difference): "
             + RULE_TEXT["difference"]
@@ -218,7 +228,8 @@ def coinciding(per: pd.DataFrame) -> list[str]:
     out = []
     several = per["num_traces"].nunique() > 1  # a cell is per |T| too: say which (EFL Figure 3's |T| = 8)
     for (dataset, setting, k), g in per.groupby(["dataset", "setting", "num_traces"], sort=True):
-        by_method = {method_label(a): m.set_index("seed")["bmta"].sort_index() for a, m in g.groupby("algorithm")}
+        by_method = {method_label(a): m.set_index("seed")["bmta"].sort_index()
+                     for a, m in g.groupby("algorithm")}
         names = sorted(by_method)
         where = f"{dataset} {setting}" + (f", |T| = {int(k)}" if several else "")
         for i, a in enumerate(names):

@@ -81,7 +81,8 @@ FIGURES: dict[str, FigureEntry] = {
                                  "non-IID EMNIST at |T| = 1, 3, 5, 8"),
     "arrival_curves": FigureEntry("Figure 4 (left)", "Ruan et al. Figure 4 (left): accuracy after an arrival",
                                   "MNIST"),
-    "departure_curves": FigureEntry("Figure 4 (right)", "Ruan et al. Figure 4 (right): loss after a departure",
+    "departure_curves": FigureEntry("Figure 4 (right)",
+                                    "Ruan et al. Figure 4 (right): loss after a departure",
                                     "SYNTHETIC"),
     "multiple_arrival_curves": FigureEntry("Figure 5", "Ruan et al. Figure 5: accuracy, staggered arrivals",
                                             "non-IID MNIST"),
@@ -96,7 +97,8 @@ FIGURES: dict[str, FigureEntry] = {
 }
 
 
-#: the report's subcategory of the split charts (hetfl split-figure), under the paper of the experiment's table
+#: the report's subcategory of the split charts (hetfl split-figure), under the paper of the experiment's
+#: table
 SPLITS = "Data splits"
 #: datasets whose samples carry no class, so a split has no label distribution to draw (the quadratic test
 #: bed: each client is a curvature and an optimum)
@@ -118,7 +120,8 @@ def category(table: str) -> str:
 
 
 def subcategory(table: str) -> str:
-    """The report subcategory: the paper's name for the table and hetfl's (``Table 3: accuracy_difference``)."""
+    """The report subcategory: the paper's name for the table and hetfl's
+    (``Table 3: accuracy_difference``)."""
     label = table_entry(table).label
     return f"{label}: {table}" if label != table else table
 

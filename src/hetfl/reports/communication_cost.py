@@ -13,8 +13,9 @@ over the round's clients) and `bytes_up` (engine.comm). Per run this module repo
   accuracy             the final validation accuracy (global test split, else the pooled holdouts).
 Over seeds: mean ± sample std. Each "X + elastic net vs X" pair gets paired per-seed differences with 95 %
 Student-t intervals: the change of total non-zeros in % of X's (negative = fewer), the entropy difference
-and the accuracy difference. The paper's Tables 2-4 are not in the transcribed text (only the claim that the elastic net
-lowers both measures), so every verdict is "not comparable" and the paper column says what it claims.
+and the accuracy difference. The paper's Tables 2-4 are not in the transcribed text (only the claim that
+the elastic net lowers both measures), so every verdict is "not comparable" and the paper column says what
+it claims.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from hetfl.reports.results import load_metrics
 from hetfl.reports.verdicts import counts_text, interval_text, t_interval, verdict
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedelasticnet": "FedProx + elastic net (Alg. 1)",
-          "scaffold": "SCAFFOLD", "scaffold_elasticnet": "SCAFFOLD + elastic net (Alg. 2)", "feddyn": "FedDyn",
+          "scaffold": "SCAFFOLD", "scaffold_elasticnet": "SCAFFOLD + elastic net (Alg. 2)",
+          "feddyn": "FedDyn",
           "feddyn_elasticnet": "FedDyn + elastic net (Alg. 3)", "topk_ef": "FedAvg + top-k + EF",
           "sign_ef": "FedAvg + sign + EF", "st_ef": "FedAvg + ST + EF"}
 
@@ -47,8 +49,8 @@ def _label(algorithm: str) -> str:
 PAIRS = (("fedelasticnet", "fedprox"), ("scaffold_elasticnet", "scaffold"), ("feddyn_elasticnet", "feddyn"))
 PAPER_CLAIM = "lower (Tables 2-4; numbers not transcribed)"
 MEASURES = ("nonzeros_per_round", "total_nonzeros", "entropy", "mb_sent", "accuracy")
-TIDY_COLUMNS = ["setting", "kind", "method", "measure", "mean", "std", "n_seeds", "ci_low", "ci_high", "paper",
-                "verdict"]
+TIDY_COLUMNS = ["setting", "kind", "method", "measure", "mean", "std", "n_seeds", "ci_low", "ci_high",
+                "paper", "verdict"]
 
 
 def run_measures(run_dir: str | Path) -> dict[str, float]:
@@ -61,8 +63,10 @@ def run_measures(run_dir: str | Path) -> dict[str, float]:
         acc = curve(run_dir, "test_accuracy").dropna()
     return {"nonzeros_per_round": float(nz.mean()) if len(nz) else math.nan,
             "total_nonzeros": float(nz.sum()) if len(nz) else math.nan,
-            "entropy": float(per_round["entropy_up"].dropna().mean()) if "entropy_up" in per_round else math.nan,
-            "mb_sent": float(per_round["bytes_up"].dropna().sum()) / 1e6 if "bytes_up" in per_round else math.nan,
+            "entropy": float(per_round["entropy_up"].dropna().mean()) if "entropy_up" in per_round
+                       else math.nan,
+            "mb_sent": float(per_round["bytes_up"].dropna().sum()) / 1e6 if "bytes_up" in per_round
+                       else math.nan,
             "accuracy": 100.0 * float(acc.iloc[-1]) if len(acc) else math.nan}
 
 
@@ -74,7 +78,8 @@ def per_seed(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def communication_cost(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tidy rows: kind "method" (a measure of one algorithm over seeds) and kind "pair" (elastic net − base)."""
+    """Tidy rows: kind "method" (a measure of one algorithm over seeds) and kind "pair"
+    (elastic net − base)."""
     seeds = per_seed(runs)
     rows = []
     order = {a: i for i, a in enumerate(LABELS)}  # the paper's order: each base before its elastic net
@@ -93,7 +98,8 @@ def communication_cost(runs: pd.DataFrame) -> pd.DataFrame:
                 continue
             a, b = by.loc[with_en], by.loc[base]
             both = a.merge(b, left_index=True, right_index=True, suffixes=("", "_base"))  # paired by seed
-            diffs = {"nonzeros_change_pct": 100.0 * (both["total_nonzeros"] / both["total_nonzeros_base"] - 1),
+            diffs = {"nonzeros_change_pct":
+                     100.0 * (both["total_nonzeros"] / both["total_nonzeros_base"] - 1),
                      "entropy_diff": both["entropy"] - both["entropy_base"],
                      "accuracy_diff": both["accuracy"] - both["accuracy_base"]}
             claims = {"nonzeros_change_pct": "< 0: " + PAPER_CLAIM, "entropy_diff": "< 0: " + PAPER_CLAIM,
@@ -135,11 +141,13 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
             if r.empty:
                 return "—"
             r = r.iloc[0]
-            return interval_text(Interval(r["mean"], r["std"], r["ci_low"], r["ci_high"], int(r["n_seeds"])), 2)
+            return interval_text(
+                Interval(r["mean"], r["std"], r["ci_low"], r["ci_high"], int(r["n_seeds"])), 2)
         rows.append({"setting": setting, "method": f"Δ {method}",
                      "non-zeros / round (10³)": "", "total non-zeros (10⁶)":
                      f"{text('nonzeros_change_pct')} %", "entropy (bits/value)": text("entropy_diff"),
-                     "MB sent": "", "accuracy (%)": text("accuracy_diff"), "paper": "lower non-zeros and entropy; accuracy ≈ 0",
+                     "MB sent": "", "accuracy (%)": text("accuracy_diff"),
+                     "paper": "lower non-zeros and entropy; accuracy ≈ 0",
                      "verdict": "not comparable"})
     return pd.DataFrame(rows)
 
@@ -154,18 +162,20 @@ def _sizes_text(run: pd.Series) -> str:
 
 def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
     first = runs.iloc[0]
-    settings = "; ".join(f"{s}: Dirichlet α = {g['partition.alpha'].iloc[0]:g}" for s, g in runs.groupby("setting")
+    settings = "; ".join(f"{s}: Dirichlet α = {g['partition.alpha'].iloc[0]:g}"
+                         for s, g in runs.groupby("setting")
                          if "partition.alpha" in g)
     k = first.get("clients_per_round")
     sampled = (f"{int(k)} of {int(first['num_devices'])} clients per round"
                if not pd.isna(k) else f"all {int(first['num_devices'])} clients every round")
-    return ("FedElasticNet (seed 004) communication cost: non-zero entries and Shannon entropy (values binned at "
-            "0.01, bits per value, pooled over the round's clients) of everything the clients send, per round "
-            "(mean over rounds) and in total (sum over rounds), MB sent (dense float32; the compressors' own "
-            "encodings), and the final validation accuracy; FedProx, SCAFFOLD and FedDyn with and without the "
-            "elastic net (Algorithms 1-3: ℓ1 + ℓ2 on the local update, entries |Δ| ≤ ε zeroed), and FedAvg + "
-            "top-k / scaled sign / sparse ternary (EFL's ST) with error feedback at a matched budget of one bit "
-            "per entry (the reviewers' comparison). SCAFFOLD sends its control-variate update too. Cells: mean ± "
+    return ("FedElasticNet (seed 004) communication cost: non-zero entries and Shannon entropy (values "
+            "binned at 0.01, bits per value, pooled over the round's clients) of everything the clients "
+            "send, per round (mean over rounds) and in total (sum over rounds), MB sent (dense float32; the "
+            "compressors' own encodings), and the final validation accuracy; FedProx, SCAFFOLD and FedDyn "
+            "with and without the elastic net (Algorithms 1-3: ℓ1 + ℓ2 on the local update, entries |Δ| ≤ ε "
+            "zeroed), and FedAvg + top-k / scaled sign / sparse ternary (EFL's ST) with error feedback at a "
+            "matched budget of one bit per entry (the reviewers' comparison). SCAFFOLD sends its "
+            "control-variate update too. Cells: mean ± "
             "sample std over seeds; Δ rows: paired per-seed differences (elastic net − base) with 95 % "
             "Student-t intervals. The paper's numbers are not in the transcribed text, so every verdict is "
             f"'not comparable' (verdicts, one for each Δ row's non-zeros, entropy and accuracy: "

@@ -40,7 +40,8 @@ def _band(ax, run_dirs: list[str], metric: str, label: str, scale: float = 1.0) 
     mean = curves.mean(axis=1)
     (line,) = ax.plot(mean.index, mean.to_numpy(), label=label)
     if curves.shape[1] > 1:
-        ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=line.get_color(), alpha=0.15)
+        ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=line.get_color(),
+                        alpha=0.15)
 
 
 def _empty(ax, text: str) -> None:
@@ -60,10 +61,12 @@ def drawn(name: str, runs: pd.DataFrame) -> pd.DataFrame:
 def figure1(runs: pd.DataFrame, out: Path) -> None:
     runs = drawn("efl_figure1", runs)
     datasets = sorted(runs["dataset"].unique()) or ["—"]
-    settings = sorted(runs["setting"].unique(), key=lambda s: (not is_iid(runs[runs["setting"] == s].iloc[0]), s))
+    settings = sorted(runs["setting"].unique(),
+                      key=lambda s: (not is_iid(runs[runs["setting"] == s].iloc[0]), s))
     settings = settings or ["—"]
     fig, axes = pyplot().subplots(len(datasets), len(settings),
-                                  figsize=(3.6 * len(settings), 2.8 * len(datasets)), squeeze=False, sharey=True)
+                                  figsize=(3.6 * len(settings), 2.8 * len(datasets)), squeeze=False,
+                                  sharey=True)
     for i, dataset in enumerate(datasets):
         for j, setting in enumerate(settings):
             ax = axes[i][j]
@@ -92,7 +95,8 @@ def figure2(runs: pd.DataFrame, out: Path) -> None:
     fig, axes = pyplot().subplots(2, len(groups), figsize=(3.8 * len(groups), 5.2), squeeze=False)
     for j, (key, g) in enumerate(groups):
         best = best_lambda(g) if len(g) else None
-        for lam, label in ((0.0, "EFL, λ = 0"), (best, f"EFL, best λ = {best:g}" if best is not None else "")):
+        for lam, label in ((0.0, "EFL, λ = 0"),
+                           (best, f"EFL, best λ = {best:g}" if best is not None else "")):
             sel = g[g["lam"] == lam] if lam is not None else g.iloc[0:0]
             if len(sel):
                 _band(axes[0][j], list(sel["run_dir"]), "mean_client_accuracy", label, 100.0)
@@ -120,7 +124,8 @@ def figure3(runs: pd.DataFrame, out: Path) -> None:
     for i, (dataset, setting) in enumerate(rows):
         for j, k in enumerate(ks):
             ax = axes[i][j]
-            sel = runs[(runs["dataset"] == dataset) & (runs["setting"] == setting) & (runs["num_traces"] == k)]
+            sel = runs[(runs["dataset"] == dataset) & (runs["setting"] == setting)
+                       & (runs["num_traces"] == k)]
             for algorithm in methods:
                 g = sel[sel["algorithm"] == algorithm]
                 if len(g):

@@ -57,7 +57,8 @@ def lambda_table(runs: pd.DataFrame) -> pd.DataFrame:
         zero = g[g["lam"] == 0].set_index("seed")
         for lam, gl in g.groupby("lam", sort=True):
             row = dict(zip(GROUP, key, strict=True))
-            row.update(lam=lam, is_best=lam == best, n_seeds=len(gl), n_diverged=int((gl["status"] != "ok").sum()))
+            row.update(lam=lam, is_best=lam == best, n_seeds=len(gl),
+                       n_diverged=int((gl["status"] != "ok").sum()))
             by_seed = gl.set_index("seed")
             for what in ("bmta", "loss"):
                 iv = t_interval(by_seed[what].dropna().to_list())
@@ -93,7 +94,8 @@ def _cell(r: pd.Series, what: str, kind: str, n: int, digits: int = 2) -> str:
     mean = r[f"{what}{kind}_mean"]
     if pd.isna(mean):
         return "—"
-    return interval_text(Interval(mean, np.nan, r[f"{what}{kind}_ci_low"], r[f"{what}{kind}_ci_high"], int(n)),
+    return interval_text(Interval(mean, np.nan, r[f"{what}{kind}_ci_low"], r[f"{what}{kind}_ci_high"],
+                                  int(n)),
                          digits=digits)
 
 
@@ -102,9 +104,10 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
     judged = [v for c in ("bmta_verdict", "loss_verdict") for v in tidy[c] if v != "—"]
     return ("Ma et al. (2022), EFL Figure 2 in numbers: EFL with λ = 0 against EFL with the best λ in the "
             "non-IID setting. BMTA as in the bmta table (%, best over rounds of the mean testing accuracy); "
-            "final train loss = F(w) on all local training data at the last evaluated round. Best λ = the λ > 0 "
-            "with the highest mean BMTA over these seeds (chosen on the runs it is compared on, like the paper's "
-            "tuning, which favours it). Δ = paired per-seed difference to λ = 0 on the same split and seed, mean "
+            "final train loss = F(w) on all local training data at the last evaluated round. Best λ = the λ "
+            "> 0 with the highest mean BMTA over these seeds (chosen on the runs it is compared on, like the "
+            "paper's tuning, which favours it). Δ = paired per-seed difference to λ = 0 on the same split "
+            "and seed, mean "
             "[95% Student-t CI]. The paper states directions only (accuracy up, training loss down), so a "
             "verdict is 'same direction', 'inconclusive' or 'disagrees', never 'agrees'; λ other than the "
             f"best are not judged (not comparable). Verdicts: {counts_text(judged)}. " + settings_note)

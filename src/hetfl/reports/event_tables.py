@@ -19,8 +19,8 @@ from hetfl.reports.curves import observed_after, rounds_to_cross, rounds_to_reco
 from hetfl.reports.results import load_metrics
 from hetfl.reports.verdicts import Interval, bounded_interval, interval_text, verdict, within
 
-TIDY_COLUMNS = ["dataset", "setting", "tau0", "method", "reproduced_mean", "reproduced_std", "ci_low", "ci_high",
-                "n_seeds", "n_never", "observed_rounds", "paper", "verdict"]
+TIDY_COLUMNS = ["dataset", "setting", "tau0", "method", "reproduced_mean", "reproduced_std", "ci_low",
+                "ci_high", "n_seeds", "n_never", "observed_rounds", "paper", "verdict"]
 DIFFERENCE = "vanilla_minus_fast"  # Table 4's paired cell: rounds fast reboot saves
 
 
@@ -129,7 +129,8 @@ _METHOD_LABELS = {"fast_reboot": "fast", "vanilla": "vanilla", DIFFERENCE: "vani
 
 
 def layout(tidy: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
-    """People's layout: one row per (row_keys, τ0) with reproduced cell, paper value and verdict per method."""
+    """People's layout: one row per (row_keys, τ0) with reproduced cell, paper value and verdict per
+    method."""
     out = []
     for keys, g in tidy.groupby([*row_keys, "tau0"], sort=True):
         row = dict(zip([*row_keys, "τ0"], keys, strict=True))

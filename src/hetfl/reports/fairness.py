@@ -16,7 +16,6 @@ verdict is "not comparable"; the caption says so.
 from __future__ import annotations
 
 import math
-
 from pathlib import Path
 
 import numpy as np
@@ -94,10 +93,11 @@ def caption(settings_note: str, verdicts: list[str] | None = None) -> str:
     """verdicts: the cells' (as the report's fidelity summary counts them), counted in the caption."""
     counted = f"Verdicts: {counts_text(verdicts)}. " if verdicts is not None else ""
     return ("Fairness of the per-device losses (lecture notes, seed 001): variance (1/K)Σ(F_i − F̄)², entropy "
-            "−Σ q_i log q_i with q_i = F_i/ΣF_j (at most log K; natural log) and Jain's index (ΣF_i)²/(KΣF_i²) "
-            "(1 = equal), F_i = the loss of the evaluated model on device i's local training data, over the "
-            "devices of the test set; values at the final evaluated round. Evaluated model: the global model "
-            "(FedAMP: the data-weighted mean of the devices' models; APFL: the shared w), not the personalised "
+            "−Σ q_i log q_i with q_i = F_i/ΣF_j (at most log K; natural log) and Jain's index "
+            "(ΣF_i)²/(KΣF_i²) (1 = equal), F_i = the loss of the evaluated model on device i's local "
+            "training data, over the devices of the test set; values at the final evaluated round. Evaluated "
+            "model: the global model (FedAMP: the data-weighted mean of the devices' models; APFL: the "
+            "shared w), not the personalised "
             "models the BMTA table scores. Cells: mean [95% Student-t CI] over seeds; 'Δ vs FedAvg' = paired "
             f"per-seed difference on the same split and seed. Verdict: not comparable, {NO_PAPER}. "
             + counted + settings_note)

@@ -35,7 +35,14 @@ import pandas as pd
 from hetfl.algorithms import method_label
 from hetfl.reports.event_tables import curve
 from hetfl.reports.references import load_reference
-from hetfl.reports.verdicts import RULE_TEXT, bounded_interval, counts_text, interval_text, t_interval, verdict
+from hetfl.reports.verdicts import (
+    RULE_TEXT,
+    bounded_interval,
+    counts_text,
+    interval_text,
+    t_interval,
+    verdict,
+)
 
 #: paper table → reference, the x of its ACC_x (None: no ACC_x column) and the baseline of its differences
 PAPER_TABLES = {
@@ -47,8 +54,8 @@ PAPER_TABLES = {
 DATASET_TABLES = {"domainnet": "Table 3", "digit5": "Table 4"}
 MEASURES = ("best@half", "best@full", "ACC_x")
 TIDY_COLUMNS = ["paper_table", "dataset", "local_epochs", "measure", "round", "acc_x", "method",
-                "reproduced_mean", "reproduced_std", "n_seeds", "n_censored", "paper", "paper_std", "paper_round",
-                "baseline",
+                "reproduced_mean", "reproduced_std", "n_seeds", "n_censored", "paper", "paper_std",
+                "paper_round", "baseline",
                 "diff_mean", "ci_low", "ci_high", "diff_n_censored", "paper_diff", "verdict", "comparable"]
 
 
@@ -114,7 +121,8 @@ def reference_cells(table: str) -> pd.DataFrame:
 def halfway(ref: pd.DataFrame, e: int, rounds: int) -> int:
     """The paper's halfway round for E when its full round is `rounds`, else ⌊rounds/2⌋."""
     cells = ref[(ref["local_epochs"] == e) & ref["measure"].isin(["best@half", "best@full"])]
-    half, full = cells[cells["measure"] == "best@half"]["round"], cells[cells["measure"] == "best@full"]["round"]
+    half, full = (cells[cells["measure"] == "best@half"]["round"],
+                  cells[cells["measure"] == "best@full"]["round"])
     if len(half) and len(full) and int(full.iloc[0]) == rounds:
         return int(half.iloc[0])
     return rounds // 2
@@ -156,7 +164,8 @@ def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True) -> pd.DataFrame:
             for measure in MEASURES:
                 if measure == "ACC_x" and acc_x is None:
                     continue
-                paper = ref[(ref["method"] == method) & (ref["local_epochs"] == e) & (ref["measure"] == measure)]
+                paper = ref[(ref["method"] == method) & (ref["local_epochs"] == e)
+                            & (ref["measure"] == measure)]
                 p_base = ref[(ref["method"] == baseline_name) & (ref["local_epochs"] == e)
                              & (ref["measure"] == measure)]
                 row = {"paper_table": table or "—", "dataset": dataset, "local_epochs": int(e),
@@ -261,7 +270,8 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
     table = tidy["paper_table"].iloc[0] if len(tidy) else "—"
     first = runs.iloc[0]
     dataset = first.get("dataset_name", first["dataset"])
-    scale = "; ".join(f"E = {int(e)}: {int(g['rounds'].max())} rounds" for e, g in runs.groupby("local_epochs"))
+    scale = "; ".join(f"E = {int(e)}: {int(g['rounds'].max())} rounds"
+                      for e, g in runs.groupby("local_epochs"))
     k = first.get("clients_per_round")
     sampled = (f"{int(k)} of {int(first['num_devices'])} devices sampled per round"
                if not pd.isna(k) else f"all {int(first['num_devices'])} devices every round")
@@ -270,9 +280,9 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
              f"client_fraction {first.get('partition.client_fraction', 0.1):g}, draw "
              f"{first.get('partition.draw', 'disjoint')}" if skew == "longtail" else f"label skew {skew}")
     stand_in = is_stand_in(dataset)
-    return (f"Reproduction of Tian, Smith and Kira (2022), FedFOR {table}: best validation accuracy (%) up to "
-            "the halfway round t (the paper's when the run has its R rounds, else ⌊R/2⌋) and all R of the rounds "
-            "and, where a target is set, ACC_x = the first round whose "
+    return (f"Reproduction of Tian, Smith and Kira (2022), FedFOR {table}: best validation accuracy (%) up "
+            "to the halfway round t (the paper's when the run has its R rounds, else ⌊R/2⌋) and all R of the "
+            "rounds and, where a target is set, ACC_x = the first round whose "
             "validation accuracy reaches x % ('> R' when it never does); validation accuracy = the "
             "source's own test split. Cells: mean ± sample std over seeds (the paper: mean (std) over 3 "
             "runs); Δ = the paired per-seed difference to the baseline with its 95 % Student-t interval "
@@ -280,7 +290,8 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
             f"Here: {dataset}, {split}; {sampled}; model {first['model']}, B = {int(first['batch_size'])}, "
             f"constant η = {first['eta0']:g}, E counted in local epochs; {scale}; "
             f"{runs['seed'].nunique()} seed(s). The paper: Imbalanced CIFAR-10 / DomainNet / Digits, "
-            "ResNet-20 / AlexNet / six-layer CNN; a 'paper' cell gives its round (@t=) where it is not the row's. "
+            "ResNet-20 / AlexNet / six-layer CNN; a 'paper' cell gives its round (@t=) where it is not the "
+            "row's. "
             + ("This is an offline stand-in at reduced scale: the paper's numbers are CIFAR-10's, so "
                "magnitudes are not expected to match; the verdicts say whether the direction does: "
                + RULE_TEXT["direction"] + ". "
@@ -298,7 +309,8 @@ def _not_comparable_text(tidy: pd.DataFrame, table: str) -> str:
     reasons = []
     missing = nc[nc["paper_diff"].isna()]
     if len(missing):
-        measures = ", ".join(dict.fromkeys(_measure_text(r).removesuffix(" (rounds)") for _, r in missing.iterrows()))
+        measures = ", ".join(dict.fromkeys(_measure_text(r).removesuffix(" (rounds)")
+                                           for _, r in missing.iterrows()))
         reasons.append(f"no paper value for {measures} (the paper's {table} prints none)")
     if (nc["paper_diff"].notna() & ~nc["comparable"].astype(bool)).any():
         reasons.append("the paper applies the method on FedBN's backbone, hetfl's shares every entry")
@@ -315,7 +327,8 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
     runs = runs[runs["status"] == "ok"].assign(dataset_name=runs["dataset"])
     tidy = fedfor_by_e(runs)
     rounds = {int(e): int(g["rounds"].max()) for e, g in runs.groupby("local_epochs")}
-    write_frame_tables(tidy, layout(tidy, rounds), out_stem, caption(tidy, runs) + " " + provenance_note(runs))
+    write_frame_tables(tidy, layout(tidy, rounds), out_stem,
+                       caption(tidy, runs) + " " + provenance_note(runs))
     return out_stem
 
 
@@ -334,7 +347,8 @@ def _num_classes(dataset: str) -> int:
 def segment_best_mean(acc: pd.Series, shifts: list[int]) -> float:
     """Mean over the stretches between concept shifts of each stretch's best accuracy (%)."""
     edges = [int(acc.index.min()) if len(acc) else 1, *shifts, math.inf]
-    bests = [acc[(acc.index >= lo) & (acc.index < hi)].max() for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    bests = [acc[(acc.index >= lo) & (acc.index < hi)].max()
+             for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
     bests = [b for b in bests if not pd.isna(b)]
     return 100.0 * float(np.mean(bests)) if bests else math.nan
 
@@ -372,11 +386,13 @@ def concept_shift_table(runs: pd.DataFrame) -> pd.DataFrame:
             comparable = is_base  # the paper's methods run on the FedBN backbone; hetfl's do not
             rows.append({"dataset": dataset, "local_epochs": int(e), "method": method,
                          "shifts_mean": float(g["shifts"].mean()), "reproduced_mean": iv.mean,
-                         "reproduced_std": iv.std, "round_mean": float(g["round_mean"].mean()), "n_seeds": iv.n,
-                         "paper": paper, "baseline": "FedBN",
-                         "diff_mean": diff.mean if diff else math.nan, "ci_low": diff.low if diff else math.nan,
+                         "reproduced_std": iv.std, "round_mean": float(g["round_mean"].mean()),
+                         "n_seeds": iv.n, "paper": paper, "baseline": "FedBN",
+                         "diff_mean": diff.mean if diff else math.nan,
+                         "ci_low": diff.low if diff else math.nan,
                          "ci_high": diff.high if diff else math.nan, "paper_diff": paper_diff,
-                         "verdict": "—" if is_base else verdict(None if math.isnan(paper_diff) else paper_diff,
+                         "verdict": "—" if is_base else verdict(None if math.isnan(paper_diff)
+                                                                     else paper_diff,
                                                                  diff.low if diff else math.nan,
                                                                  diff.high if diff else math.nan, comparable),
                          "comparable": comparable})
@@ -386,8 +402,8 @@ def concept_shift_table(runs: pd.DataFrame) -> pd.DataFrame:
 def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
     """Table 5 from run directories (reports.tables.BUILDERS)."""
     from hetfl.reports.results import collect_runs
-    from hetfl.reports.verdicts import Interval
     from hetfl.reports.ruan import provenance_note
+    from hetfl.reports.verdicts import Interval
     from hetfl.reports.writers import write_frame_tables
 
     runs = collect_runs(run_dirs)
@@ -396,7 +412,8 @@ def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
     out = pd.DataFrame({
         "E": tidy["local_epochs"], "method": tidy["method"],
         "avg best per stretch": [f"{m:.2f}" + ("" if pd.isna(s) else f" ± {s:.2f}")
-                                 for m, s in zip(tidy["reproduced_mean"], tidy["reproduced_std"], strict=True)],
+                                 for m, s in zip(tidy["reproduced_mean"], tidy["reproduced_std"],
+                                                 strict=True)],
         "mean over rounds": tidy["round_mean"].map(lambda v: f"{v:.2f}"),
         "shifts (mean)": tidy["shifts_mean"].map(lambda v: f"{v:.1f}"),
         "paper": tidy["paper"].map(lambda v: "—" if pd.isna(v) else f"{v:.2f}"),
@@ -407,8 +424,9 @@ def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
         "paper Δ": tidy["paper_diff"].map(lambda v: "—" if pd.isna(v) else f"{v:.2f}"),
         "verdict": tidy["verdict"]})
     first = runs.iloc[0]
-    caption = ("Reproduction of Tian, Smith and Kira (2022), FedFOR Table 5 (concept shift): at the start of each "
-               f"round after the first, with probability {first.get('concept_shift.probability', 0.05):g}, one "
+    caption = ("Reproduction of Tian, Smith and Kira (2022), FedFOR Table 5 (concept shift): at the start of "
+               "each round after the first, with probability "
+               f"{first.get('concept_shift.probability', 0.05):g}, one "
                "class takes a new label on every client and in the test sets (data.concept_shift). Cell: the "
                "validation accuracy's best within each stretch between shifts, averaged over the stretches "
                "(hetfl's reading of 'the average best validation accuracy'; the mean over all rounds beside "

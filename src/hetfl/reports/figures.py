@@ -75,7 +75,8 @@ def _curves(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     seeds = _seeds(runs)
     parts = [curve(d, metric).rename_axis("round").reset_index(name="value").assign(seed=seeds[i], run=i)
              for i, d in runs["run_dir"].items()]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["round", "value", "seed", "run"])
+    return (pd.concat(parts, ignore_index=True) if parts
+            else pd.DataFrame(columns=["round", "value", "seed", "run"]))
 
 
 def _mean_band(ax, curves: pd.DataFrame, label: str, color: str) -> None:
@@ -210,7 +211,8 @@ def draw_event_curves(runs: pd.DataFrame, metric: str, title: str, name: str = "
     return fig
 
 
-def event_curves(runs: pd.DataFrame, out: Path, metric: str, title: str, name: str = "arrival_curves") -> None:
+def event_curves(runs: pd.DataFrame, out: Path, metric: str, title: str,
+                 name: str = "arrival_curves") -> None:
     _save(draw_event_curves(runs, metric, title, name), out)
 
 
@@ -247,9 +249,11 @@ def _communication_nonzeros(runs: pd.DataFrame, out: Path) -> None:
 FIGURES = {
     "scheme_curves": ("accuracy_difference", _scheme_figure),
     "arrival_curves": ("fast_reboot",
-                       lambda runs, out: event_curves(runs, out, "test_accuracy", "arrival", "arrival_curves")),
+                       lambda runs, out: event_curves(
+                           runs, out, "test_accuracy", "arrival", "arrival_curves")),
     "departure_curves": ("crossing_epochs",
-                         lambda runs, out: event_curves(runs, out, "test_loss", "departure", "departure_curves")),
+                         lambda runs, out: event_curves(
+                             runs, out, "test_loss", "departure", "departure_curves")),
     "multiple_arrival_curves": ("multiple_arrivals", lambda runs, out: event_curves(
         runs, out, "test_accuracy", "arrivals", "multiple_arrival_curves")),
     "efl_figure1": ("bmta", _efl_figure("figure1")),  # Ma et al. Figure 1: IID vs non-IID curves

@@ -68,7 +68,8 @@ def multiple_arrivals(runs: pd.DataFrame) -> pd.DataFrame:
             for method in ("fast_reboot", "vanilla"):
                 got = [s[method][i] for s in per_seed.values() if method in s]
                 rows.append({"dataset": dataset, "setting": setting, "arrival": i + 1, "tau0": tau,
-                             "method": method, **ev.summarise([lo for lo, _, _ in got], [hi for _, hi, _ in got],
+                             "method": method, **ev.summarise([lo for lo, _, _ in got],
+                                                              [hi for _, hi, _ in got],
                                                               observed, math.nan)})
             pairs = [(s["vanilla"][i], s["fast_reboot"][i]) for s in per_seed.values() if len(s) == 2]
             rows.append({"dataset": dataset, "setting": setting, "arrival": i + 1, "tau0": tau,
@@ -90,14 +91,15 @@ def build_multiple_arrivals(run_dirs: list[Path], out_stem: Path) -> Path:
         f"{', '.join(map(str, event_rounds(g, int(t))))}"
         for (d, s, t), g in runs.groupby(["dataset", "setting", "event_round"], sort=True))
     cells = tidy[tidy["method"] == ev.DIFFERENCE]
-    caption = ("Ruan et al. (2021), Figure 5 in numbers: rounds after each arrival τ_i until the test accuracy "
-               "is back at its level of round τ_i − 1 (Table 4's measure), with fast reboot and vanilla reboot, "
-               "counted on the curve up to the next arrival (a seed not recovered by then is censored, '> R'; "
-               "bounds rule [R + 1, ∞)). The cell is the paired per-seed difference vanilla − fast (rounds fast "
-               "reboot saves; same seed, split and traces). Cells: mean [95 % Student-t CI] over seeds. The "
-               "paper gives no number for Figure 5, only that 'the fast-reboot trick accelerates the "
-               "convergence for every device arrival' (§5.3): every verdict is 'not comparable', and a CI "
-               "above 0 is that sentence's direction. From τ_i on the test set includes the arriving device's "
+    caption = ("Ruan et al. (2021), Figure 5 in numbers: rounds after each arrival τ_i until the test "
+               "accuracy is back at its level of round τ_i − 1 (Table 4's measure), with fast reboot and "
+               "vanilla reboot, counted on the curve up to the next arrival (a seed not recovered by then is "
+               "censored, '> R'; bounds rule [R + 1, ∞)). The cell is the paired per-seed difference vanilla "
+               "− fast (rounds fast reboot saves; same seed, split and traces). Cells: mean [95 % Student-t "
+               "CI] over seeds. The paper gives no number for Figure 5, only that 'the fast-reboot trick "
+               "accelerates the convergence for every device arrival' (§5.3): every verdict is 'not "
+               "comparable', and a CI above 0 is that sentence's direction. From τ_i on the test set "
+               "includes the arriving device's "
                f"holdout. Arrivals: {schedule}. " + " ".join(filter(None, [
                    settings_note(runs), scale_note(runs), participation_note(runs),
                    f"Verdicts: {counts_text([str(v) for v in cells['verdict']])}.", provenance_note(runs)])))

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hetfl.reports import fixed_points as fp
 from hetfl.algorithms import method_label
+from hetfl.reports import fixed_points as fp
 from hetfl.reports.event_tables import curve
 from hetfl.reports.verdicts import counts_text, t_interval, verdict
 
@@ -83,11 +83,12 @@ def objective_inconsistency(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "tau": tau, "setting": setting, "p": _text([round(v, 4) for v in setup["p"]]), "eta": float(eta),
             "method": method_label(algorithm), "rounds": int(g["rounds"].max()),
-            "simulated": iv.mean, "last_change": max(changes) if changes else math.nan, "n_seeds": len(finals),
-            "closed_form": closed,
+            "simulated": iv.mean, "last_change": max(changes) if changes else math.nan,
+            "n_seeds": len(finals), "closed_form": closed,
             "notes_limit": fp.limit(algorithm, setup["a"], setup["b"], setup["p"], setup["tau"]),
             "optimum": opt, "simulated_inconsistency": iv.mean - opt, "ci_low": ci[0], "ci_high": ci[1],
-            "inconsistency": closed - opt, "verdict": verdict(closed - opt, *ci) if settled else "inconclusive",
+            "inconsistency": closed - opt,
+            "verdict": verdict(closed - opt, *ci) if settled else "inconclusive",
         })
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
@@ -98,9 +99,11 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
         return "—" if pd.isna(v) else f"{round(v, 4) + 0.0:.4f}"  # + 0.0: no "-0.0000"
 
     return pd.DataFrame({
-        "τ": tidy["tau"], "setting": tidy["setting"], "p": tidy["p"], "η": tidy["eta"].map(lambda v: f"{v:g}"),
+        "τ": tidy["tau"], "setting": tidy["setting"], "p": tidy["p"],
+        "η": tidy["eta"].map(lambda v: f"{v:g}"),
         "method": tidy["method"], "simulated x (rounds)": [f"{num(s)} ({r})" for s, r in
-                                                           zip(tidy["simulated"], tidy["rounds"], strict=True)],
+                                                           zip(tidy["simulated"], tidy["rounds"],
+                                                               strict=True)],
         "closed form at η": tidy["closed_form"].map(num), "notes, η → 0": tidy["notes_limit"].map(num),
         "x*": tidy["optimum"].map(num), "simulated − x* [interval]": [
             f"{num(s)} [{num(lo)}, {num(hi)}]" for s, lo, hi in
@@ -112,20 +115,22 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
 def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
     a = sorted({_text(_run_setup(r)["a"]) for _, r in runs.iterrows()})
     b = sorted({_text(_run_setup(r)["b"]) for _, r in runs.iterrows()})
-    return ("Objective inconsistency (lecture notes, seed 001): the fixed point x̃ each algorithm reaches on the "
+    return ("Objective inconsistency (lecture notes, seed 001): the fixed point x̃ each algorithm reaches on "
+            "the "
             f"quadratic test bed F_i(x) = a_i (x − b_i)² with a = {', '.join(a)}, b = {', '.join(b)}, data "
             "weights p_i = n_i/n, τ_i full-gradient local steps of constant size η per round, every client "
             "active, Scheme B (data weights; FedNova normalises Δ_i/τ_i and rescales by τ_eff = Σ p_i τ_i). "
             "Simulated x = the global model after the last round; closed form at η = FedAvg "
             "Σ p_i(1 − ρ_i)b_i/Σ p_i(1 − ρ_i) with ρ_i = (1 − 2a_iη)^τ_i (the notes' x̃), FedNova "
             "Σ p_i c_i b_i/Σ p_i c_i with c_i = (1 − ρ_i)/τ_i, SCAFFOLD x*; 'notes, η → 0' = FedAvg's "
-            "Σ p_i τ_i a_i b_i/Σ p_i τ_i a_i (the notes' (τ1 x1* + 2τ2 x2*)/(τ1 + 2τ2)) and x* for FedNova and "
-            "SCAFFOLD; x* = Σ p_i a_i b_i/Σ p_i a_i minimises F = Σ p_i F_i (11/3 in the notes). The bed is "
-            "deterministic, so the interval of the simulated inconsistency x̃ − x* is the seeds' values "
-            f"± {TOLERANCE:g} (float32 resolution); verdict against the closed form's x̃ − x*: inside = agrees, "
-            "off x* on the predicted side = same direction, on the other side (or off x* where the closed form "
-            "is x*) = disagrees, 'inconclusive' when the interval holds 0 or x still moved by more than "
-            f"{TOLERANCE:g} over the last evaluation interval. Verdicts: {counts_text(list(tidy['verdict']))}. "
+            "Σ p_i τ_i a_i b_i/Σ p_i τ_i a_i (the notes' (τ1 x1* + 2τ2 x2*)/(τ1 + 2τ2)) and x* for FedNova "
+            "and SCAFFOLD; x* = Σ p_i a_i b_i/Σ p_i a_i minimises F = Σ p_i F_i (11/3 in the notes). The bed "
+            "is deterministic, so the interval of the simulated inconsistency x̃ − x* is the seeds' values ± "
+            f"{TOLERANCE:g} (float32 resolution); verdict against the closed form's x̃ − x*: inside = "
+            "agrees, off x* on the predicted side = same direction, on the other side (or off x* where the "
+            "closed form is x*) = disagrees, 'inconclusive' when the interval holds 0 or x still moved by "
+            f"more than {TOLERANCE:g} over the last evaluation interval. Verdicts: "
+            f"{counts_text(list(tidy['verdict']))}. "
             f"Scale: {int(runs['rounds'].max())} rounds, {runs['seed'].nunique()} seed(s).")
 
 

@@ -206,7 +206,8 @@ TABLE_PAGES = "reports/report/tables"
 
 def _result_link(path: str) -> str:
     """A link that opens a result of the Snakemake report (its own rst links call the same function)."""
-    return f"<a href=\"javascript:app.showResultInfo('{html.escape(path)}')\">{html.escape(Path(path).name)}</a>"
+    return (f"<a href=\"javascript:app.showResultInfo('{html.escape(path)}')\">"
+            f"{html.escape(Path(path).name)}</a>")
 
 
 def write_fidelity(tables: list[str], tables_dir: Path, out: Path) -> None:

@@ -98,7 +98,8 @@ def collect_runs(run_dirs: Iterable[Path]) -> pd.DataFrame:
 
     Columns: every ``spec`` field (nested objects flattened with dotted names), ``status``,
     ``run_dir``, the provenance ``git_commit``/``git_dirty``/``code_fingerprint``, the participation
-    ``mean_complete_devices``/``p_complete``/``traces_sha256`` (None for records that lack them), ``last_round`` (largest round in the metrics) and ``final_<metric>`` for each
+    ``mean_complete_devices``/``p_complete``/``traces_sha256`` (None for records that lack them),
+    ``last_round`` (largest round in the metrics) and ``final_<metric>`` for each
     metric, i.e. the value at the metric's last (largest) recorded round -- NaN stays NaN, so a
     diverged run keeps its NaN. Raises ``FileNotFoundError``/``ValueError`` naming the offending file.
     """

@@ -1,4 +1,5 @@
-"""Ruan et al. (2021) Tables 3–5 from run directories, and each table under every reading of its readings axis.
+"""Ruan et al. (2021) Tables 3–5 from run directories, and each table under every reading of its
+readings axis.
 
 A cell's numbers come from accuracy_difference (Table 3) and event_tables (Tables 4–5); this module adds
 what a reader needs to trust them: whether the set-up is the paper's (reports.setups), what the traces
@@ -188,9 +189,10 @@ def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
     runs = own_readings(with_setups(load_event_runs(run_dirs), "fast_reboot"))
     tidy = compute_fast_reboot(runs)
     caption = ("Reproduction of Ruan et al. (2021), Table 4: global epochs from the arrival round τ0 on "
-               "(round τ0 is the first) until the global test accuracy is back at its level of round τ0 − 1, with fast reboot (the arriving "
-               "device's coefficient boosted to 3·p^l at τ0, decaying as 2p^l/(τ − τ0 + 1)² (the event.boost_decay reading), composed with "
-               "the scheme as the event.boost reading says) and vanilla reboot; the learning rate restarts at "
+               "(round τ0 is the first) until the global test accuracy is back at its level of round τ0 − 1, "
+               "with fast reboot (the arriving device's coefficient boosted to 3·p^l at τ0, decaying as "
+               "2p^l/(τ − τ0 + 1)² (the event.boost_decay reading), composed with the scheme as the "
+               "event.boost reading says) and vanilla reboot; the learning rate restarts at "
                "η0/(τ − τ0 + 1) in both. From τ0 on the test set includes the arriving device's holdout. "
                "The cell is the paired per-seed difference vanilla − fast (rounds fast reboot saves; same "
                "seed, split and traces); each method's own count is shown beside it. Cells: mean [95 % "
@@ -216,8 +218,9 @@ def build_crossing_epochs(run_dirs: list[Path], out_stem: Path) -> Path:
     }
     which = "; ".join(test_sets.get(t, t) for t in sorted(runs["event.departure_test_set"].dropna().unique()))
     caption = ("Reproduction of Ruan et al. (2021), Table 5: global epochs from the departure round τ0 on "
-               "(round τ0 is the first) until the test loss of the 'exclude' option (objective shifted to the remaining devices, coefficients "
-               "renormalised, learning rate restarted) drops below that of 'include' (the departed device "
+               "(round τ0 is the first) until the test loss of the 'exclude' option (objective shifted to "
+               "the remaining devices, coefficients renormalised, learning rate restarted) drops below that "
+               "of 'include' (the departed device "
                f"stays in the objective, sends nothing). Test data: {which} (docs/readings.md). Cells: mean "
                "[95 % Student-t CI] over seeds of the per-seed crossing round; a seed whose curves did not "
                "cross within the R rounds observed (the shorter of its two curves) counts as '> R' (bounds "
@@ -228,8 +231,9 @@ def build_crossing_epochs(run_dirs: list[Path], out_stem: Path) -> Path:
     return out_stem
 
 
-# --- readings tables -----------------------------------------------------------------------------------------
-def _loaders() -> dict[str, tuple[Callable[[list[Path]], pd.DataFrame], Callable[[pd.DataFrame], pd.DataFrame]]]:
+# --- readings tables ----------------------------------------------------------------------------------------
+def _loaders() -> dict[str, tuple[Callable[[list[Path]], pd.DataFrame],
+                                  Callable[[pd.DataFrame], pd.DataFrame]]]:
     from hetfl.reports.tables import load_event_runs, load_runs
 
     return {"accuracy_difference": (load_runs, compute_accuracy_difference),

@@ -110,7 +110,8 @@ class SplitPanel:
 
 
 def _setting_of(path: Path) -> str:
-    """data_splits/<experiment>/<setting>/seed<s>/manifest.json → <setting>; elsewhere the folder holding it."""
+    """data_splits/<experiment>/<setting>/seed<s>/manifest.json → <setting>; elsewhere the folder
+    holding it."""
     folder = path.parent
     return folder.parent.name if re.fullmatch(r"seed\d+", folder.name) and folder.parent.name else folder.name
 
@@ -192,7 +193,8 @@ def _spec_text(manifest: dict[str, Any]) -> str:
         data = f"{dataset}, partition {_kind_text('label_skew', partition, _SKEW_KEYS)}"
         if sizes.get("distribution") == "equal":  # a real source's "equal" reads no size (hetfl split --help)
             trimmed = partition.get("equal_counts") is True  # else the label skew deals the whole split
-            return f"{data}; sizes {'equal (trimmed to one count)' if trimmed else 'as the label skew deals them'}"
+            return (f"{data}; sizes "
+                    f"{'equal (trimmed to one count)' if trimmed else 'as the label skew deals them'}")
     return f"{data}; sizes {_kind_text('distribution', sizes, _SIZE_KEYS)}"
 
 
@@ -249,6 +251,7 @@ def build_split_figure(manifests: list[str | Path], out: str | Path) -> None:
     one leaves nothing written."""
     panels = load_panels(manifests)
     out = Path(out)
-    fig = draw_split_panels(panels, f"{out.name}: training samples per device and class (bubble area ∝ count)")
+    fig = draw_split_panels(panels,
+                            f"{out.name}: training samples per device and class (bubble area ∝ count)")
     save_png(fig, out.with_name(out.name + ".png"))
     atomic_write_text(out.with_name(out.name + ".caption.html"), split_caption(out.name, panels))

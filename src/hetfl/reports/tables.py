@@ -13,7 +13,6 @@ from hetfl.reports import objective_inconsistency as oi
 from hetfl.reports.multiple_arrivals import build_multiple_arrivals
 from hetfl.reports.references import load_reference
 from hetfl.reports.results import collect_runs
-from hetfl.reports.writers import write_frame_tables
 
 # hetfl dataset name -> the paper's dataset label (a reduced stand-in says so in the caption)
 DATASET_LABELS = {"synthetic": "SYNTHETIC", "mnist5k": "MNIST", "mnist": "MNIST", "emnist-balanced": "EMNIST",
@@ -66,7 +65,8 @@ def scale_note(runs: pd.DataFrame) -> str:
         notes.append(f"{DATASET_LABELS.get(dataset, dataset)}: {int(f['num_devices'])} devices, model "
                      f"{f['model']}, {int(f['rounds'])} rounds, {g['seed'].nunique()} seed(s), "
                      f"E = {int(f['local_epochs'])} {_work_unit(f)}, B = {int(f['batch_size'])}, "
-                     f"η_τ = {f['eta0']:g}{'/τ' if f.get('lr_schedule', 'staircase') == 'staircase' else ''}, "
+                     f"η_τ = {f['eta0']:g}"
+                     f"{'/τ' if f.get('lr_schedule', 'staircase') == 'staircase' else ''}, "
                      f"{sizes}")
     return "Scale: " + "; ".join(notes) + "."
 
@@ -101,7 +101,8 @@ def low_participation_note(runs: pd.DataFrame) -> str:
             values = sorted({str(v) for v in low[key].dropna()})
             if values:
                 readings.append(f"{key} = {'|'.join(values)}")
-    text = ("Readings of the |T| > 1 runs (docs/readings.md): " + ", ".join(readings) + ". ") if readings else ""
+    text = (("Readings of the |T| > 1 runs (docs/readings.md): " + ", ".join(readings) + ". ")
+            if readings else "")
     return text + ruan.participation_note(runs)
 
 
