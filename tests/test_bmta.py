@@ -228,3 +228,18 @@ def test_a_method_not_in_table_2_is_not_comparable_for_that_reason(tmp_path):
     text = caption(t, "")
     assert "no paper value: FedProx not in Table 2" in text
     assert "FedGATE not in Table 2" not in text
+
+
+def test_two_runs_of_one_seed_and_cell_are_refused_by_name(tmp_path):
+    """A by-hand glob over EFL Table 2's and the efl_lambda experiments' runs gave bmta two EFL runs per seed
+    (they differ only in λ): a TypeError deep in the pairing (an audit). Now a ValueError naming the cell
+    and the experiments."""
+    from hetfl.reports.fairness import fairness
+
+    dirs = [make_run(tmp_path / exp, alg, s, best_curve(80 + s), experiment=exp)
+            for exp, alg in (("t2", "fedavg"), ("t2", "efl"), ("lam1", "efl")) for s in (0, 1)]
+    runs = load_runs(dirs)
+    for build in (lambda r: bmta(r, load_reference("ma2022_efl_table2_bmta")), fairness):
+        with pytest.raises(ValueError, match=r"seed 0 of the cell \(algorithm efl, .*\) has several runs, "
+                                             r"from the experiments lam1, t2"):
+            build(runs)

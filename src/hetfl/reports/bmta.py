@@ -99,6 +99,22 @@ def reference_runs(runs: pd.DataFrame, row: pd.Series, algorithm: str = REFERENC
     return ref if ref["scheme"].nunique() == 1 else ref.iloc[0:0]
 
 
+def check_one_run_per_seed(runs: pd.DataFrame, table: str) -> None:
+    """A cell (KEYS) holds one run per seed: runs of several grids (a by-hand glob over the efl_lambda
+    experiments too, whose EFL runs differ only in λ) would pair seed with seed twice, which was a
+    TypeError deep in the pairing (an audit). ValueError naming the cell and the experiments."""
+    dup = runs[runs.duplicated([*KEYS, "seed"], keep=False)]
+    if dup.empty:
+        return
+    first = dup.iloc[0]
+    cell = ", ".join(f"{k} {first[k]}" for k in KEYS)
+    experiments = sorted(dup.loc[(dup[KEYS] == first[KEYS]).all(axis=1), "experiment"].astype(str).unique())
+    raise ValueError(f"table {table}: seed {first['seed']} of the cell ({cell}) has several runs, from the "
+                     f"experiments {', '.join(experiments)}, which one table cannot pair seed by seed; "
+                     "allowed: one run per seed and cell (build the table from one grid's runs, e.g. the "
+                     "experiments of its own config)")
+
+
 def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """runs: one row per run (tables.load_runs). One tidy row per (method, data set, setting, |T|,
     scheme); the paper's methods hetfl did not run get a row of their own with no reproduced value."""
@@ -110,6 +126,7 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
             raise ValueError(f"table bmta: runs of the paper's {label} come from the sources "
                              f"{', '.join(names)}, which one table cannot pair seed by seed; allowed: one "
                              "source per paper data set (build a table from each experiment's runs)")
+    check_one_run_per_seed(runs, "bmta")
     runs = runs if "bmta" in runs else per_run(runs)  # per_run's frame may be given
     ref = reference.rename(columns={"bmta_pct": "paper"})[["method", "dataset", "paper"]]
     paper = {(m, d): float(v) for m, d, v in ref.itertuples(index=False)}

@@ -22,7 +22,14 @@ import numpy as np
 import pandas as pd
 
 from hetfl.algorithms import method_label
-from hetfl.reports.bmta import KEYS, REFERENCE_METHOD, model_note, paired, reference_runs
+from hetfl.reports.bmta import (
+    KEYS,
+    REFERENCE_METHOD,
+    check_one_run_per_seed,
+    model_note,
+    paired,
+    reference_runs,
+)
 from hetfl.reports.event_tables import curve
 from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval, within
 from hetfl.reports.writers import write_frame_tables
@@ -41,6 +48,7 @@ def final_value(run_dir: str, metric: str) -> float:
 def fairness(runs: pd.DataFrame) -> pd.DataFrame:
     """One tidy row per (method, data set, setting, |T|, scheme) with each measure's mean, CI and paired
     difference to FedAvg over seeds."""
+    check_one_run_per_seed(runs, "fairness")
     runs = runs.copy()
     for metric in MEASURES:
         runs[metric] = [final_value(d, metric) for d in runs["run_dir"]]
