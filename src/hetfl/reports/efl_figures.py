@@ -44,6 +44,32 @@ def _band(ax, run_dirs: list[str], metric: str, label: str, scale: float = 1.0) 
                         alpha=0.15)
 
 
+def _method_panel(ax, sel: pd.DataFrame, methods, empty: str, first_column: bool,
+                  with_scheme: bool = False) -> None:
+    """One panel of Figures 1 and 3: a band of the mean testing accuracy per method of `methods` that `sel`
+    holds runs of, in that order (Figure 3 names the scheme each ran: FedAvg under A, EFL under C), or the
+    `empty` text; the axis labels."""
+    for algorithm in methods:
+        g = sel[sel["algorithm"] == algorithm]
+        if len(g):
+            label = method_label(algorithm)
+            if with_scheme:
+                label += f" (Scheme {'/'.join(sorted(g['scheme'].unique()))})"
+            _band(ax, list(g["run_dir"]), "mean_client_accuracy", label, 100.0)
+    if sel.empty:
+        _empty(ax, empty)
+    ax.set_xlabel("round")
+    if first_column:
+        ax.set_ylabel("mean testing accuracy (%)")
+
+
+def _finish(fig, axes, legend: bool, title: str, out: Path) -> None:
+    if legend:
+        axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    _save(fig, out)
+
+
 def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8)
 
@@ -71,22 +97,11 @@ def figure1(runs: pd.DataFrame, out: Path) -> None:
         for j, setting in enumerate(settings):
             ax = axes[i][j]
             sel = runs[(runs["dataset"] == dataset) & (runs["setting"] == setting)]
-            for algorithm in FIGURE1_METHODS:
-                g = sel[sel["algorithm"] == algorithm]
-                if len(g):
-                    _band(ax, list(g["run_dir"]), "mean_client_accuracy", method_label(algorithm), 100.0)
-            if sel.empty:
-                _empty(ax, "no runs of Figure 1's methods")
+            _method_panel(ax, sel, FIGURE1_METHODS, "no runs of Figure 1's methods", j == 0)
             kind = "IID" if not sel.empty and is_iid(sel.iloc[0]) else "non-IID"
             named = str(setting).upper() in ("IID", "NIID", "NON-IID")  # the label says it already
             ax.set_title(f"{dataset} {setting}" + ("" if named else f" ({kind})"), fontsize=9)
-            ax.set_xlabel("round")
-            if j == 0:
-                ax.set_ylabel("mean testing accuracy (%)")
-    if not runs.empty:
-        axes[0][-1].legend(fontsize=7)
-    fig.suptitle("EFL Figure 1 (reduced scale): IID vs non-IID", fontsize=10)
-    _save(fig, out)
+    _finish(fig, axes, not runs.empty, "EFL Figure 1 (reduced scale): IID vs non-IID", out)
 
 
 def figure2(runs: pd.DataFrame, out: Path) -> None:
@@ -126,19 +141,7 @@ def figure3(runs: pd.DataFrame, out: Path) -> None:
             ax = axes[i][j]
             sel = runs[(runs["dataset"] == dataset) & (runs["setting"] == setting)
                        & (runs["num_traces"] == k)]
-            for algorithm in methods:
-                g = sel[sel["algorithm"] == algorithm]
-                if len(g):
-                    scheme = "/".join(sorted(g["scheme"].unique()))
-                    _band(ax, list(g["run_dir"]), "mean_client_accuracy",
-                          f"{method_label(algorithm)} (Scheme {scheme})", 100.0)
-            if sel.empty:
-                _empty(ax, "no runs at |T| > 1 (low participation)" if low.empty else "no runs")
+            empty = "no runs at |T| > 1 (low participation)" if low.empty else "no runs"
+            _method_panel(ax, sel, methods, empty, j == 0, with_scheme=True)
             ax.set_title(f"{dataset} {setting}, |T| = {k}" + (" (full)" if k == 1 else " (low)"), fontsize=9)
-            ax.set_xlabel("round")
-            if j == 0:
-                ax.set_ylabel("mean testing accuracy (%)")
-    if not low.empty:
-        axes[0][-1].legend(fontsize=7)
-    fig.suptitle("EFL Figure 3 (reduced scale): low participation rate", fontsize=10)
-    _save(fig, out)
+    _finish(fig, axes, not low.empty, "EFL Figure 3 (reduced scale): low participation rate", out)
