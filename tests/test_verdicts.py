@@ -9,6 +9,7 @@ import pytest
 from hetfl.reports.verdicts import (
     RULE_TEXT,
     VERDICTS,
+    Interval,
     bounded_interval,
     counts_text,
     interval_text,
@@ -130,10 +131,8 @@ def test_counts_and_text():
     with pytest.raises(ValueError, match="unknown"):
         verdict_counts(["maybe"])
     assert interval_text(t_interval([1.0, 2.0, 3.0, 4.0, 5.0])) == "3.0 [1.0, 5.0]"
-    # float noise below the printed digits is 0, never "-0.0" (an audit found "0.4 [-0.0, 0.8]")
-    from hetfl.reports.verdicts import Interval
-
-    assert interval_text(Interval(0.4, 0.1, -0.01, 0.8, 3)) == "0.4 [0.0, 0.8]"
+    # never "-0.0" (an audit found "0.4 [-0.0, 0.8]"): float noise is 0, a real bound shows its first digit
+    assert interval_text(Interval(0.4, 0.1, -0.01, 0.8, 3)) == "0.4 [-0.01, 0.8]"
     assert interval_text(Interval(-1e-10, 0.0, -1e-10, 1e-10, 3), digits=4) == "0.0000 [0.0000, 0.0000]"
     assert interval_text(bounded_interval([71, 71], [math.inf, math.inf])) == "2 of 2 censored [71.0, ∞]"
 
@@ -205,3 +204,11 @@ def test_a_stand_ins_difference_is_judged_for_its_direction_only(paper, low, hig
     paper's size read "agrees" (an audit)."""
     assert verdict(paper, low, high, kind="direction") == expected
     assert "never agrees" in RULE_TEXT["direction"]
+
+
+def test_a_bound_that_rounds_to_zero_keeps_its_side_of_zero():
+    """'0.4 [0.0, 0.8] · inconclusive' read as a CI excluding 0 beside a verdict saying it holds 0: its low
+    end was −0.004 (an audit). A bound that rounds to 0 shows its first digit; float noise stays 0."""
+    assert interval_text(Interval(0.4, 0.1, -0.004, 0.8, 3)) == "0.4 [-0.004, 0.8]"
+    assert interval_text(Interval(0.0, 0.0, -1e-17, 1e-17, 3)) == "0.0 [0.0, 0.0]"
+    assert interval_text(Interval(-0.04, 0.01, -0.06, -0.03, 3), digits=2) == "-0.04 [-0.06, -0.03]"

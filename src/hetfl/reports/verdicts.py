@@ -210,17 +210,25 @@ def counts_text(verdicts: Sequence[str]) -> str:
     return ", ".join(f"{n} {name}" for name, n in counts.items())
 
 
+#: below this a value is float noise (a difference of equal runs summed in another order), printed as 0
+ZERO_NOISE = 1e-9
+
+
 def interval_text(iv: Interval, digits: int = 1) -> str:
     """A cell as people read it: 'mean [low, high]' (bounds only when censored; '—' when empty)."""
     if iv.n == 0:
         return "—"
 
-    def fmt(x: float) -> str:
+    def fmt(x: float, bound: bool = False) -> str:
         if math.isinf(x):
             return "∞" if x > 0 else "−∞"
         shown = round(x, digits)
+        if shown == 0 and bound and abs(x) >= ZERO_NOISE:
+            # a bound's side of 0 decides the verdict: "[0.0, 0.8]" for a low end of −0.004 read as
+            # excluding 0 beside an "inconclusive" (an audit); enough digits to show its first one
+            return f"{x:.{max(digits, -math.floor(math.log10(abs(x))))}f}"
         return f"{shown if shown != 0 else 0.0:.{digits}f}"  # float noise below the digits is 0, not "-0.0"
 
-    ci = "" if math.isnan(iv.low) else f" [{fmt(iv.low)}, {fmt(iv.high)}]"
+    ci = "" if math.isnan(iv.low) else f" [{fmt(iv.low, True)}, {fmt(iv.high, True)}]"
     head = fmt(iv.mean) if not math.isnan(iv.mean) else f"{iv.n_censored} of {iv.n} censored"
     return head + ci
