@@ -279,3 +279,21 @@ def test_a_tables_label_in_the_fidelity_rows_keeps_its_own_name():
     assert report_pages.table_label("accuracy_difference_readings") == \
         catalog.subcategory("accuracy_difference") + ", under every reading"
     assert report_pages.table_title("fairness") == f"{catalog.NOTES}: {catalog.subcategory('fairness')}"
+
+
+def test_captions_give_each_methods_hyperparameters():
+    """The tables named the methods and MLflow alone gave their settings (an open item of an audit): every
+    caption's provenance note now lists each method's resolved hyperparameters, 'a|b' where runs differ."""
+    from hetfl.reports.ruan import hyperparameter_note, provenance_note
+
+    runs = pd.DataFrame({"algorithm": ["efl", "efl", "fedprox", "fedavg"],
+                         "algorithm_params.lam": [0.01, 0.1, float("nan"), float("nan")],
+                         "algorithm_params.compress": [True, True, None, None],
+                         "algorithm_params.mu": [float("nan"), float("nan"), 0.01, float("nan")],
+                         "git_commit": ["abc"] * 4, "git_dirty": [False] * 4, "code_fingerprint": ["f"] * 4})
+    note = ("Hyperparameters (hetfl algorithms NAME describes each): EFL: compress = true, lam = 0.01|0.1; "
+            "FedProx: mu = 0.01.")
+    assert hyperparameter_note(runs) == note
+    assert provenance_note(runs).endswith(" " + note)
+    fedavg = runs[runs["algorithm"] == "fedavg"]
+    assert hyperparameter_note(fedavg) == ""  # no field set: nothing to say

@@ -10,11 +10,13 @@ used, and the commits of the runs read. docs/readings.md explains every reading.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
+from hetfl.algorithms import method_label
 from hetfl.reports import accuracy_difference as ad
 from hetfl.reports import event_tables as ev
 from hetfl.reports.references import load_reference
@@ -92,12 +94,46 @@ def participation_note(runs: pd.DataFrame) -> str:
 
 
 def provenance_note(runs: pd.DataFrame) -> str:
-    """The commits of the runs read (issue: never mix old and new numbers without a word)."""
+    """The commits of the runs read (issue: never mix old and new numbers without a word), and the
+    hyperparameters they ran with."""
     counts = runs.groupby(["git_commit", "git_dirty"], dropna=False).size()
     parts = [f"{str(c)[:10]}{' (uncommitted changes)' if d is True else ''}: {n} run(s)"
              for (c, d), n in counts.items()]
     codes = runs["code_fingerprint"].dropna().unique()
-    return f"Runs read: {'; '.join(parts)}; code fingerprint(s) {', '.join(sorted(codes)) or 'unknown'}."
+    text = f"Runs read: {'; '.join(parts)}; code fingerprint(s) {', '.join(sorted(codes)) or 'unknown'}."
+    hyper = hyperparameter_note(runs)
+    return f"{text} {hyper}" if hyper else text
+
+
+def _shown(value: object) -> str | None:
+    """A run's hyperparameter value as a caption prints it; None where the run has no such field."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def hyperparameter_note(runs: pd.DataFrame) -> str:
+    """Each method's hyperparameters as its runs resolved them (defaults included; 'a|b' where the runs
+    differ): the tables name the methods, MLflow alone gave their settings (an open item of an audit)."""
+    cols = sorted(c for c in runs.columns if c.startswith("algorithm_params."))
+    if "algorithm" not in runs or not cols:
+        return ""
+    parts = []
+    for algorithm, g in runs.groupby("algorithm", sort=True):
+        values = []
+        for col in cols:
+            shown = sorted({s for s in map(_shown, g[col]) if s is not None})
+            if shown:
+                values.append(f"{col.split('.', 1)[1]} = {'|'.join(shown)}")
+        if values:
+            parts.append(f"{method_label(str(algorithm))}: {', '.join(values)}")
+    if not parts:
+        return ""
+    return "Hyperparameters (hetfl algorithms NAME describes each): " + "; ".join(parts) + "."
 
 
 #: readings a run's spec records only where they are not the default (config._events), so that specs made
