@@ -176,12 +176,13 @@ def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
     from hetfl.reports.figures import ONE_TRACE_NOTE
 
     seeds = int(runs["seed"].nunique()) if "seed" in runs and len(runs) else 0
+    data = ", ".join(_data_sets(runs))
     parts = [f"<strong>{html.escape(catalog.category(table))}: {html.escape(catalog.figure_label(name))}"
              "</strong>.",
              html.escape(catalog.FIGURES[name].what if name in catalog.FIGURES else name.replace("_", " "))
              + ".",
              f"Drawn from the runs of table {html.escape(table)} ({len(runs)} runs, {seeds} seed(s)"
-             + (f"; data: {html.escape(', '.join(_data_sets(runs)))}" if _data_sets(runs) else "") + ").",
+             + (f"; data: {html.escape(data)}" if data else "") + ").",
              FIGURE_BANDS.get(name, "Curves: mean over seeds per round; band: 95 % Student-t interval over "
                                     "seeds (no band with one seed).")]
     if name in LINE_FIGURES and {"algorithm", "num_traces", "run_dir"} <= set(runs.columns):

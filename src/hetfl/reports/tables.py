@@ -82,10 +82,6 @@ def load_event_runs(paths: list[Path]) -> pd.DataFrame:
     return runs.rename(columns={"event.round": "event_round", "event.policy": "event_policy"})
 
 
-#: the readings that decide who completes a round when some devices run an incomplete trace (|T| > 1)
-TRACE_READINGS = ("completion", "trace_assignment", "p_inactive")
-
-
 def low_participation_note(runs: pd.DataFrame) -> str:
     """For runs with |T| > 1 (EFL's Figure 3 block): the readings that decide who completes a round and the
     participation the trace files gave (E[K_τ], P(complete) per trace), as the Ruan captions state them
@@ -96,7 +92,7 @@ def low_participation_note(runs: pd.DataFrame) -> str:
         return ""
     low = runs[runs["num_traces"].fillna(1) > 1]
     readings = []
-    for key in TRACE_READINGS:
+    for key in ruan.PARTICIPATION_READINGS:
         if key in low:
             values = sorted({str(v) for v in low[key].dropna()})
             if values:
