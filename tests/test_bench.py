@@ -110,13 +110,14 @@ def test_keep_graphs_shares_one_cache_over_the_timed_rounds(flags, kept, capsys,
         return real_sgd(*a, **k)
 
     monkeypatch.setattr(bench, "local_sgd", sgd)
-    assert bench.main(["--workloads", "logreg-synthetic", "--steps", "7", "--repeat", "3", "--clients", "2",
-                       "--device", "cpu", "--threads", "1", *flags, "--json"]) == 0
+    steps = graphs.GRAPH_MIN_STEPS + 1
+    assert bench.main(["--workloads", "logreg-synthetic", "--steps", str(steps), "--repeat", "3",
+                       "--clients", "2", "--device", "cpu", "--threads", "1", *flags, "--json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert {r["engine"]: r["graphs_kept"] for r in records} == {"batched": kept, "reference": False}
     if "--keep-graphs" in flags:
         assert len(caches - {None}) == 1  # the timed rounds' one (the untimed warm-up keeps none)
-    # one block of 2 clients x 7 steps: one capture in all when kept, one per timed round when not
+    # one block of 2 clients x `steps` steps: one capture in all when kept, one per timed round when not
     assert len(captures) == (1 if kept else 3 if "--graphs" in flags else 0)
 
 

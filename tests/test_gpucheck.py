@@ -148,3 +148,15 @@ def test_bad_settings_are_refused_before_any_step(fake: dict[str, str], key: str
     assert done.returncode == 2
     assert key in done.stderr and f"'{value.split()[-1]}'" in done.stderr and allowed in done.stderr
     assert not Path(fake["FAKE_LOG"]).exists() and not Path(fake["GPU_CHECK_TAR"]).exists()
+
+
+def test_the_steps20_benches_run_every_workload(fake: dict[str, str]) -> None:
+    """The graphs rule is per model: part graphs' rounds of 20 steps per client time every workload (no
+    --workloads), the three ways, where the bench's own steps with kept graphs stay the slow ones'."""
+    done = check(fake, GPU_CHECK_PARTS="graphs")
+    assert done.returncode == 0, done.stderr
+    commands = Path(fake["FAKE_LOG"]).read_text().splitlines()
+    steps20 = [c for c in commands if "-steps20" in c]
+    assert len(steps20) == 3 and not any("--workloads" in c for c in steps20)
+    assert [c for c in commands if c.endswith("-kept.json") or "-kept.json " in c
+            if "-steps20" not in c and "fedfor" not in c][0].count("--workloads vgg11-cifar,") == 1

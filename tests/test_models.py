@@ -122,8 +122,10 @@ def test_one_round_equals_per_client_loop(family, path, executor_name, device, m
     assert all(not torch.equal(p[3], p0) for p0, p, m in zip(params, out, moves, strict=True) if m)
 
 
-# runs of at least GRAPH_MIN_STEPS steps with one working prefix: 9 steps of 2 clients after 8 of 3, ...
-GRAPH_STEPS = np.array([9, 0, 2, 8, 9, 1])
+# a run of n = GRAPH_MIN_STEPS steps with one working prefix (3 clients, steps 2 .. n + 1), long enough to
+# be captured, between shorter runs of 5, 4 and 2 clients
+_n = graphs.GRAPH_MIN_STEPS
+GRAPH_STEPS = np.array([_n + 3, 0, 2, _n + 2, _n + 3, 1])
 
 
 @pytest.mark.parametrize("device", DEVICES)

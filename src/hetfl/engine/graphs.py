@@ -10,11 +10,11 @@ capture then uses (cuDNN's and cuBLAS's handles and workspaces for that stream, 
 the next is captured and every later one replayed. A run shorter than GRAPH_MIN_STEPS trains eagerly: a
 capture costs about an eager step plus the graph's instantiation.
 
-Used where the executor's rule says (engine.executor.graphs_rule: a model whose class sets `cuda_graphs`;
-none yet, until a GPU has measured them) or where asked (`local_sgd(..., graphs=True)`, `hetfl train` and
-`hetfl bench --graphs`; `--no-graphs` turns them off either way). On any other device "capture" returns
-the step itself, so the same sequence of feeds and steps runs eagerly there: that
-is how the orchestration is tested without a GPU (tests/test_graphs.py).
+Used where the executor's rule says (engine.executor.graphs_rule: a model whose class sets `cuda_graphs`:
+the two LSTMs, which an H100 measured gaining from them) or where asked (`local_sgd(..., graphs=True)`,
+`hetfl train` and `hetfl bench --graphs`; `--no-graphs` turns them off either way). On any other device
+"capture" returns the step itself, so the same sequence of feeds and steps runs eagerly there: that is how
+the orchestration is tested without a GPU (tests/test_graphs.py).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from torch import Tensor
 
 #: eager steps of a run before its capture (on the capture's stream)
 GRAPH_WARMUP = 2
-#: a run of fewer steps trains eagerly
-GRAPH_MIN_STEPS = 6
+#: a run of fewer steps trains eagerly: the largest `graph_min_steps` (the shortest run that gains) the
+#: graph probe measured for the models that set `cuda_graphs` (H100: char-LSTM 8, sent-LSTM 5)
+GRAPH_MIN_STEPS = 8
 #: a kept graph (GraphCache) is captured in the first run of at least this many steps (its warm-up; the
 #: capture runs nothing): the capture is paid once for every later round, so the capturing run need not
 #: replay any step itself
