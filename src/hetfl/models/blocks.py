@@ -2,9 +2,10 @@
 
 Same contract as models.layers (forward / backward / sgd_backward, no autograd): GroupNorm (+ ReLU),
 ReLU, max-pooling, global average pooling and He et al.'s basic residual block with the parameter-free
-option-A shortcut. Every backward pass is the ATen kernel autograd itself calls
-(native_group_norm_backward, threshold_backward, max_pool2d_with_indices_backward,
-convolution_backward), so gradients match torch.nn to float rounding.
+option-A shortcut, normalised by GroupNorm or by models.layers.BatchNorm2d (`norm_layer`). Every backward
+pass is the ATen kernel autograd itself calls (native_group_norm_backward, native_batch_norm_backward,
+threshold_backward, max_pool2d_with_indices_backward, convolution_backward), so gradients match torch.nn
+to float rounding.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hetfl.models.layers import Conv2d, Layer, Saved, channels_last_on
+from hetfl.models.layers import BatchNorm2d, Conv2d, Layer, Saved, channels_last_on
 
 
 def _channels_last(x: Tensor) -> Tensor:
@@ -71,6 +72,20 @@ class GroupNorm(Layer):
         return dx, [dw.view_as(w), db.view_as(b)]
 
 
+#: the ResNets' normalisations (models.zoo, `norm`): "group" (GroupNorm, the default) or "batch" (He et al.)
+NORMS = ("group", "batch")
+
+
+def norm_layer(norm: str, channels: int, groups: int, relu: bool) -> Layer:
+    """The normalisation of a ResNet's convolution: GroupNorm(groups) or per-client BatchNorm2d (which has
+    no groups: its running statistics are buffers, `trainable` False), optionally followed by ReLU."""
+    if norm == "group":
+        return GroupNorm(channels, groups, relu=relu)
+    if norm == "batch":
+        return BatchNorm2d(channels, relu=relu)
+    raise ValueError(f"norm {norm!r} is unknown; allowed: {', '.join(NORMS)}")
+
+
 class ReLU(Layer):
     """In place on its input (which no other layer keeps); the backward pass reads the output."""
 
@@ -120,8 +135,10 @@ class GlobalAvgPool(Layer):
 
 
 class Residual(Layer):
-    """He et al. (2016) basic block: conv3×3 (stride s) → GN → ReLU → conv3×3 → GN, plus the shortcut,
-    → ReLU. Parameters (as torch's BasicBlock lists them): conv1 W, gn1 w, b, conv2 W, gn2 w, b.
+    """He et al. (2016) basic block: conv3×3 (stride s) → norm → ReLU → conv3×3 → norm, plus the shortcut,
+    → ReLU; norm is GroupNorm (norm="group") or batch norm (norm="batch", He et al.'s). Parameters (as
+    torch's BasicBlock lists them): conv1 W, norm1 w, b, conv2 W, norm2 w, b; with batch norm each norm's
+    w, b are followed by its running mean and variance (buffers, `trainable` False).
 
     The shortcut is the identity, or when the shape changes He et al.'s option A: the input subsampled
     by the stride and zero-padded with (C_out − C_in)/2 channels on each side (per client). It has no
@@ -130,24 +147,29 @@ class Residual(Layer):
     """
 
     def __init__(self, c_in: int, c_out: int, stride: int, groups: int, hw_in: tuple[int, int],
-                 conv: str = "auto") -> None:
+                 conv: str = "auto", norm: str = "group") -> None:
         self.c_in, self.c_out, self.stride = c_in, c_out, stride
         self.conv1 = Conv2d(c_in, c_out, 3, 1, hw_in, stride=stride, bias=False, impl=conv)
-        self.gn1 = GroupNorm(c_out, groups, relu=True)
+        self.norm1 = norm_layer(norm, c_out, groups, relu=True)
         self.conv2 = Conv2d(c_out, c_out, 3, 1, self.conv1.hw_out, bias=False, impl=conv)
-        self.gn2 = GroupNorm(c_out, groups, relu=False)
-        self.parts = (self.conv1, self.gn1, self.conv2, self.gn2)
+        self.norm2 = norm_layer(norm, c_out, groups, relu=False)
+        self.parts = (self.conv1, self.norm1, self.conv2, self.norm2)
         self.hw_out = self.conv2.hw_out
         self.shapes = tuple(s for part in self.parts for s in part.shapes)
-        self.trainable = (True,) * len(self.shapes)
+        self.trainable = tuple(t for part in self.parts for t in part.trainable)
         self.transposed = (False,) * len(self.shapes)
+        # each part's slice of the block's parameter list
+        ends = [0]
+        for part in self.parts:
+            ends.append(ends[-1] + len(part.shapes))
+        self._slices = [slice(a, b) for a, b in zip(ends[:-1], ends[1:], strict=True)]
         self.pad = (c_out - c_in) // 2  # option A: channels of zeros before the input's channels
 
     def init_params(self, generator: torch.Generator) -> list[Tensor]:
         return [t for part in self.parts for t in part.init_params(generator)]
 
     def _split(self, p: list[Tensor]) -> list[list[Tensor]]:
-        return [p[0:1], p[1:3], p[3:4], p[4:6]]
+        return [p[s] for s in self._slices]
 
     def _shortcut_view(self, t: Tensor, channels: int) -> Tensor:
         """t [B, K·channels, h, w] viewed as [B, K, channels, h, w] (a view: only the channel axis splits)."""

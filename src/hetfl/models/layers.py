@@ -397,15 +397,18 @@ class Conv2d(Layer):
 
 
 class BatchNorm2d(Layer):
-    """Per-client batch norm: batch statistics in training, running statistics in evaluation.
+    """Per-client batch norm: batch statistics in training, running statistics in evaluation; optionally
+    followed by ReLU (relu=True, as models.blocks.GroupNorm: He et al.'s ResNet normalises then rectifies).
 
     Parameters: weight [C], bias [C] (trainable) and running mean/var [C] (buffers, updated in place by
     local training as torch.nn.BatchNorm2d does, momentum 0.1, unbiased running variance). On the grouped
-    layout, channel k·C + c is client k's channel c, so one native_batch_norm call is per-client BN.
+    layout, channel k·C + c is client k's channel c, so one native_batch_norm call is per-client BN. The
+    ReLU is applied in place to the output; the backward pass needs the input, not the output, of the
+    normalisation.
     """
 
-    def __init__(self, channels: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
-        self.channels, self.momentum, self.eps = channels, momentum, eps
+    def __init__(self, channels: int, momentum: float = 0.1, eps: float = 1e-5, relu: bool = False) -> None:
+        self.channels, self.momentum, self.eps, self.relu = channels, momentum, eps, relu
         self.shapes = ((channels,),) * 4
         self.trainable = (True, True, False, False)
         self.transposed = (False,) * 4
@@ -417,20 +420,26 @@ class BatchNorm2d(Layer):
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
         w, b, rm, rv = (t.view(-1) for t in p)  # views: the running statistics update lands in p
         if not training:
-            return F.batch_norm(x, rm, rv, w, b, False, 0.0, self.eps), None
+            y = F.batch_norm(x, rm, rv, w, b, False, 0.0, self.eps)
+            return (y.relu_() if self.relu else y), None
         y, mean, invstd = torch.native_batch_norm(x, w, b, rm, rv, True, self.momentum, self.eps)
-        return y, (x, mean, invstd)
+        if self.relu:
+            y.relu_()
+        return y, (x, mean, invstd, y if self.relu else None)
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:
         w, b, rm, rv = p
-        x, mean, invstd = saved
+        x, mean, invstd, y = saved
+        if y is not None:
+            dy = torch.ops.aten.threshold_backward(dy, y, 0)
         dx, dw, db = torch.ops.aten.native_batch_norm_backward(
             dy, x, w.view(-1), rm.view(-1), rv.view(-1), mean, invstd, True, self.eps, [need_dx, True, True])
         return dx, [dw.view_as(w), db.view_as(b), torch.zeros_like(rm), torch.zeros_like(rv)]
 
     def make_modules(self) -> list[nn.Module]:
-        return [nn.BatchNorm2d(self.channels, eps=self.eps, momentum=self.momentum)]
+        bn = nn.BatchNorm2d(self.channels, eps=self.eps, momentum=self.momentum)
+        return [bn] + ([nn.ReLU()] if self.relu else [])
 
     def to_modules(self, p: list[Tensor], modules: list[nn.Module]) -> None:
         bn = modules[0]

@@ -3,15 +3,20 @@
 Each registered model is a LayerNet of the batched layers of models.layers, models.blocks and
 models.recurrent (explicit backward passes, no autograd, fused in-place SGD), whose torch.nn twin (the
 module below of the same name) has the same parameters in the same order; the twin initialises the model
-and is what the per-client oracle and `hetfl bench`'s reference loop train. None has buffers or dropout:
-where a paper's model has BatchNorm, GroupNorm takes its place, as Hsieh et al. (2020, "The non-IID data
-quagmire of decentralized machine learning") recommend for federated training.
+and is what the per-client oracle and `hetfl bench`'s reference loop train. None has dropout. The ResNets
+normalise with GroupNorm by default, as Hsieh et al. (2020, "The non-IID data quagmire of decentralized
+machine learning") recommend for federated training, and with batch norm as He et al. (2016) do under
+norm="batch": then the running mean and variance of every batch norm are entries of the parameter list
+(`trainable` False, models.layers.BatchNorm2d), after its weight and bias, and the twin's
+nn.BatchNorm2d buffers go to and from those entries (`twin_entries`).
 
 * vgg11: the simplified VGG-11 for CIFAR of the FL papers (FedMA, FedNova): 3×3 convolutions 64, M, 128, M,
   256, 256, M, 512, 512, M, 512, 512, M; classifier 512 → 512 → 512 → classes. No normalisation (as those
   papers' VGG-11) unless norm="group"; no dropout.
 * resnet20: He et al. (2016) CIFAR ResNet-20: 3 stages × 3 basic blocks, 16/32/64 channels, the
-  parameter-free shortcut (option A: subsample, zero-pad channels), GroupNorm(2 groups) instead of BN.
+  parameter-free shortcut (option A: subsample, zero-pad channels), a normalisation after every
+  convolution: GroupNorm(2 groups) (norm="group", the default) or batch norm (norm="batch", He et al.'s:
+  FedFOR's Table 2, whose Appendix D uses "the proper ResNet implementation for CIFAR10 (He et al. 2016)").
 * resnet_emnist: the same family for 1×28×28 images, 2 stages × 2 blocks of 32/64 channels (a ResNet-10).
 * char_lstm: LEAF Shakespeare: embedding 8 over 80 characters, 2 LSTM layers of 256, the last hidden
   state → 80 classes; input int64 [B, 80].
@@ -33,7 +38,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from hetfl.models.blocks import GlobalAvgPool, GroupNorm, MaxPool, ReLU, Residual
+from hetfl.models.blocks import NORMS, GlobalAvgPool, GroupNorm, MaxPool, ReLU, Residual, norm_layer
 from hetfl.models.cnn import image_shape
 from hetfl.models.layers import Conv2d, Flatten, Layer, Linear, PoolReLU, ToGrouped, dense_stack
 from hetfl.models.net import LayerNet
@@ -75,20 +80,30 @@ class VGG(nn.Module):
         return self.classifier(self.features(x).flatten(1))
 
 
-class BasicBlock(nn.Module):
-    """conv3×3 → GN → ReLU → conv3×3 → GN, + the shortcut (option A when the shape changes), → ReLU."""
+def torch_norm(norm: str, channels: int, groups: int) -> nn.Module:
+    """The twin's normalisation (models.blocks.norm_layer's): nn.GroupNorm(groups) or nn.BatchNorm2d."""
+    if norm == "group":
+        return nn.GroupNorm(groups, channels)
+    if norm == "batch":
+        return nn.BatchNorm2d(channels)
+    raise ValueError(f"norm {norm!r} is unknown; allowed: {', '.join(NORMS)}")
 
-    def __init__(self, cin: int, cout: int, stride: int, groups: int) -> None:
+
+class BasicBlock(nn.Module):
+    """conv3×3 → norm → ReLU → conv3×3 → norm, + the shortcut (option A when the shape changes), → ReLU;
+    norm: GroupNorm(groups) ("group") or BatchNorm2d ("batch")."""
+
+    def __init__(self, cin: int, cout: int, stride: int, groups: int, norm: str = "group") -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
-        self.gn1 = nn.GroupNorm(groups, cout)
+        self.norm1 = torch_norm(norm, cout, groups)
         self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
-        self.gn2 = nn.GroupNorm(groups, cout)
+        self.norm2 = torch_norm(norm, cout, groups)
         self.stride, self.pad = stride, cout - cin
 
     def forward(self, x: Tensor) -> Tensor:
-        out = F.relu(self.gn1(self.conv1(x)))
-        out = self.gn2(self.conv2(out))
+        out = F.relu(self.norm1(self.conv1(x)))
+        out = self.norm2(self.conv2(out))
         short = x
         if self.stride != 1:
             short = short[:, :, ::self.stride, ::self.stride]
@@ -98,19 +113,20 @@ class BasicBlock(nn.Module):
 
 
 class CifarResNet(nn.Module):
-    """He et al.'s CIFAR ResNet (6n + 2 layers for 3 stages of n blocks), GroupNorm instead of BN."""
+    """He et al.'s CIFAR ResNet (6n + 2 layers for 3 stages of n blocks), normalised by GroupNorm(groups)
+    (norm="group", the default) or, as He et al., by batch norm (norm="batch")."""
 
     def __init__(self, shape: Sequence[int], num_classes: int, widths: Sequence[int] = (16, 32, 64),
-                 blocks: int = 3, groups: int = 2) -> None:
+                 blocks: int = 3, groups: int = 2, norm: str = "group") -> None:
         super().__init__()
         self.shape = tuple(shape)
         self.conv = nn.Conv2d(shape[0], widths[0], 3, padding=1, bias=False)
-        self.gn = nn.GroupNorm(groups, widths[0])
+        self.norm = torch_norm(norm, widths[0], groups)
         layers: list[nn.Module] = []
         cin = widths[0]
         for i, cout in enumerate(widths):
             for b in range(blocks):
-                layers.append(BasicBlock(cin, cout, 2 if (i > 0 and b == 0) else 1, groups))
+                layers.append(BasicBlock(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, norm))
                 cin = cout
         self.layers = nn.Sequential(*layers)
         self.fc = nn.Linear(cin, num_classes)
@@ -121,7 +137,7 @@ class CifarResNet(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() == 2:  # flat images (how some data sets store them)
             x = x.reshape(x.shape[0], *self.shape)
-        out = self.layers(F.relu(self.gn(self.conv(x))))
+        out = self.layers(F.relu(self.norm(self.conv(x))))
         return self.fc(out.mean(dim=(2, 3)))
 
 
@@ -187,9 +203,22 @@ class TextLSTM(nn.Module):
 
 # -- the registered models (models.MODELS): make_model(name, input_dim, num_classes, **kwargs) -------------
 
+def twin_entries(module: nn.Module) -> list[Tensor]:
+    """The twin's tensors in the batched model's parameter order: module.parameters(), with each batch
+    norm's running mean and variance after its weight and bias (models.layers.BatchNorm2d's entries). Its
+    num_batches_tracked is left out: with momentum 0.1 it changes no value."""
+    out: list[Tensor] = []
+    for m in module.modules():  # parameters(recurse=False) in this order are module.parameters()
+        out += m.parameters(recurse=False)
+        if isinstance(m, nn.BatchNorm2d):
+            out += [m.running_mean, m.running_var]
+    return out
+
+
 class TwinNet(LayerNet):
-    """A LayerNet whose torch.nn twin, `factory()`, has the same parameters in the same order (a layer's
-    `transposed` flags the entries it stores transposed, i.e. Linear weights [in, out]).
+    """A LayerNet whose torch.nn twin, `factory()`, has the same parameters (and batch-norm running
+    statistics, `twin_entries`) in the same order (a layer's `transposed` flags the entries it stores
+    transposed, i.e. Linear weights [in, out]).
 
     init_params is the twin's own initialisation, seeded by a draw from the generator (deterministic; the
     global RNG is left as it was), so a model starts where its torch.nn twin would.
@@ -209,7 +238,7 @@ class TwinNet(LayerNet):
         self._transposed = tuple(t for layer in layers for t in layer.transposed)
         shapes = [s[::-1] if t else s for layer in layers for s, t in zip(layer.shapes, layer.transposed,
                                                                           strict=True)]
-        twin = [tuple(p.shape) for p in factory().parameters()]
+        twin = [tuple(p.shape) for p in twin_entries(factory())]
         if [tuple(s) for s in shapes] != twin:
             raise AssertionError(f"{name}: batched parameters {shapes} differ from the twin's {twin}")
 
@@ -225,12 +254,12 @@ class TwinNet(LayerNet):
 
     def to_module(self, params: list[Tensor], module: nn.Module) -> None:
         with torch.no_grad():
-            for dst, src, t in zip(module.parameters(), params, self._transposed, strict=True):
+            for dst, src, t in zip(twin_entries(module), params, self._transposed, strict=True):
                 dst.copy_(src.T if t else src)
 
     def from_module(self, module: nn.Module) -> list[Tensor]:
         return [(p.detach().T if t else p.detach()).contiguous().clone()
-                for p, t in zip(module.parameters(), self._transposed, strict=True)]
+                for p, t in zip(twin_entries(module), self._transposed, strict=True)]
 
     def num_params(self) -> int:
         return sum(math.prod(s) for layer in self.layers for s in layer.shapes)
@@ -269,9 +298,11 @@ class VGG11(TwinNet):
 
 
 class ResNet20(TwinNet):
-    """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2), channels_last (the grouped
-    activations' memory order, models.cnn.ConvNet; "auto"), conv ("auto", "grouped" or "unfold",
-    models.layers.Conv2d)."""
+    """kwargs: widths (16, 32, 64), blocks (3 per stage), groups (2), norm ("group", the default, or
+    "batch": He et al.'s batch norm after every convolution, per client, whose running statistics are
+    buffers of the parameter list; groups then has no use), channels_last (the grouped activations'
+    memory order, models.cnn.ConvNet; "auto"), conv ("auto", "grouped" or "unfold", models.layers.Conv2d).
+    """
 
     name = "resnet20"
     default_shape = (3, 32, 32)
@@ -285,13 +316,15 @@ class ResNet20(TwinNet):
         factory = partial(CifarResNet, shape, num_classes, **kwargs)
         widths, blocks, groups = kwargs.get("widths", (16, 32, 64)), kwargs.get("blocks", 3), \
             kwargs.get("groups", 2)
+        norm = kwargs.get("norm", "group")
         hw = shape[1:]
         stem = Conv2d(shape[0], widths[0], 3, 1, hw, bias=False, impl=conv)
-        layers: list[Layer] = [ToGrouped(shape, channels_last), stem, GroupNorm(widths[0], groups, relu=True)]
+        layers: list[Layer] = [ToGrouped(shape, channels_last), stem,
+                               norm_layer(norm, widths[0], groups, relu=True)]
         cin = widths[0]
         for i, cout in enumerate(widths):
             for b in range(blocks):
-                block = Residual(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, hw, conv)
+                block = Residual(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, hw, conv, norm)
                 layers.append(block)
                 cin, hw = cout, block.hw_out
         layers += [GlobalAvgPool(cin, channels_last), Linear(cin, num_classes, relu=False)]
@@ -299,7 +332,7 @@ class ResNet20(TwinNet):
 
 
 class ResNetEMNIST(ResNet20):
-    """kwargs: widths (32, 64), blocks (2 per stage), groups (2)."""
+    """kwargs: widths (32, 64), blocks (2 per stage), groups (2), norm ("group" or "batch"), as ResNet20."""
 
     name = "resnet_emnist"
     default_shape = (1, 28, 28)
