@@ -30,6 +30,8 @@ FAMILIES = [
     ("vgg11", "vgg11", (3, 32, 32), {"width": 1 / 16, "hidden": 256}, 0),
     ("vgg11-gn", "vgg11", (3, 32, 32), {"width": 1 / 16, "hidden": 256, "norm": "group", "groups": 2}, 0),
     ("resnet20", "resnet20", (3, 8, 8), {"widths": (4, 8, 8), "blocks": 1}, 0),
+    # He et al.'s batch norm (FedFOR Table 2): running statistics are buffers, as cnn_bn's
+    ("resnet20-bn", "resnet20", (3, 8, 8), {"widths": (4, 8, 8), "blocks": 1, "norm": "batch"}, 0),
     ("resnet_emnist", "resnet_emnist", (1, 12, 12), {"widths": (4, 8)}, 0),
     ("resnet-flat-input", "resnet_emnist", (144,), {"widths": (2, 4), "blocks": 1}, 0),
     ("char_lstm", "char_lstm", (12,), {"vocab": 20, "embed": 4, "hidden": 8}, 20),
@@ -195,7 +197,7 @@ def test_float32_round_equals_per_client_loop(family, device):
         _close(local_sgd(model, params, x, y, idx, STEPS, 0.1, correction=correction), ref, 1e-3, 5e-4)
 
 
-_CONV = [f for f in FAMILIES if f[0] in ("cnn", "cnn_cifar", "cnn_bn", "vgg11", "resnet20")]
+_CONV = [f for f in FAMILIES if f[0] in ("cnn", "cnn_cifar", "cnn_bn", "vgg11", "resnet20", "resnet20-bn")]
 
 
 CONV_VARIANTS = {"nchw": {"channels_last": False}, "nhwc": {"channels_last": True},
@@ -342,6 +344,12 @@ def _convs(model):
 def test_unknown_conv_is_refused():
     with pytest.raises(ValueError, match="conv 'fft' is unknown; allowed: auto, grouped, unfold"):
         make_model("resnet20", (3, 32, 32), 10, conv="fft")
+
+
+@pytest.mark.parametrize("name", ["resnet20", "resnet_emnist"])
+def test_unknown_norm_is_refused(name):
+    with pytest.raises(ValueError, match="norm 'layer' is unknown; allowed: group, batch"):
+        make_model(name, (3, 32, 32), 10, norm="layer")
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f[1] in ("mlp", "cnn", "cnn_bn")],
@@ -689,9 +697,17 @@ def test_trainable_flags_mark_bn_buffers():
     assert len(model.trainable) == len(params)
     # conv W, b, BN weight, bias, running mean, running var, (twice), then two linear layers
     assert model.trainable == (True, True, True, True, False, False) * 2 + (True,) * 4
-    for name in ("logreg", "mlp", "cnn", "cnn_cifar"):
-        m = make_model(name, 784 if name != "cnn_cifar" else 3072, 10)
+    for name in ("logreg", "mlp", "cnn", "cnn_cifar", "resnet20"):
+        m = make_model(name, 3072 if name in ("cnn_cifar", "resnet20") else 784, 10)
         assert all(m.trainable) and len(m.trainable) == len(m.init_params(torch.Generator()))
+    # the batch-norm ResNet: stem conv W, BN (w, b, mean, var); per block conv W, BN, conv W, BN; linear
+    bn = (True, True, False, False)
+    resnet = make_model("resnet20", (3, 32, 32), 10, norm="batch")
+    assert resnet.trainable == (True, *bn) + ((True, *bn) * 2) * 9 + (True, True)
+    params = resnet.init_params(torch.Generator())
+    assert len(params) == len(resnet.trainable)
+    assert all(torch.equal(p, torch.zeros_like(p) if i % 2 == 0 else torch.ones_like(p))  # mean 0, var 1
+               for i, p in enumerate(p for p, t in zip(params, resnet.trainable, strict=True) if not t))
 
 
 def test_paper_architectures():
@@ -725,10 +741,12 @@ def test_make_model_and_registry():
         make_model("cnn", 10, 10)
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f[1] in ("vgg11", "resnet20", "resnet_emnist",
-                                                                    "char_lstm", "sent_lstm")],
-                         ids=[f[0] for f in FAMILIES if f[1] in ("vgg11", "resnet20", "resnet_emnist",
-                                                                 "char_lstm", "sent_lstm")])
+# FuncModel takes no buffers (a vmapped functional_call would not keep running statistics): not the BN twins
+_ZOO = [f for f in FAMILIES if f[1] in ("vgg11", "resnet20", "resnet_emnist", "char_lstm", "sent_lstm")
+        and f[3].get("norm") != "batch"]
+
+
+@pytest.mark.parametrize("family", _ZOO, ids=[f[0] for f in _ZOO])
 def test_zoo_starts_where_its_torch_twin_and_the_generic_path_start(family):
     """A zoo model's initial parameters are its torch.nn twin's own initialisation, seeded from the
     generator exactly as the generic torch.func path (FuncModel) seeds it, so switching the zoo from
@@ -748,11 +766,29 @@ def test_zoo_starts_where_its_torch_twin_and_the_generic_path_start(family):
     assert not torch.equal(other[0], params[0])
 
 
+def test_batch_norm_resnet_starts_from_the_group_norm_ones_weights():
+    """Neither norm draws random numbers at initialisation (weight 1, bias 0; BN's running mean 0 and
+    variance 1), so under one generator the batch-norm ResNet starts from the GroupNorm one's convolution
+    and linear weights: the two differ by their normalisation alone."""
+    group, batch = (make_model("resnet20", (3, 32, 32), 10, norm=n) for n in ("group", "batch"))
+    pg, pb = (m.init_params(torch.Generator().manual_seed(11)) for m in (group, batch))
+    # the batch-norm model's entries without its running statistics, in the GroupNorm model's order
+    trained = [p for p, t in zip(pb, batch.trainable, strict=True) if t]
+    assert len(trained) == len(pg) and all(torch.equal(a, b) for a, b in zip(pg, trained, strict=True))
+    module = batch.make_module()
+    batch.to_module(pb, module)
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in module.modules()) == 19
+    assert not any(isinstance(m, torch.nn.GroupNorm) for m in module.modules())
+
+
 def test_zoo_parameter_counts():
     def count(name, shape, classes, **kw) -> int:
         return make_model(name, shape, classes, **kw).num_params()
 
     assert count("resnet20", (3, 32, 32), 10) == 269_722  # He et al.: 0.27M
+    # batch norm: the same trained parameters, and a running mean and variance for each of the 19 norms'
+    # 16 + 6·(16 + 32 + 64) = 688 channels
+    assert count("resnet20", (3, 32, 32), 10, norm="batch") == 269_722 + 2 * 688
     assert count("vgg11", 3072, 10) == 9_750_922  # FedMA's VGG-11 for CIFAR-10: 9.75M
     # LEAF Shakespeare: embedding 80 × 8, LSTM 8 → 256 → 256, dense 256 → 80.
     lstm = 4 * 256 * (8 + 256 + 2) + 4 * 256 * (256 + 256 + 2)
