@@ -79,6 +79,14 @@ def _refused(cfg: dict, message: str) -> None:
     ("cnn", {"channels_last": "no"},
      "'experiments.{e}.model_params.channels_last' has value \"no\", which is not allowed; allowed: true, "
      "false, \"auto\""),
+    ("resnet20", {"norm": "layer"}, "'experiments.{e}.model_params.norm' has value \"layer\", which is not "
+                                    "allowed for model \"resnet20\"; allowed: \"group\", \"batch\""),
+    ("resnet_emnist", {"norm": None}, "'experiments.{e}.model_params.norm' has value null, which is not "
+                                      "allowed for model \"resnet_emnist\"; allowed: \"group\", \"batch\""),
+    ("vgg11", {"norm": "batch"}, "'experiments.{e}.model_params.norm' has value \"batch\", which is not "
+                                 "allowed for model \"vgg11\"; allowed: null, \"group\""),
+    ("cnn", {"norm": "batch"}, "'experiments.{e}.model_params.norm' has value \"batch\", which is not a "
+                               "parameter of model \"cnn\""),
 ])
 def test_bad_model_params_are_named_before_any_job(model, params, message):
     cfg = copy.deepcopy(QUICK)
@@ -205,18 +213,31 @@ def test_conv_options_pass_validation():
     assert validate_config(cfg)["experiments"][MLP_EXP]["model_params"]["channels_last"] == "auto"
 
 
+
+def test_norm_options_pass_validation():
+    """The ResNets' norm (FedFOR Table 2 sets "batch") and VGG-11's, each value its model takes."""
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"][MLP_EXP]
+    for model, norm in (("resnet20", "batch"), ("resnet20", "group"), ("resnet_emnist", "batch"),
+                        ("vgg11", None), ("vgg11", "group")):
+        exp["model"], exp["model_params"] = model, {"norm": norm}
+        assert validate_config(cfg)["experiments"][MLP_EXP]["model_params"]["norm"] == norm
+
+
 def test_model_params_lists_match_the_models():
     """config.MODEL_PARAMS (config validation imports no torch) = the models' constructor arguments."""
     import inspect
 
-    from hetfl.config import CONV_IMPLS, LSTM_CELLS, MODEL_PARAMS
+    from hetfl.config import CONV_IMPLS, LSTM_CELLS, MODEL_PARAMS, NORMS
     from hetfl.models import MODELS
+    from hetfl.models.blocks import NORMS as BLOCK_NORMS
     from hetfl.models.layers import CONV_IMPLS as LAYER_CONV_IMPLS
     from hetfl.models.recurrent import LSTM_CELLS as LAYER_LSTM_CELLS
     from hetfl.models.zoo import CifarResNet
 
     assert set(MODEL_PARAMS) == set(MODELS) | {"quadratic"} and CONV_IMPLS == LAYER_CONV_IMPLS
-    assert LSTM_CELLS == LAYER_LSTM_CELLS
+    assert LSTM_CELLS == LAYER_LSTM_CELLS and NORMS["resnet20"] == NORMS["resnet_emnist"] == BLOCK_NORMS
+    assert {name for name, taken in MODEL_PARAMS.items() if "norm" in taken} == set(NORMS)
     for name, cls in MODELS.items():
         taken = [p for p in inspect.signature(cls.__init__).parameters
                  if p not in ("self", "input_dim", "num_classes", "kwargs")]

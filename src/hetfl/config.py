@@ -256,8 +256,8 @@ MODEL_PARAMS: dict[str, tuple[str, ...]] = {
     "cnn": ("channels", "hidden", *_CONV_OPTIONS), "cnn_cifar": ("channels", "hidden", *_CONV_OPTIONS),
     "cnn_bn": ("channels", "hidden", *_CONV_OPTIONS),
     "vgg11": ("cfg", "width", "hidden", "norm", "groups", *_CONV_OPTIONS),
-    "resnet20": ("widths", "blocks", "groups", *_CONV_OPTIONS),
-    "resnet_emnist": ("widths", "blocks", "groups", *_CONV_OPTIONS),
+    "resnet20": ("widths", "blocks", "groups", "norm", *_CONV_OPTIONS),
+    "resnet_emnist": ("widths", "blocks", "groups", "norm", *_CONV_OPTIONS),
     "char_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
     "sent_lstm": ("vocab", "embed", "hidden", "layers", "cell"),
 }
@@ -265,10 +265,15 @@ MODEL_PARAMS: dict[str, tuple[str, ...]] = {
 SIZE_PARAMS = frozenset({"channels", "hidden", "widths", "blocks", "groups", "vocab", "embed", "layers"})
 CONV_IMPLS = ("auto", "grouped", "unfold")  # models.layers.CONV_IMPLS
 LSTM_CELLS = ("fused", "ops")  # models.recurrent.LSTM_CELLS
+#: each model's `norm` values: the ResNets' models.blocks.NORMS ("group" the default; "batch" He et al.'s,
+#: FedFOR Table 2), VGG-11's none (null, the FL papers') or "group" (models.zoo.VGG)
+NORMS: dict[str, tuple[str | None, ...]] = {"resnet20": ("group", "batch"),
+                                            "resnet_emnist": ("group", "batch"), "vgg11": (None, "group")}
 
 
 def _check_model_params(name: str, exp: dict[str, Any]) -> None:
-    """model_params: only keys the model takes; conv, cell and channels_last with their allowed values."""
+    """model_params: only keys the model takes; conv, cell, norm and channels_last with their allowed
+    values."""
     model, params = exp["model"], exp.get("model_params") or {}
     allowed = MODEL_PARAMS.get(model)
     if allowed is None:
@@ -283,6 +288,10 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
         if option in params and params[option] not in values:
             raise ConfigError(f"config key '{key}.{option}' has value {json.dumps(params[option])}, which is "
                               f"not allowed; allowed: " + ", ".join(f'"{c}"' for c in values))
+    if "norm" in params and params["norm"] not in NORMS[model]:
+        raise ConfigError(f"config key '{key}.norm' has value {json.dumps(params['norm'])}, which is not "
+                          f"allowed for model \"{model}\"; allowed: " + ", ".join(json.dumps(n)
+                                                                              for n in NORMS[model]))
     for k in SIZE_PARAMS.intersection(params):
         v = params[k]
         sizes = v if isinstance(v, list) else [v]
