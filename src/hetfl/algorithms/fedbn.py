@@ -1,8 +1,9 @@
 """FedBN (Li et al. 2021): batch-norm entries stay on the clients; everything else is FedAvg.
 
 Which entries are local: the model's `local_mask` (one flag per parameter entry) when it has one; for a
-LayerNet without it, every entry of its BatchNorm layers (weights, biases and running statistics);
-otherwise none (FedBN is then FedAvg). Local entries live in per-device state [N, ...], initialised to
+LayerNet without it, every entry of its BatchNorm layers (weights, biases and running statistics),
+those inside a composite layer's `parts` too (the batch-norm ResNets' residual blocks); otherwise none
+(FedBN is then FedAvg). Local entries live in per-device state [N, ...], initialised to
 the initial model's; each client trains from the shared entries of w and its own local entries and
 sends Δ of the shared entries only. The global model the engine evaluates carries, in its local entries,
 the data-weighted mean Σ_k p^k of all devices' local entries (a global BN for pooled evaluation); the
@@ -28,6 +29,12 @@ from hetfl.algorithms.base import (
 from hetfl.engine import comm
 
 
+def _leaves(layer: Any) -> list[Any]:
+    """The layer, or the layers a composite layer (models.blocks.Residual) is made of, in entry order."""
+    parts = getattr(layer, "parts", None)
+    return [leaf for part in parts for leaf in _leaves(part)] if parts else [layer]
+
+
 def local_mask(model: Any, n: int) -> tuple[bool, ...]:
     """Per-entry flags of the parameters that stay local (batch norm)."""
     flags = getattr(model, "local_mask", None)
@@ -35,8 +42,10 @@ def local_mask(model: Any, n: int) -> tuple[bool, ...]:
         return tuple(bool(f) for f in flags)
     layers = getattr(model, "layers", None)
     if layers is not None:
-        out = [type(layer).__name__.startswith("BatchNorm") for layer in layers
-               for _ in getattr(layer, "shapes", ())]
+        # a residual block's batch norms are the block's entries: looked for in its parts, or the
+        # batch-norm ResNet would keep only its stem's BN local
+        out = [type(leaf).__name__.startswith("BatchNorm") for layer in layers for leaf in _leaves(layer)
+               for _ in getattr(leaf, "shapes", ())]
         if len(out) == n:
             return tuple(out)
     return (False,) * n
