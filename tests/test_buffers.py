@@ -35,11 +35,11 @@ MODEL = make_model("cnn_bn", (1, 12, 12), 3, channels=(2, 3), hidden=(8,))
 BUFFERS = [i for i, t in enumerate(MODEL.trainable) if not t]
 
 
-def _one_round(alg, weights):
+def _one_round(alg, weights, model=MODEL):
     """One round through the hooks (what runner.train does) with the given scheme weights."""
     x, y = torch.from_numpy(FED.x_train), torch.from_numpy(FED.y_train)
-    alg.setup(Task(MODEL, x, y, FED.train_offsets))
-    params = MODEL.init_params(torch.Generator().manual_seed(0))
+    alg.setup(Task(model, x, y, FED.train_offsets))
+    params = model.init_params(torch.Generator().manual_seed(0))
     state = alg.init_state(params, FED.num_devices)
     clients = np.arange(FED.num_devices)
     done, full = np.array([1, 4, 6, 2]), np.array([4, 4, 6, 6])
@@ -47,7 +47,7 @@ def _one_round(alg, weights):
                      p=FED.p)
     idx = minibatch_indices(FED.train_offsets, clients, done, 3, 0, 1)
     ctx, start = alg.client_context(state, params, info), alg.client_start(state, params, info)
-    finals = local_sgd(MODEL, params, x, y, idx, done, 0.1, correction=alg.correct, ctx=ctx, start=start)
+    finals = local_sgd(model, params, x, y, idx, done, 0.1, correction=alg.correct, ctx=ctx, start=start)
     new, state, _ = alg.aggregate(state, params, finals, info)
     return params, finals, new, alg.global_model(state, new)
 
@@ -68,6 +68,25 @@ def test_every_algorithm_averages_buffers_with_weights_summing_to_one(name):
     running_var = [evaluated[i] for i in BUFFERS[1::2]]
     assert all(bool((v > 0).all()) for v in running_var)
     assert not all(torch.equal(params[i], new[i]) for i in BUFFERS)  # the statistics did move
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedcurv", "fedfor"])
+def test_table2_methods_average_the_batch_norm_resnets_buffers(name):
+    """FedFOR Table 2's methods on the batch-norm ResNet-20 (norm="batch", its residual blocks' running
+    statistics included) do what they do on cnn_bn: buffers are the clients' average with the scheme's
+    weights normalised to 1, untouched by FedProx's and FedFOR's corrections and FedCurv's penalty."""
+    model = make_model("resnet20", (1, 12, 12), 3, widths=(2, 4, 4), blocks=1, norm="batch")
+    buffers = [i for i, t in enumerate(model.trainable) if not t]
+    assert len(buffers) == 2 * 7  # the stem's norm and 3 blocks' 2 each
+    weights = FED.p * np.array([4.0, 1.0, 1.0, 3.0])
+    params, finals, new, evaluated = _one_round(make_algorithm(name), weights, model)
+    w = weights / weights.sum()
+    for i in buffers:
+        expect = sum(float(w[k]) * finals[i][k] for k in range(FED.num_devices))
+        for got in (new[i], evaluated[i]):
+            torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-6)
+    assert all(bool((evaluated[i] > 0).all()) for i in buffers[1::2])  # running variances
+    assert not all(torch.equal(params[i], new[i]) for i in buffers)
 
 
 @pytest.mark.parametrize("name", ALGORITHM_NAMES)
