@@ -224,6 +224,15 @@ def test_norm_options_pass_validation():
         assert validate_config(cfg)["experiments"][MLP_EXP]["model_params"]["norm"] == norm
 
 
+
+def test_fedfor_table2_runs_he_et_als_batch_norm_resnet20():
+    """FedFOR App. D: "the proper ResNet implementation for CIFAR10 (He et al. 2016)", batch norm
+    after every convolution: every Table 2 run is resnet20 with norm batch (GroupNorm is the default)."""
+    runs = list(expand_runs(load_config(ROOT / "workflow/config/paper/tian2022_fedfor_table2.yaml")))
+    assert runs and {(r.model, tuple(r.model_params.items())) for r in runs} == \
+        {("resnet20", (("norm", "batch"),))}
+
+
 def test_model_params_lists_match_the_models():
     """config.MODEL_PARAMS (config validation imports no torch) = the models' constructor arguments."""
     import inspect
