@@ -77,6 +77,26 @@ def test_model_params_reach_every_workloads_model(monkeypatch):
     assert all(r["tf32"] is False for r in records)  # IEEE float32 unless --tf32 (CUDA only)
 
 
+
+def test_the_batch_norm_resnet_runs_under_model_params():
+    """--model-params '{"norm": "batch"}' (FedFOR Table 2's ResNet-20): both engines train and evaluate
+    the batch-norm model, the records say so, and a step's bytes count its running statistics (read and
+    written, 2 × 688 float32 entries more than GroupNorm's); a norm the ResNets do not take is refused
+    before any work."""
+    records, _ = bench.run_bench(["resnet20-cifar"], steps=1, device="cpu", threads=1, repeat=1, clients=2,
+                                 batch=2, model_params={"norm": "batch"}, eval_samples=8)
+    assert {(r["mode"], r["engine"]) for r in records} == {(m, e) for m in ("train", "evaluate")
+                                                         for e in ("batched", "reference")}
+    assert all(r["model_params"] == {"norm": "batch"} for r in records)
+    w = bench.WORKLOADS["resnet20-cifar"]
+    group, batch = (bench.step_bytes(bench.workload_model(bench.with_model_params(w, {"norm": n})), [], 2)
+                    for n in ("group", "batch"))
+    assert batch - group == 2 * 4 * 2 * 688
+    assert {r["bytes_per_client_step"] for r in records if r["mode"] == "train"} == {batch}
+    with pytest.raises(ValueError, match="norm 'layer' is unknown; allowed: group, batch"):
+        bench.check_workloads(["resnet20-cifar"], {"norm": "layer"})
+
+
 @pytest.mark.parametrize("flag,option,recorded", [(["--graphs"], True, True), (["--no-graphs"], False, False),
                                                   ([], None, False)])
 def test_graphs_flag_reaches_the_engine_and_its_record(flag, option, recorded, capsys, monkeypatch):
