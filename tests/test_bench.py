@@ -93,8 +93,10 @@ def test_the_batch_norm_resnet_runs_under_model_params():
                     for n in ("group", "batch"))
     assert batch - group == 2 * 4 * 2 * 688
     assert {r["bytes_per_client_step"] for r in records if r["mode"] == "train"} == {batch}
-    with pytest.raises(ValueError, match="norm 'layer' is unknown; allowed: group, batch"):
+    with pytest.raises(ValueError) as err:
         bench.check_workloads(["resnet20-cifar"], {"norm": "layer"})
+    assert str(err.value) == ('--model-params {"norm": "layer"}: model \'resnet20\' (workload '
+                              "resnet20-cifar) refuses them: norm 'layer' is unknown; allowed: group, batch")
 
 
 @pytest.mark.parametrize("flag,option,recorded", [(["--graphs"], True, True), (["--no-graphs"], False, False),

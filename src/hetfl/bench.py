@@ -485,8 +485,8 @@ def _rate(v: float) -> str:
 
 
 def check_model_params(workloads: Sequence[str], model_params: dict[str, Any]) -> None:
-    """Every workload's model takes every key of model_params (ValueError naming the key, the value and
-    the model otherwise): checked by building each model once, before any measurement."""
+    """Every workload's model takes every key of model_params with its value (ValueError naming the key,
+    the value and the model otherwise): checked by building each model once, before any measurement."""
     for name in workloads:
         w = WORKLOADS[name]
         try:
@@ -495,6 +495,9 @@ def check_model_params(workloads: Sequence[str], model_params: dict[str, Any]) -
             raise ValueError(f"--model-params {json.dumps(model_params)}: model '{w.model}' (workload "
                              f"{name}) does not take them ({err}); choose --workloads whose models "
                              f"do") from None
+        except ValueError as err:  # a key it takes with a value it does not (e.g. the ResNets' norm)
+            raise ValueError(f"--model-params {json.dumps(model_params)}: model '{w.model}' (workload "
+                             f"{name}) refuses them: {err}") from None
 
 
 def check_workloads(workloads: Sequence[str], model_params: dict[str, Any] | None) -> None:
