@@ -160,3 +160,11 @@ def test_the_steps20_benches_run_every_workload(fake: dict[str, str]) -> None:
     assert len(steps20) == 3 and not any("--workloads" in c for c in steps20)
     assert [c for c in commands if c.endswith("-kept.json") or "-kept.json " in c
             if "-steps20" not in c and "fedfor" not in c][0].count("--workloads vgg11-cifar,") == 1
+
+
+def test_fedfor_e1_rounds_time_table_2s_batch_norm_resnet(fake: dict[str, str]) -> None:
+    """FedFOR Table 2 trains He et al.'s ResNet-20 with batch norm (norm: batch): part graphs' E = 1
+    rounds time that model, the three ways."""
+    assert check(fake, GPU_CHECK_PARTS="graphs").returncode == 0
+    fedfor = [c for c in Path(fake["FAKE_LOG"]).read_text().splitlines() if "-fedfor-e1" in c]
+    assert len(fedfor) == 3 and all('--model-params {"norm": "batch"}' in c for c in fedfor)
