@@ -353,3 +353,34 @@ def test_a_flat_stretch_is_mirrored_at_its_two_ends(store):
     client = _client(store)
     assert _steps(client, run_id, "bytes_up") == [1, 5]
     assert _steps(client, run_id, "test_loss") == [1, 2, 3, 4, 5]
+
+
+def _documented_tags() -> set[str]:
+    """The tags docs/tracking.md's "Tags" table lists (its first column)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs/tracking.md").read_text()
+    section = text.split("\n## Tags\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([^`]+)` \|", section, flags=re.MULTILINE))
+
+
+def _every_tag_written(store: Path, tmp_path: Path, experiment: str) -> set[str]:
+    """The tags of a training run that has every optional tag and of a summary run."""
+    d = _write_run(store, _spec(experiment), user="ada", code_fingerprint="f00d", git_dirty=False,
+                   device="cuda", cuda_tf32=True)
+    table = tmp_path / "reports/tables/accuracy_difference.md"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text("a table")
+    mirror = tracking.mirror_run_dirs(store, [d], description="", summary_files=[table])
+    client = _client(store)
+    return {k for rid in (mirror.runs[f"{experiment}/IID_T8_C_s0"], mirror.summaries[experiment])
+            for k in client.get_run(rid).data.tags}
+
+
+def test_every_tag_the_mirror_writes_is_documented(store, tmp_path):
+    """docs/tracking.md named some tags and left out others (mlflow.source.name and .type, hetfl.kind,
+    hetfl.runs; an audit), and called the commit's column Source (MLflow 3 shows it under Version)."""
+    written = _every_tag_written(store, tmp_path, "tagdoc")
+    documented = _documented_tags()
+    assert written - documented == set(), "written but not documented"
+    assert documented - written == set(), "documented but never written"

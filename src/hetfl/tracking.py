@@ -272,7 +272,7 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
     tags = {"hetfl.kind": "summary", "hetfl.runs": str(len(runs)),
             NOTE_TAG: f"Tables and figures built from the {len(runs)} run(s) of {experiment}."}
     commits = {r.tags.get(MLFLOW_GIT_COMMIT) for r in runs}
-    if len(commits) == 1 and None not in commits:  # the Source column, where the runs agree on it
+    if len(commits) == 1 and None not in commits:  # the Version column, where the runs agree on it
         tags[MLFLOW_GIT_COMMIT] = commits.pop()
     users = {r.tags.get(MLFLOW_USER) for r in runs}
     if len(users) == 1 and None not in users:
