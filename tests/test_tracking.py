@@ -384,3 +384,20 @@ def test_every_tag_the_mirror_writes_is_documented(store, tmp_path):
     documented = _documented_tags()
     assert written - documented == set(), "written but not documented"
     assert documented - written == set(), "documented but never written"
+
+
+def test_a_summary_run_names_the_table_whose_runs_it_was_built_from(store, tmp_path):
+    """quick.yaml's bmta table reads the runs of four experiments (and fairness reads bmta's): each of their
+    summary runs said 'Tables and figures built from the N run(s) of <experiment>', which was false; it
+    also left the UI's Source column empty."""
+    runs = [_write_run(store, _spec("summnote", run=f"IID_T8_C_s{s}", table="bmta", seed=s)) for s in (0, 1)]
+    table = tmp_path / "reports/tables/bmta.md"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text("a table")
+    mirror = tracking.mirror_run_dirs(store, runs, description="", summary_files=[table])
+    tags = _client(store).get_run(mirror.summaries["summnote"]).data.tags
+    assert tags["hetfl.table"] == "bmta"
+    note = tags["mlflow.note.content"]
+    assert "params.table = 'bmta'" in note and "summnote's 2 run(s) among them" in note
+    assert "built from the 2 run(s) of summnote" not in note
+    assert (tags["mlflow.source.name"], tags["mlflow.source.type"]) == ("hetfl table, figure", "LOCAL")

@@ -251,6 +251,14 @@ def experiment_description(experiment: str, specs: Sequence[dict[str, Any]], con
     return "\n".join(lines)
 
 
+def summary_note(experiment: str, table: str, n_runs: int) -> str:
+    """A summary run's description. A table reads the runs of every experiment that feeds it (bmta: four
+    of quick.yaml's; fairness: bmta's runs), not this experiment's alone, which the note used to claim."""
+    return (f"Tables (tables/) and figures (figures/) built from the runs that feed table `{table}`: those "
+            f"with `params.table = '{table}'` in every experiment of the config, {experiment}'s {n_runs} "
+            "run(s) among them. Each caption names the runs it read and their commits.")
+
+
 def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[str | Path]) -> RunRecord:
     """The experiment's summary run: its tables and figures as artifacts (tables/, figures/).
 
@@ -267,10 +275,18 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
     folder = {".md": "tables", ".csv": "tables", ".tex": "tables", ".png": "figures", ".svg": "figures"}
     start = min(r.start_ms for r in runs)
     end = max([r.end_ms for r in runs] + [int(f.stat().st_mtime * 1000) for f in files])
-    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_USER
+    from mlflow.utils.mlflow_tags import (
+        MLFLOW_GIT_COMMIT,
+        MLFLOW_SOURCE_NAME,
+        MLFLOW_SOURCE_TYPE,
+        MLFLOW_USER,
+    )
 
-    tags = {"hetfl.kind": "summary", "hetfl.runs": str(len(runs)),
-            NOTE_TAG: f"Tables and figures built from the {len(runs)} run(s) of {experiment}."}
+    table = _axis([r.params for r in runs], "table")
+    tags = {"hetfl.kind": "summary", "hetfl.runs": str(len(runs)), "hetfl.table": table,
+            # the Source column: what wrote the files (a training run's is `hetfl train`)
+            MLFLOW_SOURCE_NAME: "hetfl table, figure", MLFLOW_SOURCE_TYPE: "LOCAL",
+            NOTE_TAG: summary_note(experiment, table, len(runs))}
     commits = {r.tags.get(MLFLOW_GIT_COMMIT) for r in runs}
     if len(commits) == 1 and None not in commits:  # the Version column, where the runs agree on it
         tags[MLFLOW_GIT_COMMIT] = commits.pop()
