@@ -401,3 +401,22 @@ def test_a_summary_run_names_the_table_whose_runs_it_was_built_from(store, tmp_p
     assert "params.table = 'bmta'" in note and "summnote's 2 run(s) among them" in note
     assert "built from the 2 run(s) of summnote" not in note
     assert (tags["mlflow.source.name"], tags["mlflow.source.type"]) == ("hetfl table, figure", "LOCAL")
+
+
+def test_a_figures_caption_and_the_split_chart_sit_beside_the_figures(store, tmp_path):
+    """A figure's caption went to reports/, away from its figure; the split chart has its own folder."""
+    runs = [_write_run(store, _spec("captions"))]
+    reports = tmp_path / "reports"
+    files = [reports / "figures/scheme_curves.png", reports / "figures/scheme_curves.caption.html",
+             reports / "figures/splits/captions.png", reports / "figures/splits/captions.caption.html",
+             reports / "tables/accuracy_difference.md"]
+    for f in files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f.name)
+    rid = tracking.mirror_run_dirs(store, runs, description="", summary_files=files).summaries["captions"]
+    client = _client(store)
+    paths = {a.path for d in ("tables", "figures", "figures/splits") for a in client.list_artifacts(rid, d)}
+    assert paths >= {"figures/scheme_curves.png", "figures/scheme_curves.caption.html",
+                     "figures/splits/captions.png", "figures/splits/captions.caption.html",
+                     "tables/accuracy_difference.md"}
+    assert {a.path for a in client.list_artifacts(rid)} == {"figures", "tables"}

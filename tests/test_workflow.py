@@ -90,10 +90,36 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     summary = client.get_run(mirror["summaries"]["tiny_table3"])
     tables = {a.path for a in client.list_artifacts(summary.info.run_id, "tables")}
-    figures = {a.path for a in client.list_artifacts(summary.info.run_id, "figures")}
+    figures = {a.path for a in client.list_artifacts(summary.info.run_id, "figures") if not a.is_dir}
     assert tables == {f"tables/accuracy_difference.{ext}" for ext in ("md", "csv", "tex")} | {
         f"tables/accuracy_difference_readings.{ext}" for ext in ("md", "csv")}
-    assert figures == {f"figures/scheme_curves.{ext}" for ext in ("png", "svg")}
+    assert figures == {f"figures/scheme_curves.{ext}" for ext in ("png", "svg", "caption.html")}
+    splits = {a.path for a in client.list_artifacts(summary.info.run_id, "figures/splits")}
+    assert splits == {f"figures/splits/tiny_table3.{ext}" for ext in ("png", "caption.html")}
+
+
+def test_a_summary_run_carries_the_tables_of_its_runs_and_the_figures_captions(tmp_path):
+    """The track job of a bmta experiment: its summary run carried bmta's table and EFL Figure 1 but not the
+    fairness table built from the same runs (hetfl.reports.tables.SOURCES), nor a figure's caption (how
+    its numbers are computed, the runs read) nor the experiment's split chart, so MLflow had none of them."""
+    config = tmp_path / "efl.json"
+    config.write_text(json.dumps({"experiments": {"t2": {
+        "table": "bmta", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
+        "num_devices": 6, "sizes": {"distribution": "equal", "size": 30}, "schemes": ["C"], "num_traces": [1],
+        "local_epochs": 1, "rounds": 3, "seeds": [0], "algorithms": ["fedavg", "apfl"]}}}))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+         str(tmp_path / "wd"), "--configfile", str(config), "--cores", "1", "-n", "-p",
+         "results/t2/mlflow.json"],
+        capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (track,) = [line for line in proc.stdout.splitlines() if "hetfl track" in line]
+    summary = set(track.split("--summary ", 1)[1].split(" > ")[0].split())
+    tables = {f"reports/tables/{t}.{ext}" for t in ("bmta", "fairness") for ext in ("md", "csv", "tex")}
+    figures = {f"reports/figures/efl_figure1.{ext}" for ext in ("png", "svg", "caption.html")}
+    figures |= {f"reports/figures/splits/t2.{ext}" for ext in ("png", "caption.html")}
+    assert summary == tables | figures
 
 
 @pytest.mark.slow

@@ -251,6 +251,16 @@ def experiment_description(experiment: str, specs: Sequence[dict[str, Any]], con
     return "\n".join(lines)
 
 
+def summary_folder(path: Path) -> str:
+    """A summary file's artifact folder: tables/ for a table, figures/ for a figure and its caption (which
+    went to reports/, away from its figure), figures/splits/ for an experiment's split chart."""
+    if path.suffix in (".md", ".csv", ".tex"):
+        return "tables"
+    if path.suffix in (".png", ".svg") or path.name.endswith(".caption.html"):
+        return "figures/splits" if path.parent.name == "splits" else "figures"
+    return "reports"
+
+
 def summary_note(experiment: str, table: str, n_runs: int) -> str:
     """A summary run's description. A table reads the runs of every experiment that feeds it (bmta: four
     of quick.yaml's; fairness: bmta's runs), not this experiment's alone, which the note used to claim."""
@@ -272,7 +282,6 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
         raise FileNotFoundError(f"summary files do not exist: {', '.join(missing)}")
     if not runs:
         raise ValueError(f"a summary of experiment '{experiment}' needs its runs; none was given")
-    folder = {".md": "tables", ".csv": "tables", ".tex": "tables", ".png": "figures", ".svg": "figures"}
     start = min(r.start_ms for r in runs)
     end = max([r.end_ms for r in runs] + [int(f.stat().st_mtime * 1000) for f in files])
     from mlflow.utils.mlflow_tags import (
@@ -295,7 +304,7 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
         tags[MLFLOW_USER] = users.pop()
     return RunRecord(experiment=experiment, key=experiment, name=f"{experiment}/summary", params={},
                      records=[], tags=tags, start_ms=start, end_ms=end, status="FINISHED",
-                     artifacts=tuple((f, folder.get(f.suffix, "reports")) for f in files),
+                     artifacts=tuple((f, summary_folder(f)) for f in files),
                      content_sha256=content_sha256({"files": [f.name for f in files], "start": start}, []),
                      key_tag=SUMMARY_TAG)
 

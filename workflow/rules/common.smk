@@ -132,14 +132,20 @@ def experiment_table(experiment):
 
 
 def reports_of_experiment(experiment):
-    """The table the experiment's runs feed and the figures drawn from it (common.smk's registries)."""
+    """What the experiment's summary run carries (docs/tracking.md): the table its runs feed, the tables
+    built from that table's runs (fairness from bmta's: hetfl.reports.tables.SOURCES), the figures drawn
+    from it, and the experiment's split chart, each figure with its caption."""
     table = experiment_table(experiment)
     if table == "none":
         return []
-    tables = [f"reports/tables/{table}.{ext}" for ext in ("md", "csv", "tex")]
+    built = [table] + [t for t, source in TABLE_SOURCES.items() if source == table and t in TABLES]
+    tables = [f"reports/tables/{t}.{ext}" for t in built for ext in ("md", "csv", "tex")]
     if table in READINGS_TABLES:
         tables += [f"reports/tables/{table}_readings.{ext}" for ext in ("md", "csv")]
-    figures = [f"reports/figures/{f}.{ext}" for f, t in FIGURES.items() if t == table for ext in ("png", "svg")]
+    figures = [f"reports/figures/{f}.{ext}" for f, t in FIGURES.items() if t == table
+               for ext in ("png", "svg", "caption.html")]
+    if experiment in SPLIT_CHARTS:
+        figures += [f"reports/figures/splits/{experiment}.{ext}" for ext in ("png", "caption.html")]
     return tables + figures
 
 
