@@ -420,3 +420,15 @@ def test_a_figures_caption_and_the_split_chart_sit_beside_the_figures(store, tmp
                      "figures/splits/captions.png", "figures/splits/captions.caption.html",
                      "tables/accuracy_difference.md"}
     assert {a.path for a in client.list_artifacts(rid)} == {"figures", "tables"}
+
+
+def test_a_runs_description_says_what_the_run_is(store):
+    """The runs table's Description column (mlflow.note.content) read 'Mirror of `results/x/y` (status
+    ok, ...)': a path repeating the run's name. It now starts with the run's set-up."""
+    spec = {**_spec("note"), "algorithm": "fedprox", "algorithm_params": {"mu": 0.01},
+            "reading": "completion=floor", "event": {"kind": "arrival", "round": 3, "policy": "fast_reboot"}}
+    rid = tracking.mirror_run_dirs(store, [_write_run(store, spec)]).runs["note/IID_T8_C_s0"]
+    note = _client(store).get_run(rid).data.tags["mlflow.note.content"]
+    assert note.startswith("fedprox (mu = 0.01), scheme C, |T| = 8, seed 0 on synthetic IID (4 devices, 3 "
+                           "rounds); arrival at round 3 (fast_reboot); reading completion=floor. Mirror of `")
+    assert note.endswith("(status ok, 3 rounds, device cpu); run.json and metrics.parquet are its artifacts.")

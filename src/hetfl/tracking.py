@@ -175,6 +175,24 @@ def flat_ends(m):
     return m[~inside]
 
 
+def run_setup(spec: dict[str, Any]) -> str:
+    """What a run is, in one line: the start of its description, which the runs table shows in its
+    Description column (the note was a path and a status, the path repeating the run's name)."""
+    algorithm = str(spec.get("algorithm"))
+    hyper = spec.get("algorithm_params") or {}
+    if hyper:
+        algorithm += f" ({', '.join(f'{k} = {v}' for k, v in sorted(hyper.items()))})"
+    text = (f"{algorithm}, scheme {spec.get('scheme')}, |T| = {spec.get('num_traces')}, "
+            f"seed {spec.get('seed')} on {spec.get('dataset')} {spec.get('setting')} "
+            f"({spec.get('num_devices')} devices, {spec.get('rounds')} rounds)")
+    event = spec.get("event")
+    if event:
+        text += f"; {event.get('kind')} at round {event.get('round')} ({event.get('policy')})"
+    if spec.get("reading"):
+        text += f"; reading {spec['reading']}"
+    return text
+
+
 def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
     """The mirror of one finished run, from its run.json and metrics.parquet (`rounds`: mirrored_rows)."""
     import pandas as pd
@@ -203,8 +221,9 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
             "hetfl.git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower(),
             "hetfl.times": source, "hetfl.mirrored_rounds": rounds,
             MLFLOW_SOURCE_NAME: "hetfl train", MLFLOW_SOURCE_TYPE: "LOCAL",
-            NOTE_TAG: f"Mirror of `{d}` (status {info.get('status')}, {info.get('rounds_done')} rounds, "
-                      f"device {info.get('device')}{', TF32 products' if info.get('cuda_tf32') else ''}); "
+            NOTE_TAG: f"{run_setup(spec)}. Mirror of `{d}` (status {info.get('status')}, "
+                      f"{info.get('rounds_done')} rounds, device {info.get('device')}"
+                      f"{', TF32 products' if info.get('cuda_tf32') else ''}); "
                       f"run.json and metrics.parquet are its artifacts."}
     if info.get("user"):  # the User column: who trained it (MlflowClient.create_run sets no user)
         tags[MLFLOW_USER] = str(info["user"])
