@@ -432,3 +432,20 @@ def test_a_runs_description_says_what_the_run_is(store):
     assert note.startswith("fedprox (mu = 0.01), scheme C, |T| = 8, seed 0 on synthetic IID (4 devices, 3 "
                            "rounds); arrival at round 3 (fast_reboot); reading completion=floor. Mirror of `")
     assert note.endswith("(status ok, 3 rounds, device cpu); run.json and metrics.parquet are its artifacts.")
+
+
+def test_a_run_logs_its_split_as_a_dataset_input(store):
+    """The runs table's Dataset column was empty and `dataset.name = 'synthetic'` found nothing: the run's
+    split is now its dataset input (name, the split's sha256 as digest, its path as source), logged once
+    however often the run is mirrored again."""
+    split = {"path": "data_splits/ds/IID/seed0/split.npz", "sha256": "0cd167b5" + "0" * 56}
+    d = _write_run(store, _spec("ds"), split=split)
+    client = _client(store)
+    for _ in range(2):  # the second mirror keeps the run in place
+        rid = tracking.mirror_run_dirs(store, [d]).runs["ds/IID_T8_C_s0"]
+        (found,) = client.get_run(rid).inputs.dataset_inputs
+    assert (found.dataset.name, found.dataset.digest) == ("synthetic", "0cd167b5")
+    assert json.loads(found.dataset.source) == {"uri": split["path"]}
+    assert [(t.key, t.value) for t in found.tags] == [("mlflow.data.context", "training")]
+    exp_id = client.get_experiment_by_name("ds").experiment_id
+    assert [r.info.run_id for r in client.search_runs([exp_id], "dataset.name = 'synthetic'")] == [rid]

@@ -43,6 +43,9 @@ REMOTE_SCHEMES = ("http", "https", "databricks", "databricks-uc", "uc")
 MIRROR_ROUNDS = ("evaluated", "all")
 #: recorded at every evaluated round, and at the round a run diverged (engine.runner)
 EVALUATION_MARKER = "test_loss"
+#: hex digits of a split's sha256 a dataset input's digest keeps (MLflow's own digests have 8)
+DIGEST_CHARS = 8
+DATASET_CONTEXT = "training"  # the input tag mlflow.data.context: what the data set was used for
 
 
 def tracking_uri(results_dir: str | Path) -> str:
@@ -115,6 +118,8 @@ class RunRecord:
     artifacts: tuple[tuple[Path, str | None], ...] = ()
     content_sha256: str = ""
     key_tag: str = RUN_KEY_TAG
+    #: MLflow dataset inputs (the runs table's Dataset column): (name, digest, source path)
+    datasets: tuple[tuple[str, str, str], ...] = ()
 
 
 def _ms(iso: str) -> int:
@@ -236,10 +241,14 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
         tags[MLFLOW_GIT_COMMIT] = str(commit)
     files = (d / "run.json", d / "metrics.parquet")
     experiment, run = str(spec["experiment"]), str(spec["run"])
+    split = info.get("split") or {}
+    # the federation trained on: the data set's name, the split's sha256 as its digest (MLflow's are 8 hex)
+    datasets = ((str(spec["dataset"]), str(split["sha256"])[:DIGEST_CHARS], str(split.get("path", ""))),) \
+        if split.get("sha256") else ()
     return RunRecord(experiment=experiment, key=f"{experiment}/{run}", name=f"{experiment}/{run}",
                      params=spec, records=records, tags=tags, start_ms=start, end_ms=end,
                      status="FINISHED" if info.get("status") == "ok" else "FAILED",
-                     artifacts=tuple((f, None) for f in files),
+                     artifacts=tuple((f, None) for f in files), datasets=datasets,
                      # "rows": mirrors logged before flat_ends had every evaluated round: replaced, not kept
                      content_sha256=content_sha256({**info, "mirrored_rounds": rounds, "rows": "flat_ends"},
                                                    [d / "metrics.parquet"]))
@@ -368,6 +377,21 @@ def _log_content(client, run_id: str, run: RunRecord) -> None:
         client.log_batch(run_id, metrics=metrics[i:i + 1000])
 
 
+def _log_datasets(client, run_id: str, run: RunRecord) -> None:
+    """The run's data set as an MLflow dataset input: the Dataset column of the runs table and the run
+    page's "Datasets used", filterable as `dataset.name = 'synthetic'` and grouped by in the UI. Logging
+    the same input again adds nothing (the store keeps one per data set and run)."""
+    if not run.datasets:
+        return
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    context = [InputTag(MLFLOW_DATASET_CONTEXT, DATASET_CONTEXT)]
+    client.log_inputs(run_id, datasets=[
+        DatasetInput(Dataset(name, digest, source_type="local", source=json.dumps({"uri": source})), context)
+        for name, digest, source in run.datasets])
+
+
 def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, list[str]]:
     """Mirror one run; returns its id and the ids of earlier mirrors to purge.
 
@@ -396,6 +420,7 @@ def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, 
         rid = client.create_run(exp_id, start_time=run.start_ms, run_name=run.name,
                                 tags={k: v for k, v in tags.items() if k != CONTENT_TAG}).info.run_id
         _log_content(client, rid, run)
+    _log_datasets(client, rid, run)  # also on a mirror kept in place, which older versions logged without
     for path, folder in run.artifacts:
         client.log_artifact(rid, str(path), artifact_path=folder)
     client.set_tag(rid, CONTENT_TAG, run.content_sha256)  # complete: from now on kept in place
