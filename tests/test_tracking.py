@@ -366,8 +366,8 @@ def _documented_tags() -> set[str]:
 
 def _every_tag_written(store: Path, tmp_path: Path, experiment: str) -> set[str]:
     """The tags of a training run that has every optional tag and of a summary run."""
-    d = _write_run(store, _spec(experiment), user="ada", code_fingerprint="f00d", git_dirty=False,
-                   device="cuda", cuda_tf32=True)
+    d = _write_run(store, _spec(experiment), acc=(0.5, 0.6, math.nan), user="ada", code_fingerprint="f00d",
+                   git_dirty=False, device="cuda", cuda_tf32=True)
     table = tmp_path / "reports/tables/accuracy_difference.md"
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text("a table")
@@ -449,3 +449,22 @@ def test_a_run_logs_its_split_as_a_dataset_input(store):
     assert [(t.key, t.value) for t in found.tags] == [("mlflow.data.context", "training")]
     exp_id = client.get_experiment_by_name("ds").experiment_id
     assert [r.info.run_id for r in client.search_runs([exp_id], "dataset.name = 'synthetic'")] == [rid]
+
+
+def test_a_diverged_runs_nonfinite_values_are_left_out_and_said_so(store):
+    """A diverged run's round of NaN accuracy and infinite loss: NaN was left out silently (its last finite
+    values then read as the run's final ones) and +inf was logged, which MLflow's SQL store keeps as
+    1.8e308. Neither is logged now, and the tag and the description name the metrics and the round."""
+    d = _write_run(store, _spec("diverged"), status="diverged")
+    rows = [(1, "test_accuracy", 0.5), (2, "test_accuracy", 0.6), (3, "test_accuracy", math.nan),
+            (1, "test_loss", 2.0), (2, "test_loss", 1.5), (3, "test_loss", math.inf)]
+    pd.DataFrame(rows, columns=["round", "metric", "value"]).to_parquet(d / "metrics.parquet", index=False)
+    rid = tracking.mirror_run_dirs(store, [d]).runs["diverged/IID_T8_C_s0"]
+    client = _client(store)
+    run = client.get_run(rid)
+    assert run.info.status == "FAILED" and run.data.tags["hetfl.status"] == "diverged"
+    assert [(m.step, m.value) for m in client.get_metric_history(rid, "test_loss")] == [(1, 2.0), (2, 1.5)]
+    assert _steps(client, rid, "test_accuracy") == [1, 2]
+    assert run.data.tags["hetfl.nonfinite_metrics"] == "test_accuracy, test_loss"
+    assert "NaN or ±inf values of test_accuracy, test_loss (first at round 3;" in \
+        run.data.tags["mlflow.note.content"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -215,8 +216,12 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
                                 "run directories or their run.json files")
     info = json.loads((d / "run.json").read_text())
     m = mirrored_rows(pd.read_parquet(d / "metrics.parquet"), rounds)
-    records = list(zip(m["round"].astype(int), m["metric"].astype(str), m["value"].astype(float),
-                       strict=True))
+    rows = list(zip(m["round"].astype(int), m["metric"].astype(str), m["value"].astype(float), strict=True))
+    # NaN and ±inf are not logged: MLflow 3's run page fails on a NaN metric (the REST API sends the string
+    # "NaN"; mlflow/mlflow#16555) and its SQL store turns ±inf into ±1.8e308, which read as real values
+    records = [r for r in rows if math.isfinite(r[2])]
+    nonfinite = sorted({metric for _, metric, v in rows if not math.isfinite(v)})
+    first_nonfinite = min((r for r, _, v in rows if not math.isfinite(v)), default=None)
     if "wall_time_s" in info:  # step 0: a sortable column beside the run's duration
         records.append((0, "wall_time_s", float(info["wall_time_s"])))
     spec = info["spec"]
@@ -230,6 +235,11 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
                       f"{info.get('rounds_done')} rounds, device {info.get('device')}"
                       f"{', TF32 products' if info.get('cuda_tf32') else ''}); "
                       f"run.json and metrics.parquet are its artifacts."}
+    if nonfinite:  # a diverged run's last values shown are from before its divergence: say so
+        tags["hetfl.nonfinite_metrics"] = ", ".join(nonfinite)
+        tags[NOTE_TAG] += (f" Not logged: NaN or ±inf values of {', '.join(nonfinite)} (first at round "
+                           f"{first_nonfinite}; MLflow cannot show them, metrics.parquet has them), so the "
+                           "last value shown of such a metric may be from an earlier round.")
     if info.get("user"):  # the User column: who trained it (MlflowClient.create_run sets no user)
         tags[MLFLOW_USER] = str(info["user"])
     if info.get("cuda_tf32"):  # hetfl train --tf32: numbers of TF32 products, not IEEE float32's
@@ -250,7 +260,9 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
                      status="FINISHED" if info.get("status") == "ok" else "FAILED",
                      artifacts=tuple((f, None) for f in files), datasets=datasets,
                      # "rows": mirrors logged before flat_ends had every evaluated round: replaced, not kept
-                     content_sha256=content_sha256({**info, "mirrored_rounds": rounds, "rows": "flat_ends"},
+                     # "finite": a mirror logged before ±inf was left out holds 1.8e308: replaced too
+                     content_sha256=content_sha256({**info, "mirrored_rounds": rounds, "rows": "flat_ends",
+                                                    **({"finite": True} if nonfinite else {})},
                                                    [d / "metrics.parquet"]))
 
 
@@ -370,7 +382,7 @@ def _log_content(client, run_id: str, run: RunRecord) -> None:
     from mlflow.entities import Metric, Param
 
     flat = [Param(k, v[:6000]) for k, v in flatten(run.params).items()]
-    metrics = [Metric(m, v, run.end_ms, r) for r, m, v in run.records if v == v]  # NaN is not logged
+    metrics = [Metric(m, v, run.end_ms, r) for r, m, v in run.records if math.isfinite(v)]  # read_run
     for i in range(0, len(flat), 100):
         client.log_batch(run_id, params=flat[i:i + 100])
     for i in range(0, len(metrics), 1000):
