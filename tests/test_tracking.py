@@ -468,3 +468,44 @@ def test_a_diverged_runs_nonfinite_values_are_left_out_and_said_so(store):
     assert run.data.tags["hetfl.nonfinite_metrics"] == "test_accuracy, test_loss"
     assert "NaN or ±inf values of test_accuracy, test_loss (first at round 3;" in \
         run.data.tags["mlflow.note.content"]
+
+
+def test_a_mirror_killed_while_updating_in_place_is_not_left_finished(store, tmp_path, monkeypatch):
+    """A summary run kept in place gets its tables' new bytes written over one file after another: a track
+    job killed between two files left it FINISHED, complete by its content tag, with one table new and
+    the other old. Now it is RUNNING until the last file is written, and the next mirror replaces it."""
+    runs = [_write_run(store, _spec("inplace"))]
+    md, csv = tmp_path / "reports/tables/t.md", tmp_path / "reports/tables/t.csv"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text("old md")
+    csv.write_text("old csv")
+    first = tracking.mirror_run_dirs(store, runs, description="", summary_files=[md, csv])
+    md.write_text("new md")
+    csv.write_text("new csv")
+
+    class Killed(BaseException):
+        pass
+
+    log_artifact = MlflowClient.log_artifact
+    written = []
+
+    def dying(self, run_id, local_path, artifact_path=None):  # killed between the summary's two tables
+        if artifact_path == "tables":
+            if written:
+                raise Killed
+            written.append(local_path)
+        return log_artifact(self, run_id, local_path, artifact_path)
+
+    monkeypatch.setattr(MlflowClient, "log_artifact", dying)
+    with pytest.raises(Killed):
+        tracking.mirror_run_dirs(store, runs, description="", summary_files=[md, csv])
+    monkeypatch.setattr(MlflowClient, "log_artifact", log_artifact)
+    client = _client(store)
+    assert client.get_run(first.summaries["inplace"]).info.status == "RUNNING"  # not shown as complete
+    again = tracking.mirror_run_dirs(store, runs, description="", summary_files=[md, csv])
+    summary = client.get_run(again.summaries["inplace"])
+    assert summary.info.status == "FINISHED" and again.summaries != first.summaries
+    for name, text in (("t.md", "new md"), ("t.csv", "new csv")):
+        local = client.download_artifacts(summary.info.run_id, f"tables/{name}", str(tmp_path / "dl"))
+        assert Path(local).read_text() == text
+    assert again.runs == first.runs  # the training run, unchanged, was kept in place

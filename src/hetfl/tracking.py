@@ -410,9 +410,10 @@ def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, 
     An unchanged live mirror is updated in place (name, tags, artifacts, end time); otherwise the earlier
     mirrors are deleted and a new run is created: MLflow can neither replace a logged metric value nor
     move a run's start. A new mirror gets its content tag only once its params, metrics and artifacts are
-    logged, and a mirror still RUNNING was cut off: a mirror killed half-way (Ctrl-C, a killed track job)
-    is replaced, not kept in place with part of its params and metrics (an audit found one kept with one
-    param and no metric).
+    logged, a mirror updated in place is RUNNING until its artifacts are written over, and a mirror still
+    RUNNING was cut off: a mirror killed half-way (Ctrl-C, a killed track job) is replaced, not kept in
+    place with part of its params and metrics (an audit found one kept with one param and no metric) or
+    with part of its files rewritten.
     """
     from mlflow.entities import RunTag
 
@@ -425,8 +426,9 @@ def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, 
             client.delete_run(r.info.run_id)
     if keep is not None:
         rid = keep.info.run_id
-        if keep.info.run_name != run.name:
-            client.update_run(rid, name=run.name)
+        # RUNNING while its tags and artifacts are written over (a summary's tables with new bytes): cut off
+        # half-way, it is not left FINISHED with some files old and some new, or one truncated, but replaced
+        client.update_run(rid, status="RUNNING", name=run.name if keep.info.run_name != run.name else None)
         client.log_batch(rid, tags=[RunTag(k, v) for k, v in tags.items()])
     else:
         rid = client.create_run(exp_id, start_time=run.start_ms, run_name=run.name,
