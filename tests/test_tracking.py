@@ -366,7 +366,8 @@ def _documented_tags() -> set[str]:
 
 def _every_tag_written(store: Path, tmp_path: Path, experiment: str) -> set[str]:
     """The tags of a training run that has every optional tag and of a summary run."""
-    d = _write_run(store, _spec(experiment), acc=(0.5, 0.6, math.nan), user="ada", code_fingerprint="f00d",
+    spec = {**_spec(experiment), "data_dir": "/d" * 4000}  # longer than MLflow keeps
+    d = _write_run(store, spec, acc=(0.5, 0.6, math.nan), user="ada", code_fingerprint="f00d",
                    git_dirty=False, device="cuda", cuda_tf32=True)
     table = tmp_path / "reports/tables/accuracy_difference.md"
     table.parent.mkdir(parents=True, exist_ok=True)
@@ -509,3 +510,17 @@ def test_a_mirror_killed_while_updating_in_place_is_not_left_finished(store, tmp
         local = client.download_artifacts(summary.info.run_id, f"tables/{name}", str(tmp_path / "dl"))
         assert Path(local).read_text() == text
     assert again.runs == first.runs  # the training run, unchanged, was kept in place
+
+
+def test_a_param_longer_than_mlflow_keeps_is_cut_visibly(store):
+    """MLflow keeps 6,000 characters of a param; the mirror cut longer values silently, so the UI showed a
+    value no run had. The cut one now ends in a marker, and the tag hetfl.cut_params names it."""
+    spec = {**_spec("cut"), "data_dir": "/d" * 4000}
+    runs = [_write_run(store, spec), _write_run(store, _spec("cut", run="short"))]
+    mirror = tracking.mirror_run_dirs(store, runs)
+    client = _client(store)
+    run = client.get_run(mirror.runs["cut/IID_T8_C_s0"])
+    value = run.data.params["data_dir"]
+    assert len(value) == 6000 and value.endswith(tracking.CUT) and value.startswith("/d/d")
+    assert run.data.tags["hetfl.cut_params"] == "data_dir" and run.data.params["seed"] == "0"
+    assert "hetfl.cut_params" not in client.get_run(mirror.runs["cut/short"]).data.tags

@@ -99,6 +99,21 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+#: MLflow's longest param value (mlflow.utils.validation.MAX_PARAM_VAL_LENGTH), and what ends a cut one
+PARAM_LIMIT = 6000
+CUT = " …[cut at 6,000 characters: run.json has the whole value]"
+
+
+def mlflow_params(spec: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The spec flattened into MLflow params, and the keys whose value is longer than MLflow keeps: those
+    are cut and end in CUT (they were cut silently, so the UI showed a value no run had)."""
+    params = flatten(spec)
+    cut = sorted(k for k, v in params.items() if len(v) > PARAM_LIMIT)
+    for k in cut:
+        params[k] = params[k][:PARAM_LIMIT - len(CUT)] + CUT
+    return params, cut
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One MLflow run as it is mirrored: name, params, per-round metrics, tags, times and artifacts.
@@ -235,6 +250,9 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
                       f"{info.get('rounds_done')} rounds, device {info.get('device')}"
                       f"{', TF32 products' if info.get('cuda_tf32') else ''}); "
                       f"run.json and metrics.parquet are its artifacts."}
+    cut = mlflow_params(spec)[1]
+    if cut:
+        tags["hetfl.cut_params"] = ", ".join(cut)
     if nonfinite:  # a diverged run's last values shown are from before its divergence: say so
         tags["hetfl.nonfinite_metrics"] = ", ".join(nonfinite)
         tags[NOTE_TAG] += (f" Not logged: NaN or ±inf values of {', '.join(nonfinite)} (first at round "
@@ -381,7 +399,7 @@ def _mirrors(client, exp_id: str) -> dict[tuple[str, str], list]:
 def _log_content(client, run_id: str, run: RunRecord) -> None:
     from mlflow.entities import Metric, Param
 
-    flat = [Param(k, v[:6000]) for k, v in flatten(run.params).items()]
+    flat = [Param(k, v) for k, v in mlflow_params(run.params)[0].items()]
     metrics = [Metric(m, v, run.end_ms, r) for r, m, v in run.records if math.isfinite(v)]  # read_run
     for i in range(0, len(flat), 100):
         client.log_batch(run_id, params=flat[i:i + 100])
