@@ -321,6 +321,75 @@ def test_leaf_text_helpers():
 
 
 # ---------------------------------------------------------------------------------------------------
+# a local copy in the wrong layout, or without the split asked for: an error, never the hub's other data
+
+
+def no_hub(monkeypatch):
+    """Fail the test if load_source goes to the hub (online it would download other data than the copy)."""
+    def called(*args, **kwargs):
+        pytest.fail("load_source went to the Hugging Face Hub despite a local copy")
+
+    monkeypatch.setattr(datasets, "load_dataset", called)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # the hub path reaches load_dataset
+
+
+def test_leaf_output_without_a_train_test_split_is_named_not_passed_over_for_the_hub(tmp_path, monkeypatch):
+    """LEAF's preprocess.sh without -t writes only data/all_data/all_data.json (with Shakespeare's
+    'hierarchies' key, LEAF's data/shakespeare/preprocess/shake_utils.py). hetfl went past it to the hub:
+    online the flwrlabs copy (other users, other samples), offline an error that said only "fetch it"."""
+    no_hub(monkeypatch)
+    x = [SHAKESPEARE_LINES[0][:80]]
+    blob = {"users": ["THE_TEMPEST_PROSPERO"], "hierarchies": ["THE_TEMPEST"], "num_samples": [1],
+            "user_data": {"THE_TEMPEST_PROSPERO": {"x": x, "y": ["f"]}}}
+    (tmp_path / "shakespeare/data/all_data").mkdir(parents=True)
+    (tmp_path / "shakespeare/data/all_data/all_data.json").write_text(json.dumps(blob))
+    with pytest.raises(ValueError) as info:
+        load_source("shakespeare", data_dir=tmp_path)
+    msg = str(info.value)
+    assert f"{tmp_path / 'shakespeare'} holds split(s) ['all_data'], not 'train'" in msg
+    assert "-t sample" in msg and "data/train/*.json" in msg and "dataset_dict.json" in msg
+    assert not sources.has_split("shakespeare", "test", data_dir=tmp_path)
+
+
+def test_a_single_saved_dataset_at_the_top_is_named_not_passed_over_for_the_hub(tmp_path, monkeypatch):
+    """`Dataset.save_to_disk(DIR/cifar10)` (one Dataset, not a DatasetDict, not per split) is a copy hetfl
+    does not read: the error says what is there and what is accepted instead of downloading CIFAR-10."""
+    no_hub(monkeypatch)
+    ds, *_ = image_split("cifar10", 3, seed=0)
+    ds.save_to_disk(str(tmp_path / "cifar10"))
+    with pytest.raises(ValueError) as info:
+        load_source("cifar10", data_dir=tmp_path)
+    msg = str(info.value)
+    assert f"the local copy {tmp_path / 'cifar10'} is in no layout hetfl reads (it holds " in msg
+    assert "state.json" in msg and "train/state.json (Dataset.save_to_disk of one split)" in msg
+    assert "or move" in msg and "uoft-cs/cifar10" in msg
+    assert "LEAF" not in msg  # not a layout for an image set without writers
+    (tmp_path / "mnist").write_text("not a directory")
+    with pytest.raises(ValueError, match="it is a file, not a directory"):
+        load_source("mnist", data_dir=tmp_path)
+
+
+def test_a_local_copy_without_the_split_asked_for_does_not_mix_in_the_hubs(tmp_path, monkeypatch):
+    """A LEAF copy with data/train only: load_source(split="test") took the hub's test split (another data
+    set's test tweets) where has_split already said there is none."""
+    no_hub(monkeypatch)
+    rows = [["1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", "user_a", "Good morning!", "training"]]
+    write_leaf(tmp_path / "sent140/data/train/all_data_niid_05_keep_3_train_9.json", ["user_a"], [rows],
+               [[1]])
+    assert len(load_source("sent140", data_dir=tmp_path)) == 1
+    assert not sources.has_split("sent140", "test", data_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"holds split\(s\) \['train'\], not 'test'"):
+        load_source("sent140", data_dir=tmp_path, split="test")
+
+
+def test_an_empty_or_hidden_only_directory_still_means_no_copy(tmp_path):
+    (tmp_path / "mnist").mkdir()
+    (tmp_path / "mnist" / ".DS_Store").write_text("")
+    with pytest.raises(SourceUnavailableError, match="fetch mnist"):
+        load_source("mnist", data_dir=tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------
 # offline and missing: a clear error, fast, and no download
 
 

@@ -394,7 +394,48 @@ def _local_split_dir(root: Path, split: str) -> Path | None:
     return None
 
 
+def _local_splits(info: SourceInfo, root: Path) -> list[str]:
+    """The splits a local copy under ``root`` holds in any layout hetfl reads (not a DatasetDict's)."""
+    found: set[str] = set()
+    for base in (root, root / "data"):
+        if base.is_dir():
+            found.update(d.name for d in base.iterdir()
+                         if d.is_dir() and ((d / "state.json").is_file() or any(d.glob("*.json"))))
+    return sorted(found)
+
+
+def _layouts(info: SourceInfo, split: str) -> str:
+    lines = [f"dataset_dict.json and {split}/ (DatasetDict.save_to_disk: `python -m hetfl.data.sources fetch "
+             f"{info.name}` writes it)", f"{split}/state.json (Dataset.save_to_disk of one split)"]
+    if info.natural_split and info.origin == "hub":
+        lines.append(f"{split}/*.json or data/{split}/*.json (LEAF JSON, LEAF's preprocess.sh output)")
+    return "".join(f"\n    {line}" for line in lines)
+
+
+def _unreadable(info: SourceInfo, root: Path, split: str) -> ValueError:
+    """A local copy that is there but in no layout hetfl reads: said, instead of going to the hub for other
+    data than the user prepared (or saying only "not available")."""
+    if not root.is_dir():
+        held = "it is a file, not a directory"
+    else:
+        entries = sorted(p.name + ("/" if p.is_dir() else "") for p in root.iterdir()
+                         if not p.name.startswith("."))
+        more = f" and {len(entries) - 8} more" if len(entries) > 8 else ""
+        held = "it holds " + ", ".join(entries[:8]) + more
+    hub = (f", or move {root} away to use the hub copy {info.hub_id}" if info.origin == "hub" else "")
+    return ValueError(f"{info.name}: the local copy {root} is in no layout hetfl reads ({held}). Accepted, "
+                      f"for split {split!r}:{_layouts(info, split)}\nMove the files into one of these "
+                      f"(docs/datasets.md){hub}.")
+
+
+def _holds_anything(root: Path) -> bool:
+    return root.exists() and (not root.is_dir() or any(not p.name.startswith(".") for p in root.iterdir()))
+
+
 def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) -> SourceData | None:
+    """``split`` of the local copy under ``root``; None when there is none (then the hub is asked). A copy
+    that is there but lacks the split, or is in no layout hetfl reads, is an error: the hub's data would be
+    other data than the user prepared."""
     if (root / "dataset_dict.json").is_file():
         import datasets
 
@@ -403,13 +444,21 @@ def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) 
             raise ValueError(f"{info.name}: {root} holds splits {list(dd)}, not {split!r}")
         return _from_hf(info, dd[split], f"{root} [{split}] (DatasetDict.save_to_disk)", opts)
     path = _local_split_dir(root, split)
-    if path is None:
-        return None
-    if (path / "state.json").is_file():
-        import datasets
+    if path is not None:
+        if (path / "state.json").is_file():
+            import datasets
 
-        return _from_hf(info, datasets.load_from_disk(str(path)), f"{path} (Dataset.save_to_disk)", opts)
-    return _from_leaf(info, path, opts)
+            return _from_hf(info, datasets.load_from_disk(str(path)), f"{path} (Dataset.save_to_disk)", opts)
+        return _from_leaf(info, path, opts)
+    found = _local_splits(info, root)
+    if found:
+        leaf = (" (LEAF writes data/train and data/test only when preprocess.sh runs with -t sample or "
+                "-t user)" if "all_data" in found else "")
+        raise ValueError(f"{info.name}: the local copy {root} holds split(s) {found}, not {split!r}{leaf}. "
+                         f"Accepted layouts for it:{_layouts(info, split)}")
+    if _holds_anything(root):
+        raise _unreadable(info, root, split)
+    return None
 
 
 def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> bool:
@@ -426,7 +475,7 @@ def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> b
         return split in json.loads((root / "dataset_dict.json").read_text()).get("splits", [])
     if _local_split_dir(root, split) is not None:
         return True
-    if _local_split_dir(root, "train") is not None:
+    if _local_splits(info, root):
         return False  # the user's local copy has no such split: do not mix in the hub's
     return split in info.hub_splits  # (local-only sources: load_source then says how to prepare them)
 
