@@ -3,7 +3,9 @@
 Every test runs with HF_HUB_OFFLINE=1 and a data directory under tmp_path: nothing is downloaded.
 """
 
+import gzip
 import json
+import struct
 import time
 import zlib
 
@@ -318,6 +320,98 @@ def test_leaf_text_helpers():
     assert encode_chars(["ab"], length=4).tolist() == [[1, 1, a, b]]
     with pytest.raises(ValueError, match="different lengths"):
         encode_chars(["a", "bb"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# NIST's own EMNIST files (gzip.zip): IDX, big-endian header, uint8 data, as torchvision reads them
+
+
+def write_idx(path, array):
+    """One IDX file as NIST ships it: 0x00 0x00 0x08 (unsigned byte) ndim, big-endian uint32 dims, data;
+    gzipped when the name ends in .gz (NIST's gzip.zip holds the .gz files)."""
+    array = np.asarray(array, dtype=np.uint8)
+    raw = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape) + array.tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(raw) if path.suffix == ".gz" else raw)
+
+
+def write_nist(root, variant, split, n, labels, seed=0, gz=True):
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    pixels[0, 0, 0], pixels[0, 0, 1] = 0, 255
+    suffix = ".gz" if gz else ""
+    write_idx(root / f"emnist-{variant}/emnist-{variant}-{split}-images-idx3-ubyte{suffix}", pixels)
+    write_idx(root / f"emnist-{variant}/emnist-{variant}-{split}-labels-idx1-ubyte{suffix}", labels)
+    return pixels
+
+
+@pytest.mark.parametrize(("variant", "low", "high"), [("byclass", 0, 61), ("balanced", 0, 46)])
+def test_emnist_from_nists_idx_files(variant, low, high, tmp_path, monkeypatch):
+    """EMNIST ByClass and Balanced (Ruan et al. Tables 3 and 4) have no confirmed hub copy: hetfl's hub ids
+    are guesses. NIST's own files were no layout hetfl read, so the paper's data could not be loaded."""
+    no_hub(monkeypatch)
+    train_y = np.array([low, high, 3, 7, 9])
+    train = write_nist(tmp_path, variant, "train", 5, train_y)
+    test = write_nist(tmp_path, variant, "test", 3, [high, low, 1], seed=1, gz=False)  # gunzipped works too
+    data = load_source(f"emnist-{variant}", data_dir=tmp_path)
+    assert data.x.shape == (5, 1, 28, 28) and data.x.dtype == np.float32 and data.y.dtype == np.int64
+    np.testing.assert_array_equal(data.x, expected_x(train))  # as stored: NIST's transposed images
+    assert data.x[0, 0, 0, 0] == 0.0 and data.x[0, 0, 0, 1] == 1.0
+    np.testing.assert_array_equal(data.y, train_y)
+    assert data.num_classes == high + 1 and "NIST IDX" in data.source
+    held_out = load_source(f"emnist-{variant}", data_dir=tmp_path, split="test")
+    np.testing.assert_array_equal(held_out.x, expected_x(test))
+    assert held_out.y.tolist() == [high, low, 1]
+    assert sources.has_split(f"emnist-{variant}", "test", data_dir=tmp_path)
+
+
+def test_emnist_letters_idx_labels_shift_to_the_hub_copys(tmp_path, monkeypatch):
+    """NIST's Letters labels are 1..26 (torchvision's classes start with 'N/A'); the hub copy's are 0..25."""
+    no_hub(monkeypatch)
+    write_nist(tmp_path, "letters", "train", 3, [1, 26, 13])
+    assert load_source("emnist-letters", data_dir=tmp_path).y.tolist() == [0, 25, 12]
+    assert not sources.has_split("emnist-letters", "test", data_dir=tmp_path)  # only train copied
+    write_nist(tmp_path, "letters", "train", 2, [0, 5])  # 0 is no NIST letter: another variant's file?
+    with pytest.raises(ValueError, match=r"holds labels 0\.\.5; NIST's emnist-letters has 1\.\.26"):
+        load_source("emnist-letters", data_dir=tmp_path)
+
+
+def test_broken_nist_files_are_named(tmp_path, monkeypatch):
+    no_hub(monkeypatch)
+    root = tmp_path / "emnist-balanced"
+    write_nist(tmp_path, "balanced", "train", 4, [0, 1, 2, 3])
+    (root / "emnist-balanced-train-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(ValueError, match="has emnist-balanced-train-images-idx3-ubyte.gz but not "
+                                         "emnist-balanced-train-labels-idx1-ubyte.gz"):
+        load_source("emnist-balanced", data_dir=tmp_path)
+    write_idx(root / "emnist-balanced-train-labels-idx1-ubyte.gz", [0, 1, 2])
+    with pytest.raises(ValueError, match="holds 4 images but emnist-balanced-train-labels-idx1-ubyte.gz 3"):
+        load_source("emnist-balanced", data_dir=tmp_path)
+    images = root / "emnist-balanced-train-images-idx3-ubyte.gz"
+    raw = gzip.decompress(images.read_bytes())
+    images.write_bytes(gzip.compress(raw[:-10]))
+    with pytest.raises(ValueError, match=r"header gives shape \(4, 28, 28\) \(3136 bytes of data\) but it "
+                                         "holds 3126"):
+        load_source("emnist-balanced", data_dir=tmp_path)
+    images.write_bytes(raw)  # not gzipped despite its name
+    with pytest.raises(ValueError, match="is not a complete gzip file"):
+        load_source("emnist-balanced", data_dir=tmp_path)
+    write_idx(images, np.zeros((4, 784)))  # 2-d: a labels-like header
+    with pytest.raises(ValueError, match="not an IDX file of 3-d unsigned bytes: it starts with 00000802"):
+        load_source("emnist-balanced", data_dir=tmp_path)
+
+
+def test_unconfirmed_hub_id_error_says_it_is_a_guess_and_how_to_use_nists_files(tmp_path):
+    with pytest.raises(SourceUnavailableError) as info:
+        load_source("emnist-byclass", data_dir=tmp_path)
+    msg = str(info.value)
+    assert "tanganke/emnist_byclass is a guess that no dataset card confirms" in msg
+    assert "emnist-byclass-{train,test}-images-idx3-ubyte.gz" in msg
+    assert "https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip" in msg
+    assert str(tmp_path / "emnist-byclass") in msg
+    with pytest.raises(SourceUnavailableError) as info:
+        load_source("mnist", data_dir=tmp_path)
+    assert "guess" not in str(info.value) and "NIST" not in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------------

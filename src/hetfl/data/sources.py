@@ -49,6 +49,7 @@ _FIXED_SPLIT_SEED = 0  # digits / mnist5k have no official test split: hetfl fix
 _FIXED_TEST_FRACTION = 0.2
 _BATCH = 8192
 _TRUE = {"1", "ON", "YES", "TRUE"}
+_EMNIST_URL = "https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip"  # NIST's EMNIST as IDX files
 
 
 class SourceUnavailableError(FileNotFoundError):
@@ -64,6 +65,7 @@ class SourceInfo:
     ``hub_splits``: the splits the hub copy has (FEMNIST and Shakespeare ship one ``train`` split;
     use :func:`hetfl.data.partition.local_holdout` for per-client test data, as LEAF does).
     ``verified``: whether the hub id and its column names were checked against the hub's dataset card.
+    ``idx_prefix``: EMNIST sources also read NIST's own IDX files (``gzip.zip``) from the data root.
     """
 
     name: str
@@ -82,6 +84,8 @@ class SourceInfo:
     verified: bool = True
     used_by: str = ""
     note: str = ""
+    idx_prefix: str | None = None  # NIST's own EMNIST files: <prefix>-<split>-images-idx3-ubyte[.gz] + labels
+    idx_label_offset: int = 0  # added to the IDX labels (EMNIST Letters stores 1..26, hetfl uses 0..25)
 
 
 _SOURCE_LIST: tuple[SourceInfo, ...] = (
@@ -94,19 +98,19 @@ _SOURCE_LIST: tuple[SourceInfo, ...] = (
     SourceInfo("mnist", "image", (1, 28, 28), 10, False, "hub", hub_id="ylecun/mnist",
                used_by="Ruan et al. (2NN), EFL"),
     SourceInfo("emnist-balanced", "image", (1, 28, 28), 47, False, "hub", hub_id="tanganke/emnist_balanced",
-               verified=False, used_by="Ruan et al. (EMNIST CNN), EFL Fig. 1",
+               verified=False, used_by="Ruan et al. (EMNIST CNN), EFL Fig. 1", idx_prefix="emnist-balanced",
                note="unverified guess by analogy with tanganke/emnist_letters: no card or code using this id "
                     "found; no Parquet copy found either (randall-lab/emnist is a loading script, "
                     "Royc30ne/emnist-balanced and Heliosoph/EMNIST hold raw IDX .gz files); see "
                     "docs/datasets.md"),
     SourceInfo("emnist-byclass", "image", (1, 28, 28), 62, False, "hub", hub_id="tanganke/emnist_byclass",
-               verified=False, used_by="Ruan et al. (EMNIST CNN)",
+               verified=False, used_by="Ruan et al. (EMNIST CNN)", idx_prefix="emnist-byclass",
                note="unverified guess by analogy with tanganke/emnist_letters: no card or code using this id "
                     "found; no Parquet copy found either (randall-lab/emnist, config byclass, is a loading "
                     "script); see docs/datasets.md"),
     SourceInfo("emnist-letters", "image", (1, 28, 28), 26, False, "hub", hub_id="tanganke/emnist_letters",
-               hub_config="emnist-letters", used_by="Ruan et al. (EMNIST CNN)",
-               note="labels 0..25 = A..Z (NIST's 1..26 shifted by the uploader)"),
+               hub_config="emnist-letters", used_by="Ruan et al. (EMNIST CNN)", idx_prefix="emnist-letters",
+               idx_label_offset=-1, note="labels 0..25 = A..Z (NIST's 1..26 shifted by the uploader)"),
     SourceInfo("cifar10", "image", (3, 32, 32), 10, False, "hub", hub_id="uoft-cs/cifar10", x_column="img",
                used_by="FedFOR Imbalanced CIFAR-10 (with label_skew='longtail')"),
     SourceInfo("cifar100", "image", (3, 32, 32), 100, False, "hub", hub_id="uoft-cs/cifar100",
@@ -394,6 +398,65 @@ def _local_split_dir(root: Path, split: str) -> Path | None:
     return None
 
 
+def _idx_pair(info: SourceInfo, root: Path, split: str) -> tuple[Path, Path] | None:
+    """NIST's own EMNIST files of one split under ``root`` (gzipped, as in NIST's gzip.zip, or not)."""
+    if info.idx_prefix is None or not root.is_dir():
+        return None
+    stems = [f"{info.idx_prefix}-{split}-{kind}-ubyte" for kind in ("images-idx3", "labels-idx1")]
+    pair = [next((p for p in (root / f"{stem}.gz", root / stem) if p.is_file()), None) for stem in stems]
+    if pair == [None, None]:
+        return None
+    if None in pair:
+        have = next(p for p in pair if p is not None)
+        missing = stems[pair.index(None)]
+        raise ValueError(f"{info.name}: {root} has {have.name} but not {missing}.gz (or {missing}) beside "
+                         "it; NIST's EMNIST files come in pairs, images and labels of each split")
+    return pair[0], pair[1]  # type: ignore[return-value]
+
+
+def _read_idx(path: Path, ndim: int) -> np.ndarray:
+    """An IDX file of unsigned bytes (LeCun's MNIST format, NIST's EMNIST files), gzipped or not."""
+    import gzip
+    import struct
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as fh:
+            raw = fh.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise ValueError(f"{path} is not a complete gzip file ({err}); NIST's files are "
+                         "<prefix>-<split>-images-idx3-ubyte.gz as they come out of gzip.zip") from err
+    magic, head = bytes([0, 0, 0x08, ndim]), 4 + 4 * ndim
+    if raw[:4] != magic or len(raw) < head:
+        raise ValueError(f"{path} is not an IDX file of {ndim}-d unsigned bytes: it starts with "
+                         f"{raw[:4].hex() or 'nothing'}, expected {magic.hex()}")
+    dims = struct.unpack(f">{ndim}I", raw[4:head])
+    size = int(np.prod(dims))
+    if len(raw) - head != size:
+        raise ValueError(f"{path}: its header gives shape {dims} ({size} bytes of data) but it holds "
+                         f"{len(raw) - head}; the file is truncated or not what its name says")
+    return np.frombuffer(raw, dtype=np.uint8, count=size, offset=head).reshape(dims)
+
+
+def _from_idx(info: SourceInfo, images: Path, labels: Path, split: str) -> SourceData:
+    """NIST's EMNIST IDX files → SourceData. Images are passed through as NIST stores them (transposed
+    against MNIST, as the hub copies are read as stored); labels shifted by ``idx_label_offset``."""
+    pixels, raw = _read_idx(images, 3), _read_idx(labels, 1)
+    if len(pixels) != len(raw):
+        raise ValueError(f"{info.name}: {images.name} holds {len(pixels)} images but {labels.name} "
+                         f"{len(raw)} labels")
+    lo, hi = -info.idx_label_offset, info.num_classes - 1 - info.idx_label_offset
+    if raw.size and (raw.min() < lo or raw.max() > hi):
+        raise ValueError(f"{info.name}: {labels} holds labels {raw.min()}..{raw.max()}; NIST's "
+                         f"{info.idx_prefix} has {lo}..{hi} ({info.num_classes} classes)")
+    chunks = [_images(pixels[i:i + _BATCH], info.input_shape, info.name)
+              for i in range(0, len(pixels), _BATCH)]
+    x = np.concatenate(chunks) if chunks else np.zeros((0, *info.input_shape), dtype=np.float32)
+    y = raw.astype(np.int64) + info.idx_label_offset
+    return SourceData(x, y, info.num_classes, None, info.input_shape, info.name,
+                      f"{images.parent} [{split}] (NIST IDX files)")
+
+
 def _local_splits(info: SourceInfo, root: Path) -> list[str]:
     """The splits a local copy under ``root`` holds in any layout hetfl reads (not a DatasetDict's)."""
     found: set[str] = set()
@@ -401,6 +464,8 @@ def _local_splits(info: SourceInfo, root: Path) -> list[str]:
         if base.is_dir():
             found.update(d.name for d in base.iterdir()
                          if d.is_dir() and ((d / "state.json").is_file() or any(d.glob("*.json"))))
+    if info.idx_prefix is not None and root.is_dir():
+        found.update(s for s in ("train", "test") if any(root.glob(f"{info.idx_prefix}-{s}-*-ubyte*")))
     return sorted(found)
 
 
@@ -409,6 +474,10 @@ def _layouts(info: SourceInfo, split: str) -> str:
              f"{info.name}` writes it)", f"{split}/state.json (Dataset.save_to_disk of one split)"]
     if info.natural_split and info.origin == "hub":
         lines.append(f"{split}/*.json or data/{split}/*.json (LEAF JSON, LEAF's preprocess.sh output)")
+    if info.idx_prefix is not None:
+        lines.append(f"{info.idx_prefix}-{split}-images-idx3-ubyte.gz and "
+                     f"{info.idx_prefix}-{split}-labels-idx1-ubyte.gz (NIST's EMNIST files, folder gzip/ of "
+                     "its gzip.zip)")
     return "".join(f"\n    {line}" for line in lines)
 
 
@@ -450,6 +519,9 @@ def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) 
 
             return _from_hf(info, datasets.load_from_disk(str(path)), f"{path} (Dataset.save_to_disk)", opts)
         return _from_leaf(info, path, opts)
+    pair = _idx_pair(info, root, split)
+    if pair is not None:
+        return _from_idx(info, *pair, split)
     found = _local_splits(info, root)
     if found:
         leaf = (" (LEAF writes data/train and data/test only when preprocess.sh runs with -t sample or "
@@ -473,7 +545,7 @@ def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> b
         import json
 
         return split in json.loads((root / "dataset_dict.json").read_text()).get("splits", [])
-    if _local_split_dir(root, split) is not None:
+    if _local_split_dir(root, split) is not None or _idx_pair(info, root, split) is not None:
         return True
     if _local_splits(info, root):
         return False  # the user's local copy has no such split: do not mix in the hub's
@@ -484,13 +556,20 @@ def _env_offline() -> bool:
     return any(os.environ.get(k, "").upper() in _TRUE for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
-def _unavailable(info: SourceInfo, root: Path, split: str, hub: str, reason: str) -> SourceUnavailableError:
+def _unavailable(info: SourceInfo, root: Path, split: str, hub: str, reason: str,
+                 guessed: bool = False) -> SourceUnavailableError:
     looked = ", ".join(str(p) for p in _local_candidates(root / info.name, split))
+    idx = f" or NIST's {info.idx_prefix}-{split}-*-ubyte.gz" if info.idx_prefix else ""
+    note = (f"  {info.hub_id} is a guess that no dataset card confirms (docs/datasets.md, 'How sure the hub "
+            f"ids are'): the download may not exist at all.\n" if guessed else "")
+    nist = (f"To fix: put NIST's own files {info.idx_prefix}-{{train,test}}-images-idx3-ubyte.gz and "
+            f"{info.idx_prefix}-{{train,test}}-labels-idx1-ubyte.gz (folder gzip/ of "
+            f"{_EMNIST_URL}) into {root / info.name}; or, " if info.idx_prefix else "To fix: ")
     return SourceUnavailableError(
         f"data set {info.name!r} (split {split!r}) is not available.\n"
-        f"  looked on disk in: {looked} (DatasetDict / Dataset.save_to_disk output or LEAF *.json)\n"
-        f"  tried the Hugging Face Hub: {hub}: {reason}\n"
-        f"To fix: on a machine with internet run\n"
+        f"  looked on disk in: {looked} (DatasetDict / Dataset.save_to_disk output or LEAF *.json{idx})\n"
+        f"  tried the Hugging Face Hub: {hub}: {reason}\n{note}"
+        f"{nist}on a machine with internet run\n"
         f"    python -m hetfl.data.sources fetch {info.name} --data-dir DIR\n"
         f"and copy DIR/{info.name} here, then point hetfl at DIR with {DATA_DIR_ENV}=DIR "
         f"(or load_source(..., data_dir=DIR), the `data_dir` config key). "
@@ -519,6 +598,7 @@ def _load_hub_dataset(info: SourceInfo, split: str, root: Path, opts: dict[str, 
     import datasets
 
     hub_id, config, revision = _hub_coordinates(info, opts)
+    guessed = not info.verified and "hub_id" not in opts
     label = f"{hub_id}" + (f" (config {config})" if config else "") + (f" @ {revision}" if revision else "")
     if "hub_id" not in opts and split not in info.hub_splits:
         raise ValueError(
@@ -528,17 +608,18 @@ def _load_hub_dataset(info: SourceInfo, split: str, root: Path, opts: dict[str, 
         )
     if _env_offline() and not datasets.config.HF_HUB_OFFLINE:
         # HF_HUB_OFFLINE was set after `datasets` was imported, which then still goes online; honour it
-        raise _unavailable(info, root, split, label, "offline mode is set (HF_HUB_OFFLINE)")
+        raise _unavailable(info, root, split, label, "offline mode is set (HF_HUB_OFFLINE)", guessed)
     try:
         ds = datasets.load_dataset(hub_id, name=config, split=split, revision=revision,
                                    cache_dir=str(root / "hf_cache"))
     except OSError as err:  # ConnectionError (offline, unreachable), DatasetNotFoundError, missing files
-        raise _unavailable(info, root, split, label, f"{type(err).__name__}: {err}") from err
+        raise _unavailable(info, root, split, label, f"{type(err).__name__}: {err}", guessed) from err
     except RuntimeError as err:
         if "scripts are no longer supported" not in str(err):
             raise
         raise _unavailable(info, root, split, label,
-                           f"{err} (pass revision= naming a Parquet branch, or use a local copy)") from err
+                           f"{err} (pass revision= naming a Parquet branch, or use a local copy)",
+                           guessed) from err
     return ds, f"hf://datasets/{label} [{split}]"
 
 
