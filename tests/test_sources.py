@@ -291,12 +291,46 @@ def test_shakespeare_and_sent140_from_leaf_json(tmp_path):
     data = load_source("shakespeare", data_dir=tmp_path)
     np.testing.assert_array_equal(data.x, encode_chars([s[:80] for s in SHAKESPEARE_LINES]))
     assert data.y.tolist() == [LEAF_LETTERS.index(c) for c in "fia"]
-    rows = [["1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", "user_a", "Good morning!"],
-            ["1467810672", "Mon Apr 06 22:19:49 PDT 2009", "NO_QUERY", "user_a", "is upset"]]
+    # LEAF's x row: combine_data.py's CSV row (polarity, id, date, query, user, text, which file) less the
+    # polarity (data/sent140/preprocess/data_to_json.py appends row[1:])
+    rows = [["1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", "user_a", "Good morning!", "training"],
+            ["1467810672", "Mon Apr 06 22:19:49 PDT 2009", "NO_QUERY", "user_a", "is upset", "training"]]
     write_leaf(tmp_path / "sent140/train/s.json", ["user_a"], [rows], [[1, 0]])
     tweets = load_source("sent140", data_dir=tmp_path)
     assert tweets.y.tolist() == [1, 0] and tweets.client_ids.tolist() == ["user_a", "user_a"]
     np.testing.assert_array_equal(tweets.x, hash_tokens(["Good morning!", "is upset"], 20_000, 25))
+
+
+def test_another_data_sets_leaf_copy_is_refused_naming_file_user_key_and_form(tmp_path):
+    """LEAF's three text/image sets share one JSON layout. Sent140's files under shakespeare/ loaded as
+    Shakespeare: str() of each tweet row encoded as 80 characters, the labels 0/1 as the characters '0' and
+    '1'. FEMNIST and Sent140 failed deep in numpy ("could not convert string to float")."""
+    tweet = ["1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", "user_a", "Good morning!", "training"]
+    name = "all_data_niid_05_keep_3_train_9.json"
+    write_leaf(tmp_path / "shakespeare/data/train" / name, ["user_a"], [[tweet]], [[1]])
+    with pytest.raises(ValueError) as info:
+        load_source("shakespeare", data_dir=tmp_path)
+    msg = str(info.value)
+    assert f"{name}: user_data['user_a']['x'] (sample 0) holds ['1467810369'" in msg
+    assert "allowed for shakespeare: a string of 80 characters" in msg
+    assert "another data set's LEAF copy" in msg
+    write_leaf(tmp_path / "sent140/train/s.json", ["THE_TEMPEST_PROSPERO"], [[SHAKESPEARE_LINES[0][:80]]],
+               [["f"]])
+    with pytest.raises(ValueError, match=r"user_data\['THE_TEMPEST_PROSPERO'\]\['y'\] \(sample 0\) holds "
+                                         "'f'; allowed for sent140: 0 or 1"):
+        load_source("sent140", data_dir=tmp_path)
+    write_leaf(tmp_path / "femnist/train/a.json", ["f0001_41"], [[[0.5] * 784]], [[3]])
+    write_leaf(tmp_path / "femnist/train/b.json", ["THE_TEMPEST_PROSPERO"], [[SHAKESPEARE_LINES[0][:80]]],
+               [["f"]])
+    with pytest.raises(ValueError, match=r"b\.json: user_data\['THE_TEMPEST_PROSPERO'\]\['x'\] \(sample 1\)"):
+        load_source("femnist", data_dir=tmp_path)
+    write_leaf(tmp_path / "femnist/train/b.json", ["f0002_08"], [[[255] * 784]], [[4]])  # not vec / 255
+    with pytest.raises(ValueError, match=r"\['f0002_08'\]\['x'\].*allowed for femnist: a list of 784 numbers "
+                                         r"in \[0, 1\]"):
+        load_source("femnist", data_dir=tmp_path)
+    write_leaf(tmp_path / "femnist/train/b.json", ["f0002_08"], [[[0.25] * 784]], [["A"]])
+    with pytest.raises(ValueError, match="holds 'A'; allowed for femnist: an integer class 0..61"):
+        load_source("femnist", data_dir=tmp_path)
 
 
 def test_malformed_leaf_file_names_key_and_file(tmp_path):

@@ -41,7 +41,7 @@ def _write_leaf(path: Path, users: list[str], xs: list[list], ys: list[list]) ->
 def write_leaf_text(root: Path, train: int = 30, test: int = 5) -> Path:
     """LEAF's layout <root>/<name>/data/{train,test}/*.json for shakespeare (6 speakers × `train` windows of
     80 characters, y = the next character) and sent140 (6 users × `train` tweets in LEAF's
-    [id, date, query, user, text] rows, y = 0/1)."""
+    [id, date, query, user, text, "training"] rows, y = 0/1)."""
     rng = np.random.default_rng(0)
     for split, (lo, n) in {"train": (0, train), "test": (train, test)}.items():
         xs, ys = [], []
@@ -58,7 +58,7 @@ def write_leaf_text(root: Path, train: int = 30, test: int = 5) -> Path:
                 label = int(rng.integers(2))
                 words = [*rng.choice(NEUTRAL, 3), rng.choice(GOOD if label else BAD), *rng.choice(NEUTRAL, 2)]
                 rows.append([str(1467810369 + 1000 * u + i), "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", user,
-                             " ".join(words) + ("!" if label else ".")])
+                             " ".join(words) + ("!" if label else "."), "training"])
                 labels.append(label)
             xs.append(rows)
             ys.append(labels)

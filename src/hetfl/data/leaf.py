@@ -3,7 +3,9 @@
 A LEAF split directory (``data/<dataset>/data/train`` or ``.../test``) holds JSON files of the form
 ``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [...], "y": [...]}}}``. FEMNIST's x is
 a list of 784 floats in [0, 1], Shakespeare's x an 80-character string and y the next character,
-Sent140's x a list ``[tweet id, date, query, user, text]`` and y 0 (negative) or 1 (positive).
+Sent140's x a list ``[tweet id, date, query, user, text, "training" | "test"]`` (``data_to_json.py``
+keeps a row of ``combine_data.py``'s CSV less its polarity; the last field names the Sentiment140 file the
+tweet came from) and y 0 (negative) or 1 (positive).
 
 Encodings follow LEAF's ``models/utils/language_utils.py``: Shakespeare characters index into LEAF's
 80-letter alphabet; Sent140 uses LEAF's tokenizer (``[\\w']+|[.,!?;]``, first 25 words) but hashes
@@ -48,6 +50,7 @@ class LeafSplit:
     x: list[Any]
     y: list[Any]
     files: list[Path]
+    starts: list[int]  # index of each file's first sample
 
 
 def read_leaf_dir(path: str | Path) -> LeafSplit:
@@ -58,7 +61,9 @@ def read_leaf_dir(path: str | Path) -> LeafSplit:
     users: list[str] = []
     xs: list[Any] = []
     ys: list[Any] = []
+    starts: list[int] = []
     for file in files:
+        starts.append(len(ys))
         with open(file, encoding="utf-8") as fh:
             blob = json.load(fh)
         for key in ("users", "num_samples", "user_data"):
@@ -77,7 +82,7 @@ def read_leaf_dir(path: str | Path) -> LeafSplit:
             users.extend([str(user)] * n)
             xs.extend(data["x"])
             ys.extend(data["y"])
-    return LeafSplit(users=np.asarray(users, dtype=str), x=xs, y=ys, files=files)
+    return LeafSplit(users=np.asarray(users, dtype=str), x=xs, y=ys, files=files, starts=starts)
 
 
 def encode_chars(texts: list[str] | np.ndarray, length: int | None = None) -> np.ndarray:

@@ -364,19 +364,88 @@ def _finish(
                       tuple(shape), info.name, where)
 
 
+#: what LEAF's own preprocessing writes into user_data[user]["x"] / ["y"], per task
+_LEAF_FORMS = {
+    "image": ("a list of 784 numbers in [0, 1] (FEMNIST's flattened 28x28 image)", "an integer class 0..61"),
+    "next-char": ("a string of 80 characters (Shakespeare)", "a string of one character"),
+    "sentiment": ("a list [tweet id, date, query, user, text, ...] with the tweet's text at index 4 "
+                  "(Sent140)", "0 or 1"),
+}
+
+
+def _leaf_form_error(info: SourceInfo, split: Any, i: int, key: str, value: Any) -> ValueError:
+    """A LEAF sample not in the form LEAF writes for this data set: file, user, key, value, what's allowed."""
+    import bisect
+
+    file = split.files[bisect.bisect_right(split.starts, i) - 1]
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    allowed = _LEAF_FORMS[info.task][0 if key == "x" else 1]
+    return ValueError(f"{info.name}: {file}: user_data[{str(split.users[i])!r}][{key!r}] (sample {i}) holds "
+                      f"{text}; allowed for {info.name}: {allowed}. Is this another data set's LEAF copy "
+                      f"(FEMNIST, Shakespeare and Sent140 each go in <data_dir>/<name>/)?")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _leaf_pixels(info: SourceInfo, split: Any) -> np.ndarray:
+    """FEMNIST's x as float32 [n, 784] in [0, 1]; the first sample of another form is named."""
+    size = int(np.prod(info.input_shape))
+
+    def bad(v: Any) -> bool:
+        return (not isinstance(v, list) or len(v) != size
+                or not all(isinstance(e, int | float) and not isinstance(e, bool) for e in v))
+
+    try:
+        flat = np.asarray(split.x, dtype=np.float32)
+    except (TypeError, ValueError):
+        flat = None
+    if flat is None or flat.ndim != 2 or flat.shape[1] != size:  # only now look sample by sample
+        k = next((k for k, v in enumerate(split.x) if bad(v)), 0)
+        raise _leaf_form_error(info, split, k, "x", split.x[k])
+    if flat.size and (flat.min() < 0 or flat.max() > 1):
+        k = int(np.flatnonzero((flat < 0).any(axis=1) | (flat > 1).any(axis=1))[0])
+        raise _leaf_form_error(info, split, k, "x", split.x[k])  # 0..255 pixels: not LEAF's vec / 255
+    return flat
+
+
+def _check_leaf_text(info: SourceInfo, split: Any) -> None:
+    """Shakespeare's and Sent140's x and y in the form LEAF writes them. Without it, Sent140's files under
+    shakespeare/ loaded as Shakespeare (str() of each tweet row as characters, labels 0/1 as '0'/'1')."""
+    if info.task == "next-char":
+        def bad_x(v: Any) -> bool:
+            return not isinstance(v, str) or len(v) != info.input_shape[0]
+
+        def bad_y(v: Any) -> bool:
+            return not isinstance(v, str) or len(v) != 1
+    else:
+        def bad_x(v: Any) -> bool:
+            return not isinstance(v, str) and not (isinstance(v, list) and len(v) >= 5
+                                                   and isinstance(v[4], str))
+
+        def bad_y(v: Any) -> bool:
+            return not _is_int(v)
+    for key, bad, values in (("x", bad_x, split.x), ("y", bad_y, split.y)):
+        k = next((k for k, v in enumerate(values) if bad(v)), None)
+        if k is not None:
+            raise _leaf_form_error(info, split, k, key, values[k])
+
+
 def _from_leaf(info: SourceInfo, path: Path, opts: dict[str, Any]) -> SourceData:
     split = read_leaf_dir(path)
     where = f"{path} (LEAF JSON)"
     if info.task == "image":
-        flat = np.asarray(split.x, dtype=np.float32)
-        size = int(np.prod(info.input_shape))
-        if flat.ndim != 2 or flat.shape[1] != size:
-            raise ValueError(f"{info.name}: LEAF x rows of shape {flat.shape[1:]}, expected ({size},)")
-        x = flat.reshape(-1, *info.input_shape)
+        x = _leaf_pixels(info, split).reshape(-1, *info.input_shape)
+        k = next((k for k, v in enumerate(split.y) if not _is_int(v)), None)
+        if k is not None:
+            raise _leaf_form_error(info, split, k, "y", split.y[k])
         return SourceData(x, np.asarray(split.y, dtype=np.int64), info.num_classes, split.users,
                           info.input_shape, info.name, where)
+    _check_leaf_text(info, split)
     if info.task == "sentiment":
-        # LEAF's Sent140 x rows are [tweet id, date, query, user, text]
+        # LEAF's Sent140 x rows are [tweet id, date, query, user, text, "training" | "test"]
         texts = [row[4] if isinstance(row, list | tuple) else row for row in split.x]
         return _finish(info, texts, split.y, split.users, where, opts)
     return _finish(info, split.x, split.y, split.users, where, opts)
