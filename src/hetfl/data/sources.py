@@ -129,12 +129,12 @@ _SOURCE_LIST: tuple[SourceInfo, ...] = (
     SourceInfo("domainnet", "image", (3, 64, 64), 10, True, "local", client_column="domain",
                used_by="FedFOR Tables 3 and 5 (FedBN's DomainNet: one client per domain)",
                note="no hub copy: FedBN's 10-class subset of the six domains (clipart, infograph, painting, "
-                    "quickdraw, real, sketch), resized to 64x64 (FedBN: 256, AlexNet crops 224); a local "
+                    "quickdraw, real, sketch), resized to 64x64 (FedBN: 256x256, no crop); a local "
                     "DatasetDict with train and test splits and columns image, label, domain"),
     SourceInfo("digit5", "image", (3, 28, 28), 10, True, "local", client_column="domain",
                used_by="FedFOR Table 4 (FedBN's Digits: one client per domain)",
                note="no hub copy: FedBN's Digits benchmark (MNIST, SVHN, USPS, SynthDigits, MNIST-M as "
-                    "3x28x28 RGB; FedBN keeps 10 % of each domain's training data); a local DatasetDict with "
+                    "3x28x28 RGB; FedBN trains on the first 743 images of each); a local DatasetDict with "
                     "train and test splits and columns image, label, domain"),
 )
 
