@@ -14,7 +14,9 @@ Where a source comes from, in this order:
    the same error, saying how to prepare the copy.
 
 ``python -m hetfl.data.sources fetch <name> --data-dir DIR`` saves every split of a hub source to
-``DIR/<name>`` (step 2's format), for copying to a machine without internet.
+``DIR/<name>`` (step 2's format), for copying to a machine without internet;
+``python -m hetfl.data.sources prepare digit5|domainnet --from FEDBN/data`` converts FedBN's released files
+(:mod:`hetfl.data.fedbn`).
 """
 
 from __future__ import annotations
@@ -652,9 +654,11 @@ def _unprepared(info: SourceInfo, root: Path, split: str) -> SourceUnavailableEr
         f"data set {info.name!r} (split {split!r}) is not available.\n"
         f"  looked on disk in: {looked} (DatasetDict / Dataset.save_to_disk output)\n"
         f"  it has no Hugging Face Hub copy to download: {info.note}\n"
-        f"To fix: build that DatasetDict (columns {info.x_column}, {info.y_column}, {info.client_column}) "
-        f"from the benchmark's files as docs/datasets.md describes, save it with save_to_disk to "
-        f"DIR/{info.name} and point hetfl at DIR with {DATA_DIR_ENV}=DIR (or the `data_dir` config key)."
+        f"To fix: with FedBN's released files (docs/datasets.md, 'FedBN's benchmarks') run\n"
+        f"    python -m hetfl.data.sources prepare {info.name} --from FEDBN/data --data-dir DIR\n"
+        f"(or build that DatasetDict, columns {info.x_column}, {info.y_column}, {info.client_column}, "
+        f"yourself and save_to_disk it to DIR/{info.name}), then point hetfl at DIR with {DATA_DIR_ENV}=DIR "
+        f"(or the `data_dir` config key)."
     )
 
 
@@ -726,7 +730,9 @@ def fetch_source(name: str, *, data_dir: str | Path | None = None, **options: An
 
     info = _info(name)
     if info.origin == "local":
-        raise ValueError(f"{name!r} has no hub copy to fetch: {info.note} (docs/datasets.md)")
+        raise ValueError(f"{name!r} has no hub copy to fetch: {info.note}; convert FedBN's files with "
+                         f"`python -m hetfl.data.sources prepare {name} --from FEDBN/data` "
+                         "(docs/datasets.md)")
     if info.origin != "hub":
         raise ValueError(f"{name!r} ships with {info.origin}; there is nothing to fetch")
     opts = _check_options(info, options)
@@ -740,12 +746,17 @@ def fetch_source(name: str, *, data_dir: str | Path | None = None, **options: An
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hetfl.data.sources list | fetch NAME [--data-dir DIR]``."""
+    """``python -m hetfl.data.sources list | fetch NAME [--data-dir DIR] | prepare NAME --from DIR``."""
     parser = argparse.ArgumentParser(prog="python -m hetfl.data.sources")
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("list", help="list the registered sources")
     p = sub.add_parser("fetch", help="download a hub source into DATA_DIR/NAME (needs internet)")
     p.add_argument("name", choices=list_sources())
+    p.add_argument("--data-dir", default=None, help=f"default: ${DATA_DIR_ENV} or ~/.cache/hetfl")
+    p = sub.add_parser("prepare", help="FedBN's released files -> DATA_DIR/NAME (digit5, domainnet)")
+    p.add_argument("name", choices=["digit5", "domainnet"])
+    p.add_argument("--from", dest="source", required=True, metavar="FEDBN_DATA",
+                   help="FedBN's data/ directory, with its data sets unzipped as its README says")
     p.add_argument("--data-dir", default=None, help=f"default: ${DATA_DIR_ENV} or ~/.cache/hetfl")
     args = parser.parse_args(argv)
     if args.verb == "list":
@@ -755,8 +766,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{info.name:16s} {info.task:10s} {shape:14s} {info.num_classes:4d}  {where}")
         return 0
     try:
-        print(fetch_source(args.name, data_dir=args.data_dir))
-    except (SourceUnavailableError, ValueError) as err:  # offline, or nothing to fetch: said, no traceback
+        if args.verb == "prepare":
+            from hetfl.data.fedbn import prepare_fedbn
+
+            print(prepare_fedbn(args.name, args.source, data_dir=args.data_dir))
+        else:
+            print(fetch_source(args.name, data_dir=args.data_dir))
+    except (FileNotFoundError, ValueError) as err:  # offline, nothing to fetch, files missing: said
         print(f"python -m hetfl.data.sources: error: {err}", file=sys.stderr)
         return 2
     return 0
