@@ -229,6 +229,43 @@ def test_shakespeare_from_hub_format(tmp_path):
     assert data.num_classes == 80 and data.client_ids.tolist() == ids
 
 
+def hub_files(monkeypatch, files):
+    """load_dataset(hub_id, ...) answered from local files in the hub copy's own format (the packaged
+    parquet/csv builders the hub uses for them): the hub path end to end, offline."""
+    real = datasets.load_dataset
+
+    def load(hub_id, name=None, split=None, revision=None, cache_dir=None):
+        kind, path = files[hub_id]
+        return real(kind, data_files={split: str(path)}, split=split, cache_dir=cache_dir)
+
+    monkeypatch.setattr(datasets, "load_dataset", load)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # past hetfl's own offline guard
+
+
+def test_hub_path_on_the_hubs_own_file_formats(tmp_path, monkeypatch):
+    """ylecun/mnist is Parquet (images as PNG bytes in an {bytes, path} struct, the features in the schema's
+    metadata); flwrlabs/shakespeare is one CSV (character_id, x, y) whose card declares no features, so its
+    column types are inferred by pandas: a space or a digit as y, x starting with spaces, stay strings."""
+    ds, pixels, labels, _ = image_split("mnist", 6, seed=4)
+    ds.to_parquet(tmp_path / "mnist-train-00000-of-00001.parquet")
+    import pandas as pd
+
+    rows = [("THE_TEMPEST_PROSPERO", SHAKESPEARE_LINES[0][:80], " "),
+            ("THE_TEMPEST_PROSPERO", "   " + SHAKESPEARE_LINES[1][:77], "1"),
+            ("KING_LEAR_KENT", SHAKESPEARE_LINES[2][:80], "N")]
+    pd.DataFrame(rows, columns=["character_id", "x", "y"]).to_csv(tmp_path / "shakespeare.csv", index=False)
+    hub_files(monkeypatch, {"ylecun/mnist": ("parquet", tmp_path / "mnist-train-00000-of-00001.parquet"),
+                            "flwrlabs/shakespeare": ("csv", tmp_path / "shakespeare.csv")})
+    data = load_source("mnist", data_dir=tmp_path / "root")
+    np.testing.assert_array_equal(data.x, expected_x(pixels))
+    np.testing.assert_array_equal(data.y, labels)
+    assert data.source == "hf://datasets/ylecun/mnist [train]"
+    text = load_source("shakespeare", data_dir=tmp_path / "root")
+    np.testing.assert_array_equal(text.x, encode_chars([r[1] for r in rows]))
+    assert text.y.tolist() == [LEAF_LETTERS.index(c) for c in " 1N"]
+    assert text.client_ids.tolist() == [r[0] for r in rows]
+
+
 def crc_id(word, vocab=20_000):
     return 1 + zlib.crc32(word.encode()) % (vocab - 1)
 
@@ -439,13 +476,15 @@ def test_unconfirmed_hub_id_error_says_it_is_a_guess_and_how_to_use_nists_files(
     with pytest.raises(SourceUnavailableError) as info:
         load_source("emnist-byclass", data_dir=tmp_path)
     msg = str(info.value)
-    assert "tanganke/emnist_byclass is a guess that no dataset card confirms" in msg
+    assert "tanganke/emnist_byclass is marked unconfirmed" in msg and "unverified guess" in msg
     assert "emnist-byclass-{train,test}-images-idx3-ubyte.gz" in msg
     assert "https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip" in msg
     assert str(tmp_path / "emnist-byclass") in msg
     with pytest.raises(SourceUnavailableError) as info:
         load_source("mnist", data_dir=tmp_path)
-    assert "guess" not in str(info.value) and "NIST" not in str(info.value)
+    assert "marked unconfirmed" not in str(info.value) and "NIST" not in str(info.value)
+    with pytest.raises(SourceUnavailableError, match="marked unconfirmed.*refs/pr/6 is its Parquet "):
+        load_source("sent140", data_dir=tmp_path)  # not a guess: a pull request's revision
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -122,8 +122,9 @@ _SOURCE_LIST: tuple[SourceInfo, ...] = (
                used_by="LEAF FEMNIST", note="hub copy has one train split (814,255 images, 3,597 writers)"),
     SourceInfo("shakespeare", "next-char", (80,), len(LEAF_LETTERS), True, "hub",
                hub_id="flwrlabs/shakespeare", hub_splits=("train",), x_column="x", y_column="y",
-               client_column="character_id", verified=False, used_by="EFL Table 2 (LEAF Shakespeare)",
-               note="columns taken from a derived copy of the card (character_id, x, y); one train split"),
+               client_column="character_id", used_by="EFL Table 2 (LEAF Shakespeare)",
+               note="one train split, one shakespeare.csv whose card declares no features (x and y from the "
+                    "card, character_id from Flower's NaturalIdPartitioner docs for this copy)"),
     SourceInfo("sent140", "sentiment", (25,), 2, True, "hub", hub_id="stanfordnlp/sentiment140",
                hub_config="sentiment140", hub_revision="refs/pr/6", x_column="text", y_column="sentiment",
                client_column="user", verified=False, used_by="EFL Table 2 (LEAF Sent140)",
@@ -631,8 +632,8 @@ def _unavailable(info: SourceInfo, root: Path, split: str, hub: str, reason: str
                  guessed: bool = False) -> SourceUnavailableError:
     looked = ", ".join(str(p) for p in _local_candidates(root / info.name, split))
     idx = f" or NIST's {info.idx_prefix}-{split}-*-ubyte.gz" if info.idx_prefix else ""
-    note = (f"  {info.hub_id} is a guess that no dataset card confirms (docs/datasets.md, 'How sure the hub "
-            f"ids are'): the download may not exist at all.\n" if guessed else "")
+    note = (f"  {info.hub_id} is marked unconfirmed (docs/datasets.md, 'How sure the hub ids are'): "
+            f"{info.note}\n" if guessed else "")
     nist = (f"To fix: put NIST's own files {info.idx_prefix}-{{train,test}}-images-idx3-ubyte.gz and "
             f"{info.idx_prefix}-{{train,test}}-labels-idx1-ubyte.gz (folder gzip/ of "
             f"{_EMNIST_URL}) into {root / info.name}; or, " if info.idx_prefix else "To fix: ")
