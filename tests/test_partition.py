@@ -12,6 +12,7 @@ from hetfl.data.partition import (
     local_holdout,
     longtail_profile,
     partition,
+    temporal_holdout,
 )
 from hetfl.data.sizes import SizeSpec, sample_sizes
 from hetfl.reports.split_figures import plot_label_distribution
@@ -424,6 +425,24 @@ def test_local_holdout_splits_each_client(sizes, frac, seed):
         assert len(te) == max(1, round(frac * len(p)))
         assert not set(tr) & set(te)
         np.testing.assert_array_equal(np.sort(np.concatenate([tr, te])), np.sort(p))
+
+
+def test_temporal_holdout_keeps_the_test_windows_clear_of_the_training_ones():
+    """LEAF's -t sample split of a Shakespeare user: training first, test from n_train + 79 on."""
+    parts = [np.arange(100, 300), np.arange(0, 100), np.array([400, 401, 402, 420, 500, 600, 700, 800, 900])]
+    train, test = temporal_holdout(parts, 0.1, gap=79)
+    assert test[0].tolist() == list(range(280, 300)) and train[0].tolist() == list(range(100, 201))
+    assert test[1].tolist() == list(range(90, 100)) and train[1].tolist() == list(range(0, 11))
+    assert test[2].tolist() == [900] and train[2].tolist() == [400, 401, 402, 420, 500, 600, 700, 800]
+    for tr, te in zip(train, test, strict=True):
+        assert tr.max() < te.min() - 79  # no training window overlaps a test window (80-char windows)
+    again = temporal_holdout(parts, 0.1, gap=79)  # no randomness
+    assert [a.tolist() for a in again[0] + again[1]] == [a.tolist() for a in train + test]
+    with pytest.raises(ValueError, match=r"client 0 holds 88 samples; a temporal.*9 test samples, then a gap "
+                                         r"of 79.*needs >= 89: raise partition.min_samples to at least 89"):
+        temporal_holdout([np.arange(88)], 0.1, gap=79)
+    with pytest.raises(ValueError, match="gap=-1"):
+        temporal_holdout(parts, 0.1, gap=-1)
 
 
 def test_local_holdout_rejects_tiny_clients():

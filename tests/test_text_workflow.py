@@ -38,15 +38,16 @@ def _write_leaf(path: Path, users: list[str], xs: list[list], ys: list[list]) ->
     path.write_text(json.dumps({"users": users, "num_samples": [len(x) for x in xs], "user_data": data}))
 
 
-def write_leaf_text(root: Path, train: int = 30, test: int = 5) -> Path:
+def write_leaf_text(root: Path, train: int = 120, test: int = 5) -> Path:
     """LEAF's layout <root>/<name>/data/{train,test}/*.json for shakespeare (6 speakers × `train` windows of
-    80 characters, y = the next character) and sent140 (6 users × `train` tweets in LEAF's
-    [id, date, query, user, text, "training"] rows, y = 0/1)."""
+    80 characters, each the one before shifted by a character, y = the next character; the test windows
+    start 79 windows after the last training one, as LEAF's split_data.py -t sample cuts a user) and
+    sent140 (6 users × `train` tweets in LEAF's [id, date, query, user, text, "training"] rows, y = 0/1)."""
     rng = np.random.default_rng(0)
-    for split, (lo, n) in {"train": (0, train), "test": (train, test)}.items():
+    for split, (lo, n) in {"train": (0, train), "test": (train + 79, test)}.items():
         xs, ys = [], []
         for s in range(len(SPEAKERS)):
-            starts = [(11 * s + 5 * i) % (len(SONNET) - 81) for i in range(lo, lo + n)]
+            starts = [11 * s + i for i in range(lo, lo + n)]
             xs.append([SONNET[i:i + 80] for i in starts])
             ys.append([SONNET[i + 80] for i in starts])
         _write_leaf(root / f"shakespeare/data/{split}/all_data_niid_0_keep_0_{split}_9.json", SPEAKERS, xs,
@@ -54,7 +55,7 @@ def write_leaf_text(root: Path, train: int = 30, test: int = 5) -> Path:
         xs, ys = [], []
         for u, user in enumerate(USERS):
             rows, labels = [], []
-            for i in range(n if split == "test" else train - 10 + 2 * u):  # 20..30 tweets per user
+            for i in range(n if split == "test" else 20 + 2 * u):  # 20..30 tweets per user
                 label = int(rng.integers(2))
                 words = [*rng.choice(NEUTRAL, 3), rng.choice(GOOD if label else BAD), *rng.choice(NEUTRAL, 2)]
                 rows.append([str(1467810369 + 1000 * u + i), "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", user,
@@ -109,8 +110,10 @@ def test_natural_split_keeps_int64_token_ids(leaf_dir, tmp_path, dataset, vocab,
         sizes = np.diff(z["train_offsets"]) + np.diff(z["test_offsets"])
     manifest = json.loads(out.with_name("manifest.json").read_text())
     assert manifest["num_devices"] == 4
-    per_client = {"shakespeare": {30}, "sent140": {20, 22, 24, 26, 28, 30}}[dataset]
-    assert set(sizes.tolist()) <= per_client  # every device holds one whole speaker/user
+    # every device holds one whole speaker/user; a speaker less the 79 windows between its local training
+    # and test windows (the temporal holdout, LEAF's)
+    per_client = {"shakespeare": {120 - 79}, "sent140": {20, 22, 24, 26, 28, 30}}[dataset]
+    assert set(sizes.tolist()) <= per_client
     assert (out.with_name("labels.png")).stat().st_size > 1000
     header = proc.stdout.splitlines()[0].split()
     if dataset == "shakespeare":  # 80 classes: classes held and the most frequent, not 80 columns
@@ -125,6 +128,58 @@ def test_split_is_deterministic_and_picks_speakers(leaf_dir, tmp_path):
     a = make_split(tmp_path / "a/split.npz", spec, 0)
     b = make_split(tmp_path / "b/split.npz", spec, 0)
     assert a["sha256"] == b["sha256"] and a["num_classes"] == len(LEAF_LETTERS)
+
+
+def test_shakespeare_local_test_windows_share_no_text_with_the_training_windows(tmp_path):
+    """A Shakespeare window is its predecessor shifted by one character. The random local holdout made test
+    windows whose 80 characters and target lay in the neighbouring training windows, so BMTA (the mean of
+    the devices' local test accuracies, EFL Table 2) was measured on text the model trained on. The flwrlabs
+    card warns of it ("the data is temporal"); LEAF's split_data.py keeps 79 windows between the two."""
+    rng = np.random.default_rng(1)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz ,.;'ABCDEFGHIJ"))
+    users, xs, ys = [], [], []
+    for s in range(3):
+        text = "".join(rng.choice(letters, 400))  # no 40-character repeat by chance
+        n = 250 + 20 * s
+        users.append(f"THE_TEMPEST_{SPEAKERS[s].rsplit('_', 1)[1]}")
+        xs.append([text[i:i + 80] for i in range(n)])
+        ys.append([text[i + 80] for i in range(n)])
+    _write_leaf(tmp_path / "shakespeare/data/train/all_data_niid_0_keep_0_train_9.json", users, xs, ys)
+    spec = {"dataset": "shakespeare", "num_devices": 3, "test_fraction": 0.1,
+            "sizes": {"distribution": "equal"}, "partition": {"label_skew": "natural"},
+            "data_dir": str(tmp_path), "global_test": False}
+    manifest = make_split(tmp_path / "s/split.npz", spec, seed=0)
+    assert manifest["holdout"] == "temporal"
+    chars = np.array(list(LEAF_LETTERS))
+    with np.load(tmp_path / "s/split.npz") as z:
+        n_test, n_train = np.diff(z["test_offsets"]).tolist(), np.diff(z["train_offsets"]).tolist()
+        sizes = set(zip(n_test, n_train, strict=True))
+        assert sizes == {(round(0.1 * n), n - round(0.1 * n) - 79) for n in (250, 270, 290)}
+        for k in range(3):
+            tr = slice(z["train_offsets"][k], z["train_offsets"][k + 1])
+            te = slice(z["test_offsets"][k], z["test_offsets"][k + 1])
+            train_text = ["".join(chars[x]) + chars[y]
+                          for x, y in zip(z["x_train"][tr], z["y_train"][tr], strict=True)]
+            for x in z["x_test"][te]:
+                assert not any("".join(chars[x[:40]]) in t for t in train_text)
+
+
+def test_a_shakespeare_split_made_with_the_random_holdout_is_made_again(leaf_dir, tmp_path):
+    """Splits made before the temporal holdout have no 'holdout' in their manifest; a run refuses them
+    rather than training on a split whose local test windows overlap its training windows."""
+    from hetfl.data.build import check_split
+
+    cfg = validate_config(_config(leaf_dir))
+    spec = next(s for s in expand_runs(cfg) if s.dataset == "shakespeare").split_spec()
+    assert spec["holdout"] == "temporal"
+    assert "holdout" not in next(s for s in expand_runs(cfg) if s.dataset == "sent140").split_spec()
+    make_split(tmp_path / "split.npz", spec, 0)
+    check_split(tmp_path / "split.npz", spec, 0)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    del manifest["holdout"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match='holdout: split has "random", run needs "temporal"'):
+        check_split(tmp_path / "split.npz", spec, 0)
 
 
 @pytest.mark.parametrize(("dataset", "model", "fix"), [

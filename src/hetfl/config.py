@@ -724,6 +724,10 @@ class RunSpec:
             spec = {"dataset": self.dataset, "quadratic": self.quadratic}
         else:
             spec.update(partition=self.partition, data_dir=self.data_dir, global_test=self.global_test)
+            from hetfl.data.build import default_holdout
+
+            if default_holdout(self.dataset) == "temporal":  # only where it is not the random holdout
+                spec["holdout"] = "temporal"
         return spec
 
     @property

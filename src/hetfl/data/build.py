@@ -32,17 +32,41 @@ def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size
     return from_device_lists(*parts, num_classes=gen.b.shape[-1])
 
 
+#: the local holdouts: "random" (a seeded shuffle per device) or "temporal" (sample order with a gap:
+#: sliding-window text, whose neighbouring samples overlap; partition.temporal_holdout)
+HOLDOUTS = ("random", "temporal")
+
+
+def default_holdout(dataset: str | None) -> str | None:
+    """The holdout a real source's split uses: "temporal" for next-character text (LEAF Shakespeare's
+    80-character windows), "random" for the other sources; None for SYNTHETIC and quadratic."""
+    from hetfl.data.sources import SOURCES
+
+    info = SOURCES.get(str(dataset))
+    if info is None:
+        return None
+    return "temporal" if info.task == "next-char" else "random"
+
+
 def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: int,
                       sizes: dict[str, Any] | None, test_fraction: float, seed: int,
-                      data_dir: str | None = None, global_test: bool = True) -> Federation:
+                      data_dir: str | None = None, global_test: bool = True,
+                      holdout: str | None = None) -> Federation:
     """A real dataset dealt to devices: label skew × size skew, then a local train/test holdout each.
 
     `sizes` with distribution "equal" means the partitioner's own equal split of all samples. With
-    `global_test`, the source's own test split (when it has one) becomes the global test set.
+    `global_test`, the source's own test split (when it has one) becomes the global test set. `holdout`
+    (default: `default_holdout(name)`): "temporal" keeps every device's last samples for its local test set
+    and drops the input length − 1 samples before them, as LEAF does for Shakespeare.
     """
     from hetfl.data import sizes as sizes_mod
-    from hetfl.data.partition import PartitionSpec, local_holdout, partition
-    from hetfl.data.sources import has_split, load_source
+    from hetfl.data.partition import PartitionSpec, local_holdout, partition, temporal_holdout
+    from hetfl.data.sources import SOURCES, has_split, load_source
+
+    holdout = holdout or default_holdout(name)
+    if holdout not in HOLDOUTS:
+        raise ValueError(f"split key 'holdout' has value {holdout!r}, which is not allowed; allowed: "
+                         + ", ".join(HOLDOUTS))
 
     src = load_source(name, data_dir=data_dir, split="train")
     held_out = None
@@ -52,7 +76,11 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
     size_spec = None if not sizes or sizes.get("distribution") == "equal" else sizes_mod.SizeSpec(**sizes)
     spec = PartitionSpec(**partition_spec, sizes=size_spec)
     parts = partition(src.y, spec, num_devices, seed, client_ids=src.client_ids)
-    train_parts, test_parts = local_holdout(parts, test_fraction, seed)
+    if holdout == "temporal":
+        gap = SOURCES[name].input_shape[0] - 1  # LEAF's split_data.py: test from n_train + seq_len - 1
+        train_parts, test_parts = temporal_holdout(parts, test_fraction, gap)
+    else:
+        train_parts, test_parts = local_holdout(parts, test_fraction, seed)
     return from_device_lists([src.x[i] for i in train_parts], [src.y[i] for i in train_parts],
                              [src.x[i] for i in test_parts], [src.y[i] for i in test_parts],
                              num_classes=src.num_classes, global_test=held_out)
@@ -75,9 +103,11 @@ def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> di
         fed = build_synthetic(s["alpha"], s["beta"], s.get("iid", False), s["num_devices"],
                               s.get("sizes") or {}, s.get("test_fraction", 0.2), seed)
     elif dataset in SOURCES:
+        if default_holdout(dataset) == "temporal":
+            s.setdefault("holdout", "temporal")  # in the manifest: splits made before it lack the key
         fed = build_from_source(dataset, s.get("partition") or {"label_skew": "iid"}, s["num_devices"],
                                 s.get("sizes"), s.get("test_fraction", 0.2), seed, s.get("data_dir"),
-                                s.get("global_test", True))
+                                s.get("global_test", True), s.get("holdout"))
     else:
         raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic, quadratic, "
                          f"{', '.join(SOURCES)}")
@@ -114,6 +144,10 @@ def resolve_split_spec(split_spec: dict[str, Any]) -> dict[str, Any]:
     equal = not sizes or sizes.get("distribution") == "equal"  # build_from_source: the partitioner's split
     out.update(partition=part, sizes=None if equal else asdict(SizeSpec(**sizes)),
                data_dir=s.get("data_dir"), global_test=bool(s.get("global_test", True)))
+    if default_holdout(dataset) == "temporal":
+        # absent: a split made before the temporal holdout existed, i.e. a random one (its local test
+        # windows overlap its training windows), which check_split then refuses
+        out["holdout"] = s.get("holdout", "random")
     return out
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "local_holdout",
     "longtail_profile",
     "partition",
+    "temporal_holdout",
 ]
 
 LABEL_SKEWS: tuple[str, ...] = ("iid", "dirichlet", "pathological", "shards", "longtail", "natural")
@@ -573,6 +574,44 @@ def local_holdout(
         tr, te = holdout_split(len(idx), test_fraction, rng)
         train.append(np.sort(idx[tr]))
         test.append(np.sort(idx[te]))
+    return train, test
+
+
+def temporal_holdout(
+    parts: list[np.ndarray], test_fraction: float, gap: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Split every client's indices into a local (train, test) pair in sample order, LEAF's way for
+    sliding-window text (Shakespeare): the last ``n_test = max(1, round(test_fraction · n))`` samples are
+    the test part, and only samples more than ``gap`` positions before the first of them train.
+
+    A window of Shakespeare's is its predecessor shifted by one character, so a random holdout gives test
+    windows whose inputs and targets sit in the training windows next to them. LEAF's
+    ``data/utils/split_data.py`` (``-t sample``) keeps a user's first samples for training and starts
+    the test part ``seq_len − 1`` = 79 samples after them; ``gap=79`` does the same. Sample order must
+    be text order within a client (LEAF's JSON files are). No randomness: the split is the same for
+    every seed.
+    """
+    if not _is_int(gap) or gap < 0:
+        raise ValueError(f"gap={gap!r} must be an integer >= 0")
+    if not isinstance(test_fraction, int | float | np.floating) or not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction={test_fraction!r} must be a number in (0, 1)")
+    train, test = [], []
+    for k, part in enumerate(parts):
+        idx = np.sort(np.asarray(part, dtype=np.int64))
+        n_test = max(1, round(test_fraction * len(idx)))
+        held = idx[len(idx) - n_test:]
+        kept = idx[: max(len(idx) - n_test, 0)]
+        kept = kept[kept < (held[0] - gap if len(held) else 0)]
+        if len(kept) < 1:
+            need = next(m for m in range(len(idx) + 1, len(idx) + 2 * gap + 10 ** 6)
+                        if m - max(1, round(test_fraction * m)) - gap >= 1)  # for contiguous samples
+            raise ValueError(
+                f"client {k} holds {len(idx)} samples; a temporal train/test split (test_fraction "
+                f"{test_fraction}: {n_test} test samples, then a gap of {gap} so that no test window "
+                f"overlaps a training one) needs >= {need}: raise partition.min_samples to at least {need} "
+                f"(LEAF's -k) so that smaller speakers are not drawn, or lower test_fraction")
+        train.append(kept)
+        test.append(held)
     return train, test
 
 
