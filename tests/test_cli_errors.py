@@ -147,6 +147,21 @@ def test_a_missing_data_set_says_where_it_looked_and_how_to_fetch(capsys, tmp_pa
     assert "looked on disk in" in err and "python -m hetfl.data.sources fetch mnist" in err
 
 
+def test_a_missing_data_dir_is_refused_before_the_split(capsys, tmp_path, monkeypatch):
+    """`hetfl split --data-dir` was not checked (the config key is): online the hub copy was downloaded into
+    the misspelt directory."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = tmp_path / "dat"
+    rc, err = _main(capsys, "split", "--dataset", "mnist", "--num-devices", "5", "--seed", "0",
+                    "--data-dir", str(missing), "--out", str(tmp_path / "s" / "split.npz"))
+    assert rc == 2 and f'--data-dir has value "{missing}", which is not an existing directory' in err
+    spec = json.dumps({"dataset": "mnist", "num_devices": 5, "data_dir": str(missing)})
+    out = str(tmp_path / "s" / "split.npz")
+    rc, err = _main(capsys, "split", "--spec", spec, "--seed", "0", "--out", out)
+    assert rc == 2 and "--spec's data_dir has value" in err
+    assert not (tmp_path / "s").exists()
+
+
 def test_full_disk_is_one_line_naming_the_file(capsys, tmp_path, monkeypatch):
     """pyarrow's ENOSPC names no file and came out as a traceback."""
     monkeypatch.chdir(tmp_path)

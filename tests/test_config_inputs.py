@@ -42,3 +42,20 @@ def test_missing_data_dir_is_refused_and_an_existing_one_accepted(tmp_path):
     assert f"'experiments.e.data_dir' has value \"{missing}\", which is not an existing directory" in msg
     assert "allowed: a directory holding the data" in msg
     validate_config(_config(**real, data_dir=str(tmp_path)))
+
+
+def test_a_misspelt_hetfl_data_dir_is_refused_where_a_run_would_read_it(tmp_path, monkeypatch):
+    """Only the config key was checked: with HETFL_DATA_DIR misspelt the split job went online and
+    downloaded the hub copy into the new directory (offline it stopped after the trace jobs)."""
+    hub = {"dataset": "mnist", "settings": {"IID": {"partition": {"label_skew": "iid"}}}, "model": "mlp"}
+    missing = tmp_path / "hetfl_dta"
+    monkeypatch.setenv("HETFL_DATA_DIR", str(missing))
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(**hub))
+    msg = str(err.value)
+    assert "'experiments.e.data_dir' is not given, and the environment variable HETFL_DATA_DIR" in msg
+    assert f'has value "{missing}", which is not an existing directory' in msg
+    validate_config(_config(**hub, data_dir=str(tmp_path)))  # the key wins over the variable
+    validate_config(_config(**IMAGES, model="mlp"))  # digits reads nothing from the data root
+    monkeypatch.setenv("HETFL_DATA_DIR", str(tmp_path))
+    validate_config(_config(**hub))

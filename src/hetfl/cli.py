@@ -136,6 +136,12 @@ def _cmd_split(args: argparse.Namespace) -> int:
         split_spec = json_object("--spec", text, '{"dataset": "synthetic", ...} or a file holding one')
     else:
         split_spec = _split_spec_from_flags(args)
+    data_dir = split_spec.get("data_dir")
+    if data_dir is not None and not Path(str(data_dir)).expanduser().is_dir():
+        flag = "--spec's data_dir" if args.spec else "--data-dir"  # online the hub copy would go there
+        raise ConfigError(f"{flag} has value \"{data_dir}\", which is not an existing directory (relative to "
+                          f"{Path.cwd()}); allowed: a directory holding the data (fetch into it: python -m "
+                          "hetfl.data.sources fetch NAME --data-dir DIR)")
     try:
         manifest = make_split(args.out, split_spec, args.seed)
     except ValueError as err:

@@ -10,6 +10,7 @@ import copy
 import itertools
 import json
 import math
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from importlib import resources
@@ -321,6 +322,17 @@ def _check_inputs(name: str, exp: dict[str, Any]) -> None:
         raise ConfigError(f"config key '{key}.data_dir' has value \"{data_dir}\", which is not an existing "
                           f"directory (relative to {Path.cwd()}); allowed: a directory holding the data "
                           f"(fetch into it: python -m hetfl.data.sources fetch NAME --data-dir DIR)")
+    from hetfl.data.sources import DATA_DIR_ENV, SOURCES
+
+    env = os.environ.get(DATA_DIR_ENV)
+    reads_root = exp["dataset"] in SOURCES and SOURCES[exp["dataset"]].origin in ("hub", "local")
+    if data_dir is None and env and reads_root and not Path(env).expanduser().is_dir():
+        # online, the hub copy would be downloaded into the misspelt directory; offline the split job
+        # would stop after the trace jobs ran
+        raise ConfigError(f"config key '{key}.data_dir' is not given, and the environment variable "
+                          f"{DATA_DIR_ENV} it falls back to has value \"{env}\", which is not an existing "
+                          f"directory (relative to {Path.cwd()}); allowed: {DATA_DIR_ENV} naming a directory "
+                          f"holding the data, or a data_dir key")
 
 
 EVENT_POLICIES = {"arrival": ("fast_reboot", "vanilla"), "departure": ("include", "exclude")}
