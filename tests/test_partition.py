@@ -565,3 +565,28 @@ def test_natural_equal_counts_trims_every_domain_to_the_smallest():
     for tight, full in zip(parts, loose, strict=True):
         assert set(tight) <= set(full)
     assert_disjoint(parts, len(y))
+
+
+def test_natural_equal_counts_fraction_keeps_fedbns_share_of_the_smallest_domain():
+    """FedBN's DomainNet code (federated/fed_domainnet.py) trains every domain on
+    int(0.05 * min_data_len) images, not the smallest domain's whole count. Domains of 40, 20 and 30:
+    fraction 0.25 keeps int(0.25 * 20) = 5 of each, a subset of what fraction 1 keeps of the same seed's
+    domains; a fraction that keeps nothing, or one on a split it cannot apply to, is refused naming it."""
+    ids = np.array(["a"] * 40 + ["b"] * 20 + ["c"] * 30)
+    y = np.arange(len(ids)) % 4
+    whole = partition(y, PartitionSpec("natural", equal_counts=True), 3, seed=2, client_ids=ids)
+    share = partition(y, PartitionSpec("natural", equal_counts=True, equal_counts_fraction=0.25), 3, seed=2,
+                      client_ids=ids)
+    assert [len(p) for p in whole] == [20, 20, 20]
+    assert [len(p) for p in share] == [5, 5, 5]
+    assert [set(ids[p]) for p in share] == [{"a"}, {"b"}, {"c"}]
+    assert_disjoint(share, len(y))
+    with pytest.raises(ValueError, match=r"int\(0.01 \* 20\) = 0"):
+        partition(y, PartitionSpec("natural", equal_counts=True, equal_counts_fraction=0.01), 3, seed=2,
+                  client_ids=ids)
+    with pytest.raises(ValueError, match=r"equal_counts_fraction=1.5 is not allowed; allowed: a number in "
+                                         r"\(0, 1\]"):
+        PartitionSpec("natural", equal_counts=True, equal_counts_fraction=1.5)
+    with pytest.raises(ValueError, match="equal_counts_fraction=0.5 applies to label_skew='natural' with "
+                                         "equal_counts=True only"):
+        PartitionSpec("natural", equal_counts_fraction=0.5)

@@ -517,9 +517,17 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
 
     for label, setting in exp["settings"].items():
         part = setting.get("partition")
+        key = f"experiments.{name}.settings.{label}.partition"
+        if isinstance(part, dict) and part.get("equal_counts_fraction", 1) != 1 and not (
+                part.get("label_skew") == "natural" and part.get("equal_counts")):
+            raise ConfigError(f"config key '{key}.equal_counts_fraction' has value "
+                              f"{part['equal_counts_fraction']}, which is not allowed with label_skew "
+                              f"\"{part.get('label_skew')}\" and equal_counts "
+                              f"{str(bool(part.get('equal_counts'))).lower()}; allowed: a share of the "
+                              "smallest domain's count only with label_skew \"natural\" and equal_counts "
+                              "true")
         if not isinstance(part, dict) or not part.get("equal_counts"):
             continue
-        key = f"experiments.{name}.settings.{label}.partition"
         if part.get("label_skew") not in EQUAL_COUNT_SKEWS:
             raise ConfigError(f"config key '{key}.equal_counts' has value true, which is not allowed with "
                               f"label_skew \"{part.get('label_skew')}\"; allowed: true only with label_skew "

@@ -106,6 +106,9 @@ class PartitionSpec:
     to what it holds (natural: a uniform random subset of each writer's/domain's samples, as FedBN, the
     set-up FedFOR Tables 3-5 follow, cuts every domain to the smallest one's length), so the samples
     beyond it are dropped.
+    ``equal_counts_fraction``: natural with ``equal_counts`` only; every client keeps
+    ``int(fraction · smallest)`` samples instead of the smallest count (FedBN's DomainNet code,
+    ``federated/fed_domainnet.py``: ``int(min_data_len * 0.05)`` per domain). 1 keeps the smallest count.
     """
 
     label_skew: str = "iid"
@@ -120,6 +123,7 @@ class PartitionSpec:
     min_samples: int = 0
     draw: str = "disjoint"
     equal_counts: bool = False
+    equal_counts_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         if self.label_skew not in LABEL_SKEWS:
@@ -167,6 +171,13 @@ class PartitionSpec:
         if self.equal_counts and self.sizes is not None:
             raise ValueError(f"PartitionSpec.equal_counts=True cannot be combined with sizes={self.sizes!r} "
                              "(a size skew); allowed: sizes=None (distribution equal)")
+        if not _is_real(self.equal_counts_fraction) or not 0 < self.equal_counts_fraction <= 1:
+            raise ValueError(f"PartitionSpec.equal_counts_fraction={self.equal_counts_fraction!r} is not "
+                             "allowed; allowed: a number in (0, 1] (the share of the smallest count kept)")
+        if self.equal_counts_fraction != 1 and not (self.equal_counts and self.label_skew == "natural"):
+            raise ValueError(f"PartitionSpec.equal_counts_fraction={self.equal_counts_fraction!r} applies to "
+                             "label_skew='natural' with equal_counts=True only; here label_skew="
+                             f"{self.label_skew!r}, equal_counts={self.equal_counts!r} allow 1")
         if not isinstance(self.label_choice, str) or self.label_choice not in LABEL_CHOICES:
             raise ValueError(
                 f"PartitionSpec.label_choice={self.label_choice!r} is unknown; allowed: {LABEL_CHOICES}"
@@ -549,6 +560,13 @@ def partition(
         parts = _natural(client_ids, len(y), n_clients, rng, spec.min_samples)
         if spec.equal_counts:  # drawn after the clients, so the untrimmed split's draws are unchanged
             smallest = min(len(p) for p in parts)
+            if spec.equal_counts_fraction != 1:  # FedBN's DomainNet: int(0.05 * min_data_len) per domain
+                smallest = int(spec.equal_counts_fraction * smallest)
+                if smallest < 1:
+                    raise ValueError(f"partition equal_counts_fraction={spec.equal_counts_fraction!r} keeps "
+                                     f"int({spec.equal_counts_fraction!r} * "
+                                     f"{min(len(p) for p in parts)}) = 0 "
+                                     "samples per device; allowed: a fraction that keeps at least one")
             parts = [rng.permutation(p)[:smallest] for p in parts]
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
