@@ -44,3 +44,148 @@ def test_equal_counts_fraction_reaches_the_split_spec_and_is_refused_where_it_ca
     _refused(bad, f"'experiments.{EXP3}.settings.E1.partition.equal_counts_fraction' has value 0.05, "
                   "which is not allowed with label_skew \"natural\" and equal_counts false; allowed: a share "
                   "of the smallest domain's count only with label_skew \"natural\" and equal_counts true")
+
+
+# ---- the test metric: FedBN averages the per-domain test accuracies --------------------------------------
+
+
+class _Bias:
+    """logits = x + b: a model whose predictions are worked out by hand (b is [C], or [N, C] per device)."""
+
+    def logits(self, params, x):
+        return x + params[0]
+
+
+def test_domain_mean_is_the_mean_of_per_domain_accuracies_not_the_pooled_one():
+    """Three domains with 1, 1 and 4 test samples: correct 1/1, 0/1, 1/4. FedBN's metric is
+    (1 + 0 + 0.25) / 3 = 0.4167; pooled it is 2/6 = 0.333. A sample of a domain no device holds (-1) is left
+    out. With a model per device (FedBN's local BN), device 1's own bias makes its sample right:
+    (1 + 1 + 0.25) / 3 = 0.75."""
+    import torch
+
+    from hetfl.engine.runner import _domain_mean
+
+    eye = torch.eye(3)
+    x = torch.stack([eye[0], eye[0], eye[0], eye[1], eye[1], eye[1], eye[0]])
+    y = torch.tensor([0, 1, 0, 0, 0, 0, 0])
+    dev = torch.tensor([0, 1, 2, 2, 2, 2, -1])
+    glob = [torch.zeros(3)]
+    got = _domain_mean(_Bias(), glob, False, x, y, dev)
+    assert got["global_test_accuracy"] == pytest.approx((1 + 0 + 0.25) / 3)
+    pooled = float((_Bias().logits(glob, x[:6]).argmax(1) == y[:6]).float().mean())
+    assert pooled == pytest.approx(2 / 6)
+    own = [torch.zeros(3, 3)]
+    own[0][1, 1] = 2.0  # device 1 predicts class 1
+    assert _domain_mean(_Bias(), own, True, x, y, dev)["global_test_accuracy"] == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="no global test sample belongs to a domain a device holds"):
+        _domain_mean(_Bias(), glob, False, x, y, torch.full((7,), -1))
+
+
+def test_train_reports_the_domain_mean_with_the_pooled_value_beside_it():
+    import numpy as np
+    import torch
+
+    from hetfl.data.federation import from_device_lists
+    from hetfl.engine.evaluate import per_sample
+    from hetfl.engine.runner import TrainSettings, train
+    from hetfl.models import make_model
+
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(n, 12)).astype(np.float32) for n in (8, 8, 8)]
+    ys = [rng.integers(0, 3, 8) for _ in xs]
+    gx = rng.normal(size=(12, 12)).astype(np.float32)
+    gy = rng.integers(0, 3, 12)
+    gd = np.array([0] * 2 + [1] * 3 + [2] * 7)  # test sizes 2, 3, 7: pooled and domain mean differ
+    fed = from_device_lists(xs, ys, [x[:2] for x in xs], [y[:2] for y in ys], num_classes=3,
+                            global_test=(gx, gy), global_devices=gd)
+    model = make_model("mlp", (12,), 3, hidden=[4])
+    cfg = TrainSettings("B", 1, 4, 0.1, 2, lr_schedule="constant", global_test_average="domains")
+    res = train(model, fed, np.ones((2, 3)), cfg)
+    rec = {m: v for t, m, v in res.records if t == 2}
+    correct, _ = per_sample(model, res.params, torch.from_numpy(gx), torch.from_numpy(gy))
+    per_domain = [float(correct[torch.from_numpy(gd == k)].mean()) for k in range(3)]
+    assert rec["global_test_accuracy"] == pytest.approx(np.mean(per_domain))
+    assert rec["global_test_pooled_accuracy"] == pytest.approx(float(correct.mean()))
+    pooled = train(model, fed, np.ones((2, 3)), TrainSettings("B", 1, 4, 0.1, 2, lr_schedule="constant"))
+    assert {m: v for t, m, v in pooled.records if t == 2}["global_test_accuracy"] == pytest.approx(
+        float(correct.mean()))
+    # a subsample of the global test set keeps every sample's domain with it
+    import dataclasses
+
+    from hetfl.engine.evaluate import eval_subsample
+
+    sub = train(model, fed, np.ones((2, 3)), dataclasses.replace(cfg, global_test_samples=6))
+    keep = eval_subsample(12, 6, cfg.seed)
+    held = sorted(set(gd[keep].tolist()))
+    want = np.mean([float(correct[torch.from_numpy(keep[gd[keep] == k])].mean()) for k in held])
+    assert {m: v for t, m, v in sub.records if t == 2}["global_test_accuracy"] == pytest.approx(want)
+    with pytest.raises(ValueError, match="needs a split that records the domain"):
+        train(model, from_device_lists(xs, ys, [x[:2] for x in xs], [y[:2] for y in ys], num_classes=3,
+                                       global_test=(gx, gy)), np.ones((2, 3)), cfg)
+
+
+def _fake_domainnet(root, train=(6, 4, 5), test=(1, 2, 3)):
+    """A prepared domainnet copy of three domains (train and test sizes per domain)."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    names = ["clipart", "infograph", "painting"]
+
+    def split(sizes):
+        doms = [d for d, n in zip(names, sizes, strict=True) for _ in range(n)]
+        pixels = rng.integers(0, 256, (len(doms), 64, 64, 3), dtype=np.uint8)
+        feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10),
+                                   "domain": datasets.Value("string")})
+        return datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels],
+                                           "label": rng.integers(0, 10, len(doms)).tolist(),
+                                           "domain": doms}, features=feats)
+
+    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(str(root / "domainnet"))
+    return names
+
+
+def test_a_domains_split_records_the_device_of_every_global_test_sample(tmp_path):
+    """hetfl split on a fake DomainNet: with global_test_average 'domains' the split keeps, per global test
+    sample, the device that holds its domain (-1 for a domain no device holds); a pooled split is as
+    before (no such array). equal_counts_fraction 0.5 of the smallest domain (4) keeps 2 per domain."""
+    import numpy as np
+
+    from hetfl.data.build import make_split
+    from hetfl.data.federation import load_federation
+    from hetfl.data.sources import load_source
+
+    names = _fake_domainnet(tmp_path)
+    test = load_source("domainnet", data_dir=tmp_path, split="test")
+    spec = {"dataset": "domainnet", "num_devices": 3, "test_fraction": 0.5,
+            "sizes": {"distribution": "equal"},
+            "partition": {"label_skew": "natural", "equal_counts": True, "equal_counts_fraction": 0.5},
+            "data_dir": str(tmp_path), "global_test": True}
+    make_split(tmp_path / "pooled" / "split.npz", spec, seed=0)
+    assert load_federation(tmp_path / "pooled" / "split.npz").d_global is None
+    manifest = make_split(tmp_path / "domains" / "split.npz", {**spec, "global_test_average": "domains"}, 0)
+    assert manifest["train_sizes"] == [1, 1, 1] and manifest["test_sizes"] == [1, 1, 1]
+    fed = load_federation(tmp_path / "domains" / "split.npz")
+    assert fed.d_global.tolist() == [names.index(str(d)) for d in test.client_ids]
+    two = make_split(tmp_path / "two" / "split.npz",
+                     {**spec, "num_devices": 2, "global_test_average": "domains"}, 0)
+    fed2 = load_federation(tmp_path / "two" / "split.npz")
+    assert two["num_devices"] == 2 and sorted(set(fed2.d_global.tolist())) == [-1, 0, 1]
+    assert np.sum(fed2.d_global == -1) in (1, 2, 3)  # the test samples of the domain left out
+
+
+def test_global_test_average_is_validated_naming_key_value_and_allowed():
+    cfg = copy.deepcopy(TABLE4)
+    cfg["experiments"][EXP4]["global_test_average"] = "domains"
+    runs = list(expand_runs(validate_config(cfg)))
+    assert runs and all(r.global_test_average == "domains"
+                        and r.split_spec()["global_test_average"] == "domains" for r in runs)
+    cfg["experiments"][EXP4]["global_test_average"] = "per_domain"
+    _refused(cfg, f"'experiments.{EXP4}.global_test_average'", "per_domain", "pooled", "domains")
+    quick = yaml.safe_load((ROOT / "workflow/config/quick.yaml").read_text())
+    name = next(n for n, e in quick["experiments"].items() if e["dataset"] == "mnist5k")
+    quick["experiments"][name]["global_test_average"] = "domains"
+    _refused(quick, f"'experiments.{name}.global_test_average' has value \"domains\", which is not "
+                    "allowed with dataset \"mnist5k\"",
+                    "allowed: \"pooled\", or \"domains\" only for a source with a domain column")

@@ -510,6 +510,29 @@ def _check_test_fraction(name: str, exp: dict[str, Any]) -> None:
                           f"allowed: a fraction that leaves one, e.g. <= {(low - 1.5) / low:.3f} for {low}")
 
 
+def _domains_allowed(dataset: str, partition: dict[str, Any] | None, global_test: bool) -> bool:
+    """global_test_average "domains" needs a source with a client (domain) column, a natural split and the
+    global test set."""
+    from hetfl.data.sources import SOURCES
+
+    info = SOURCES.get(dataset)
+    return (bool(global_test) and info is not None and info.client_column is not None
+            and (partition or {}).get("label_skew") == "natural")
+
+
+def _check_global_test_average(name: str, exp: dict[str, Any]) -> None:
+    if exp["global_test_average"] == "pooled":
+        return
+    for label, setting in exp["settings"].items():
+        if not _domains_allowed(exp["dataset"], setting.get("partition"), exp["global_test"]):
+            raise ConfigError(
+                f"config key 'experiments.{name}.global_test_average' has value "
+                f"\"{exp['global_test_average']}\", which is not allowed with dataset \"{exp['dataset']}\", "
+                f"global_test {str(bool(exp['global_test'])).lower()} and setting {label}'s partition "
+                f"{setting.get('partition')}; allowed: \"pooled\", or \"domains\" only for a source with a "
+                "domain column (domainnet, digit5, ...), label_skew \"natural\" and global_test true")
+
+
 def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
     """partition.equal_counts trims an iid, pathological or natural split with no size skew
     (data.partition)."""
@@ -590,6 +613,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
             )
         _check_synthetic_iid(name, exp)
         _check_equal_counts(name, exp)
+        _check_global_test_average(name, exp)
         _check_test_fraction(name, exp)
         _check_table_fits(name, exp)
         _check_source_fits(name, exp)
@@ -693,6 +717,7 @@ class RunSpec:
     data_dir: str | None = None
     global_test: bool = True  # real datasets: also evaluate on the source's own test split
     global_test_samples: int | None = None  # a fixed, seeded subsample of that split (None: all of it)
+    global_test_average: str = "pooled"  # global_test_*: "pooled" over samples or the mean of "domains"
     model_params: dict[str, Any] = field(default_factory=dict)
     event: dict[str, Any] | None = None  # {kind, round, policy, devices, stagger, departure_test_set, boost}
     # readings where the paper is silent or ambiguous (docs/readings.md)
@@ -744,6 +769,8 @@ class RunSpec:
             spec = {"dataset": self.dataset, "quadratic": self.quadratic}
         else:
             spec.update(partition=self.partition, data_dir=self.data_dir, global_test=self.global_test)
+            if self.global_test_average != "pooled":  # the split then records every test sample's device
+                spec["global_test_average"] = self.global_test_average
             from hetfl.data.build import default_holdout
 
             if default_holdout(self.dataset) == "temporal":  # only where it is not the random holdout
@@ -965,6 +992,7 @@ def _grid(exp_name: str, exp: dict[str, Any]) -> Iterator[RunSpec]:
                 data_dir=exp.get("data_dir"),
                 global_test=exp["global_test"],
                 global_test_samples=exp["global_test_samples"],
+                global_test_average=exp["global_test_average"],
                 model_params=dict(exp["model_params"]),
                 event=event,
                 local_work=exp["local_work"],

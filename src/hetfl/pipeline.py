@@ -272,6 +272,7 @@ class RunJob:
                                  completion=spec.completion,
                                  boost=(spec.event or {}).get("boost", "additive"),
                                  global_test_samples=spec.global_test_samples,
+                                 global_test_average=spec.global_test_average,
                                  clients_per_round=spec.clients_per_round,
                                  sampling_weights=spec.sampling_weights,
                                  label_maps=None if not spec.concept_shift else concept_shift.label_maps(

@@ -51,13 +51,15 @@ def default_holdout(dataset: str | None) -> str | None:
 def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: int,
                       sizes: dict[str, Any] | None, test_fraction: float, seed: int,
                       data_dir: str | None = None, global_test: bool = True,
-                      holdout: str | None = None) -> Federation:
+                      holdout: str | None = None, global_test_average: str = "pooled") -> Federation:
     """A real dataset dealt to devices: label skew × size skew, then a local train/test holdout each.
 
     `sizes` with distribution "equal" means the partitioner's own equal split of all samples. With
     `global_test`, the source's own test split (when it has one) becomes the global test set. `holdout`
     (default: `default_holdout(name)`): "temporal" keeps every device's last samples for its local test set
     and drops the input length − 1 samples before them, as LEAF does for Shakespeare.
+    `global_test_average` "domains" also records, for every global test sample, the device that holds its
+    domain (client id), or -1 when no device does: the runner then averages per-domain accuracies.
     """
     from hetfl.data import sizes as sizes_mod
     from hetfl.data.partition import PartitionSpec, local_holdout, partition, temporal_holdout
@@ -69,10 +71,18 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
                          + ", ".join(HOLDOUTS))
 
     src = load_source(name, data_dir=data_dir, split="train")
-    held_out = None
+    if global_test_average not in ("pooled", "domains"):
+        raise ValueError(f"split key 'global_test_average' has value {global_test_average!r}, which is not "
+                         "allowed; allowed: pooled, domains")
+    held_out, test = None, None
     if global_test and has_split(name, "test", data_dir=data_dir):
         test = load_source(name, data_dir=data_dir, split="test")
         held_out = (test.x, test.y)
+    if global_test_average == "domains" and (test is None or test.client_ids is None
+                                             or src.client_ids is None):
+        raise ValueError(f"split key 'global_test_average' has value 'domains', which is not allowed for "
+                         f"{name}: it needs a test split and a domain (client id) column in both splits; "
+                         "allowed: pooled")
     size_spec = None if not sizes or sizes.get("distribution") == "equal" else sizes_mod.SizeSpec(**sizes)
     spec = PartitionSpec(**partition_spec, sizes=size_spec)
     parts = partition(src.y, spec, num_devices, seed, client_ids=src.client_ids)
@@ -81,9 +91,17 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
         train_parts, test_parts = temporal_holdout(parts, test_fraction, gap)
     else:
         train_parts, test_parts = local_holdout(parts, test_fraction, seed)
+    devices = None
+    if global_test_average == "domains":
+        if spec.label_skew != "natural":
+            raise ValueError("split key 'global_test_average' has value 'domains', which is not allowed with "
+                             f"label_skew {spec.label_skew!r}; allowed: domains only with label_skew "
+                             "'natural'")
+        holder = {str(src.client_ids[p[0]]): k for k, p in enumerate(parts) if len(p)}
+        devices = np.array([holder.get(str(c), -1) for c in test.client_ids], dtype=np.int64)
     return from_device_lists([src.x[i] for i in train_parts], [src.y[i] for i in train_parts],
                              [src.x[i] for i in test_parts], [src.y[i] for i in test_parts],
-                             num_classes=src.num_classes, global_test=held_out)
+                             num_classes=src.num_classes, global_test=held_out, global_devices=devices)
 
 
 def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -107,7 +125,8 @@ def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> di
             s.setdefault("holdout", "temporal")  # in the manifest: splits made before it lack the key
         fed = build_from_source(dataset, s.get("partition") or {"label_skew": "iid"}, s["num_devices"],
                                 s.get("sizes"), s.get("test_fraction", 0.2), seed, s.get("data_dir"),
-                                s.get("global_test", True), s.get("holdout"))
+                                s.get("global_test", True), s.get("holdout"),
+                                s.get("global_test_average", "pooled"))
     else:
         raise ValueError(f"dataset '{dataset}' is unknown; allowed: synthetic, quadratic, "
                          f"{', '.join(SOURCES)}")
@@ -144,6 +163,8 @@ def resolve_split_spec(split_spec: dict[str, Any]) -> dict[str, Any]:
     equal = not sizes or sizes.get("distribution") == "equal"  # build_from_source: the partitioner's split
     out.update(partition=part, sizes=None if equal else asdict(SizeSpec(**sizes)),
                data_dir=s.get("data_dir"), global_test=bool(s.get("global_test", True)))
+    if s.get("global_test_average", "pooled") != "pooled":  # absent under the default (earlier splits)
+        out["global_test_average"] = s["global_test_average"]
     if default_holdout(dataset) == "temporal":
         # absent: a split made before the temporal holdout existed, i.e. a random one (its local test
         # windows overlap its training windows), which check_split then refuses

@@ -29,12 +29,17 @@ class Federation:
     num_classes: int
     x_global: np.ndarray | None = None  # the source's own test split (global test set), if any
     y_global: np.ndarray | None = None
+    # the device holding each global test sample's domain (-1: no device holds it); only for
+    # global_test_average "domains" (FedBN's per-domain test accuracies, docs/fedfor.md)
+    d_global: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if (self.x_global is None) != (self.y_global is None):
             raise ValueError("x_global and y_global must be given together")
         if self.x_global is not None and len(self.x_global) != len(self.y_global):
             raise ValueError(f"x_global has {len(self.x_global)} rows, y_global {len(self.y_global)}")
+        if self.d_global is not None and (self.y_global is None or len(self.d_global) != len(self.y_global)):
+            raise ValueError("d_global needs a global test set and one device (or -1) per sample of it")
 
     @property
     def has_global_test(self) -> bool:
@@ -73,6 +78,7 @@ def from_device_lists(
     ys_test: list[np.ndarray],
     num_classes: int,
     global_test: tuple[np.ndarray, np.ndarray] | None = None,
+    global_devices: np.ndarray | None = None,
 ) -> Federation:
     def offsets(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
@@ -91,6 +97,7 @@ def from_device_lists(
         num_classes=num_classes,
         x_global=None if global_test is None else features([global_test[0]]),
         y_global=None if global_test is None else np.asarray(global_test[1], dtype=np.int64),
+        d_global=None if global_devices is None else np.asarray(global_devices, dtype=np.int64),
     )
 
 
@@ -102,6 +109,8 @@ def save_federation(fed: Federation, npz_path: str | Path, manifest_path: str | 
     arrays["num_classes"] = np.array(fed.num_classes)
     if fed.x_global is not None:
         arrays.update(x_global_test=fed.x_global, y_global_test=fed.y_global)
+    if fed.d_global is not None:
+        arrays["d_global_test"] = fed.d_global
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
@@ -130,4 +139,5 @@ def load_federation(npz_path: str | Path) -> Federation:
             num_classes=int(z["num_classes"]),
             x_global=z["x_global_test"] if "x_global_test" in z else None,
             y_global=z["y_global_test"] if "y_global_test" in z else None,
+            d_global=z["d_global_test"] if "d_global_test" in z else None,
         )

@@ -56,6 +56,7 @@ class TrainSettings:
     completion: str = "nearest"  # a completed fraction f -> round(f·full) or "floor" ⌊f·full⌋ steps
     boost: str = "additive"  # fast reboot's boost with the scheme (engine.schemes.boosted_weights)
     global_test_samples: int | None = None  # evaluate global_test_* on a seeded subsample (None: all)
+    global_test_average: str = "pooled"  # global_test_*: over its samples, or the mean over "domains"
     clients_per_round: int | None = None  # K of N sampled per round (engine.sampling); None = every device
     sampling_weights: str = "sampled"  # the scheme over the sampled set: "sampled" | "population"
     label_maps: np.ndarray | None = field(default=None, compare=False)  # [R, C]: data.concept_shift
@@ -99,6 +100,7 @@ class Data:
     test_device: torch.Tensor  # the device of every test sample
     train_device: torch.Tensor
     global_test: tuple[torch.Tensor, torch.Tensor] | None
+    global_device: torch.Tensor | None = None  # the device holding each global test sample's domain, or -1
 
     @classmethod
     def of(cls, fed: Federation, device: torch.device | str = "cpu") -> Data:
@@ -108,7 +110,8 @@ class Data:
         n = np.arange(fed.num_devices)
         return cls(fed, put(fed.x_train), put(fed.y_train), put(fed.x_test), put(fed.y_test),
                    put(np.repeat(n, fed.test_sizes)), put(np.repeat(n, fed.train_sizes)),
-                   None if not fed.has_global_test else (put(fed.x_global), put(fed.y_global)))
+                   None if not fed.has_global_test else (put(fed.x_global), put(fed.y_global)),
+                   None if fed.d_global is None or not fed.has_global_test else put(fed.d_global))
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,16 @@ class RunLoop:
         if data.global_test is not None and cfg.global_test_samples is not None:
             x, y = data.global_test
             keep = torch.from_numpy(eval_subsample(len(y), cfg.global_test_samples, cfg.seed)).to(y.device)
-            data = replace(data, global_test=(x.index_select(0, keep), y.index_select(0, keep)))
+            data = replace(data, global_test=(x.index_select(0, keep), y.index_select(0, keep)),
+                           global_device=None if data.global_device is None
+                           else data.global_device.index_select(0, keep))
+        if cfg.global_test_average not in ("pooled", "domains"):
+            raise ValueError(f"global_test_average has value {cfg.global_test_average!r}, which is not "
+                             "allowed; allowed: pooled, domains")
+        if cfg.global_test_average == "domains" and data.global_device is None:
+            raise ValueError("global_test_average 'domains' needs a split that records the domain of every "
+                             "global test sample (made with global_test_average 'domains'); this one does "
+                             "not: make the split again")
         self.model, self.data, self.fractions, self.cfg = model, data, fractions, cfg
         self.schedule = schedule or build_schedule([], fed.num_devices, cfg.rounds)
         self.progress, self.checkpoint, self.checkpoint_every = progress, checkpoint, checkpoint_every
@@ -247,6 +259,11 @@ class RunLoop:
                                            (data.x_test, data.y_test, data.test_device),
                                            (data.x_train, data.y_train, data.train_device),
                                            data.global_test, own_correct))
+                if cfg.global_test_average == "domains" and data.global_test is not None:
+                    row.update(global_test_pooled_accuracy=row["global_test_accuracy"],
+                               global_test_pooled_loss=row["global_test_loss"])
+                    row.update(_domain_mean(self.model, model_params if own is None else own,
+                                            own is not None, *data.global_test, data.global_device))
         # finite parameters can still give NaN losses (a negative BN running variance): diverged too
         diverged = diverged or any(not math.isfinite(row[k]) for k in EVAL_LOSSES if k in row)
         self.result.records.extend((tau, k, float(v)) for k, v in row.items())
@@ -417,6 +434,26 @@ def _evaluate_round(model: BatchedModel, params: list[torch.Tensor], test_device
         row.update(global_test_accuracy=float(g_correct.double().mean()),
                    global_test_loss=float(g_loss.double().mean()))
     return row
+
+
+def _domain_mean(model: BatchedModel, params: list[torch.Tensor], per_device: bool, x: torch.Tensor,
+                 y: torch.Tensor, device_of: torch.Tensor) -> dict[str, float]:
+    """global_test_* as FedBN reports them (federated/fed_digits.py, fed_domainnet.py: one test() per
+    domain, then their mean): the accuracy and loss of every domain's test samples, scored by the model of
+    the device holding that domain (per_device: params are [N, ...] per-device models, e.g. FedBN's local
+    batch norm; else the global model), averaged with equal weight over the domains a device holds.
+    The pooled values stay beside them as global_test_pooled_*."""
+    held = [int(k) for k in torch.unique(device_of) if int(k) >= 0]
+    if not held:
+        raise ValueError("global_test_average 'domains': no global test sample belongs to a domain a device "
+                         "holds")
+    correct, loss = [], []
+    for k in held:
+        sel = device_of == k
+        c, lo = per_sample(model, [p[k] for p in params] if per_device else params, x[sel], y[sel])
+        correct.append(float(c.double().mean()))
+        loss.append(float(lo.double().mean()))
+    return {"global_test_accuracy": float(np.mean(correct)), "global_test_loss": float(np.mean(loss))}
 
 
 def _own_model_correct(model: BatchedModel, own: list[torch.Tensor], x_test: torch.Tensor,
