@@ -107,6 +107,16 @@ def test_bad_arguments_refused(args: tuple, argname: str) -> None:
         generate_traces(*args)
 
 
+def test_traces_saved_under_any_name_are_in_that_file(tmp_path) -> None:
+    """`hetfl trace --out x.npy`: np.savez given a file name appends ".npz" to one without it, so x.npy
+    was left empty and the traces went to a hidden temporary file beside it (an audit found it)."""
+    tr = generate_traces(2, 5, 3, seed=1)
+    out = tmp_path / "x.npy"
+    save_traces(tr, out, tmp_path / "x.csv")
+    np.testing.assert_array_equal(load_traces(out).fractions, tr.fractions)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv", "x.npy"]
+
+
 def test_save_load_round_trip(tmp_path) -> None:
     tr = generate_traces(8, 12, 6, seed=5)
     npz, csv = tmp_path / "sub" / "traces.npz", tmp_path / "sub" / "traces.csv"

@@ -41,6 +41,19 @@ def _fsync(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
+def atomic_savez(path: str | Path, **arrays) -> None:
+    """np.savez of `arrays` to `path`, atomically (atomic_write). Written through an open file: given a
+    file name, np.savez appends ".npz" to one that lacks it, so `hetfl trace --out x.npy` wrote an empty
+    x.npy and its traces to a hidden temporary file beside it."""
+    import numpy as np
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+
+    atomic_write(path, write)
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None], suffix: str = "") -> None:
     """Call `write(tmp)` on a temporary file beside `path`, fsync it, then rename it onto `path`.
 

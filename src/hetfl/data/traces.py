@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from hetfl.data.tracesets import TRACE_NAMES, parse_traceset, traceset_label
-from hetfl.io import atomic_write
+from hetfl.io import atomic_savez, atomic_write
 
 __all__ = [
     "ASSIGNMENTS",
@@ -328,8 +328,7 @@ def save_traces(traces: Traces, npz_path: str | os.PathLike[str], csv_path: str 
     fr, asg = np.asarray(traces.fractions, dtype=np.float64), np.asarray(traces.assignment, dtype=np.int64)
     names = np.array(traces.trace_names, dtype=np.str_)
     params = np.array(json.dumps(traces.params or {}, sort_keys=True))
-    atomic_write(npz_path, lambda tmp: np.savez(tmp, fractions=fr, assignment=asg, trace_names=names,
-                                                params=params))
+    atomic_savez(npz_path, fractions=fr, assignment=asg, trace_names=names, params=params)
     r, n = fr.shape
     trace_of = np.asarray(traces.trace_names, dtype=object)[asg]
 
