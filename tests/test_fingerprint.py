@@ -87,11 +87,49 @@ def test_a_plugins_algorithm_file_is_in_the_training_fingerprint(tmp_path, monke
     fp.fingerprint.cache_clear()
     try:
         assert fp.outside_files(["fp_demo_plugin.algo", "hetfl.pipeline"]) == {
-            "fp_demo_plugin.algo": pkg / "algo.py"}
+            "fp_demo_plugin": pkg / "__init__.py", "fp_demo_plugin.algo": pkg / "algo.py"}
         before = fp.fingerprint("train", ("demo",))
         (pkg / "algo.py").write_text("STEP = 0.25\n")
         fp.fingerprint.cache_clear()
         assert fp.fingerprint("train", ("demo",)) != before
+    finally:
+        fp.fingerprint.cache_clear()
+
+
+def test_the_modules_a_plugins_algorithm_imports_from_its_own_package_are_in_the_fingerprint(
+        tmp_path, monkeypatch):
+    """A plugin's algorithm module that imports its update from a helper module of its own package (an
+    audit doubled FedAdam's server step in hetfl_fedadam/ops.py): only the target's own file was hashed, so
+    every run stayed "Nothing to be done" and even a forced rerun restored the old checkpoints. The
+    package's modules it imports, absolutely or relatively, and the package's __init__ are hashed now;
+    other packages' (numpy) are not."""
+    pkg = tmp_path / "fp_demo_plugin2"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "algo.py").write_text("import numpy\nfrom fp_demo_plugin2.ops import step\n"
+                                 "def f():\n    from .sub import util\n")
+    (pkg / "ops.py").write_text("def step(w):\n    return 0.5 * w\n")
+    (pkg / "sub" / "util.py").write_text("from ..ops import step\nSCALE = 1\n")
+    (pkg / "unused.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(fp, "algorithm_modules", lambda algorithms: ("fp_demo_plugin2.algo",))
+    fp.fingerprint.cache_clear()
+    try:
+        assert fp.outside_files(["fp_demo_plugin2.algo"]) == {
+            "fp_demo_plugin2": pkg / "__init__.py", "fp_demo_plugin2.algo": pkg / "algo.py",
+            "fp_demo_plugin2.ops": pkg / "ops.py", "fp_demo_plugin2.sub": pkg / "sub" / "__init__.py",
+            "fp_demo_plugin2.sub.util": pkg / "sub" / "util.py"}
+        seen = fp.fingerprint("train", ("demo",))
+        for path, text in ((pkg / "ops.py", "def step(w):\n    return w\n"),
+                           (pkg / "sub" / "util.py", "SCALE = 2\n")):
+            path.write_text(text)
+            fp.fingerprint.cache_clear()
+            assert fp.fingerprint("train", ("demo",)) != seen, path.name
+            seen = fp.fingerprint("train", ("demo",))
+        (pkg / "unused.py").write_text("X = 2\n")  # a module the algorithm does not import
+        fp.fingerprint.cache_clear()
+        assert fp.fingerprint("train", ("demo",)) == seen
     finally:
         fp.fingerprint.cache_clear()
 

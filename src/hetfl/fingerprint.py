@@ -97,19 +97,63 @@ def algorithm_modules(algorithms: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({CATALOG[a].target.split(":")[0] for a in algorithms if a in CATALOG}))
 
 
-def outside_files(modules: Iterable[str]) -> dict[str, Path]:
-    """module -> source file of each module outside hetfl (an algorithm registered by a plugin package):
-    its own file only, not what it imports. Editing a plugin's algorithm left every run "Nothing to be done"
-    while it was left out of the fingerprint (an audit)."""
+def _outside_origin(name: str) -> Path | None:
+    """The .py file of module `name` outside hetfl, or None (not found, not a module, no source)."""
     import importlib.util
 
-    out = {}
-    for name in modules:
-        if module_file(name) is not None:
-            continue
+    try:
         spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin and spec.origin.endswith(".py"):
-            out[name] = Path(spec.origin)
+    except (ImportError, ValueError, AttributeError):  # `a.b.Name`: a name, not a module
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+@functools.cache
+def _plugin_imports(source: str, name: str, is_package: bool) -> frozenset[str]:
+    """Modules that module `name`'s source imports anywhere in it, relative imports resolved (`from .ops
+    import f`: name's package + .ops and .ops.f, the latter dropped later if it is no module)."""
+    package = name if is_package else name.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                up = parts[:len(parts) - (node.level - 1)] if node.level - 1 < len(parts) else []
+                if not up:
+                    continue
+                base = ".".join(up + ([node.module] if node.module else []))
+            if base:
+                names.add(base)
+                names.update(f"{base}.{a.name}" for a in node.names)
+    return frozenset(names)
+
+
+def outside_files(modules: Iterable[str]) -> dict[str, Path]:
+    """module -> source file of each module outside hetfl (an algorithm registered by a plugin package),
+    of every module of the same top-level package that it imports, anywhere in it and relative imports
+    included, transitively, and of the packages above them (importing a.b runs a/__init__.py). Editing a
+    plugin's algorithm left every run "Nothing to be done" while its file was left out of the fingerprint,
+    and so did editing the helper module its update was imported from while only the file itself was in
+    (two audits). Other packages' modules (numpy, hetfl's own: closure) are not followed."""
+    out: dict[str, Path] = {}
+    todo = [m for m in modules if module_file(m) is None]
+    roots = {m.split(".")[0] for m in todo}
+    while todo:
+        name = todo.pop()
+        if name in out or name.split(".")[0] not in roots:
+            continue
+        path = _outside_origin(name)
+        if path is None:
+            continue
+        out[name] = path
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        todo.extend(_plugin_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py"))
     return out
 
 
