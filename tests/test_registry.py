@@ -246,3 +246,58 @@ def test_optional_and_tuple_hyperparameters_and_unsupported_types(monkeypatch):
     nested = dataclasses.make_dataclass("Nested", [("w", "dict[str, float]")])
     with pytest.raises(ValueError, match=r"hyperparameter 'w' has type 'dict\[str, float\]'.*allowed: bool"):
         entry_from(AlgorithmEntry("bad", "x:Y", nested, "p"), "bad", "test")
+
+
+def test_a_plugin_that_is_not_registered_is_refused_by_name_when_a_config_names_it(tmp_path):
+    """A plugin registering a name hetfl already has (its own FedAvgM) was left out with a warning, and a
+    config naming it validated and trained hetfl's FedAvgM with the plugin's hyperparameters wherever their
+    names agreed (an audit adding its own algorithm); one whose entry point did not import was refused as
+    an unknown name, the reason only in a warning above. Validation now refuses both, naming the entry
+    point, its package and the reason."""
+    site = tmp_path / "site"
+    install_plugin(site, """
+        [hetfl.algorithms]
+        fedavgm = demo_plugin:ENTRY
+        demotypo = demo_plugin.registraton:ENTRY
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "local_steps": [2, 3], "lr_schedule": "constant", "eta0": 0.1, "rounds": 1, "schemes": ["B"],
+           "num_traces": [1], "seeds": [0]}
+    cases = {
+        "clash": ({**exp, "algorithm": "fedavgm", "algorithm_params": {"fedavgm": {"server_lr": 0.5}}},
+                  r"experiments\.q\.algorithm' names algorithm 'fedavgm', which entry point 'fedavgm = "
+                  r"demo_plugin:ENTRY' of package demo-plugin also registers.*already registered.*hetfl's "
+                  r"own fedavgm would run in its place; allowed: "),
+        "typo": ({**exp, "algorithms": ["fedavg", "demotypo"]},
+                 r"experiments\.q\.algorithms\.1' has value \"demotypo\", which is not allowed; allowed: one "
+                 r"of .*; the plugin that would register \"demotypo\" is left out: entry point 'demotypo = "
+                 r"demo_plugin\.registraton:ENTRY' of package demo-plugin is not registered: No module named "
+                 r"'demo_plugin\.registraton'"),
+    }
+    for case, (config, message) in cases.items():
+        (tmp_path / f"{case}.yaml").write_text(yaml.safe_dump({"experiments": {"q": config}}))
+        proc = subprocess.run([sys.executable, "-m", "hetfl.cli", "validate", f"{case}.yaml"],
+                              capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert proc.returncode != 0, (case, proc.stdout)
+        import re
+
+        assert re.search(message, proc.stderr, re.S), (case, proc.stderr)
+    # hetfl's own FedAvgM still runs where no plugin claims its name
+    validate_config({"experiments": {"q": {**exp, "algorithm": "fedavgm"}}})
+
+
+def test_discover_records_why_each_refused_entry_point_is_left_out():
+    refused: dict[str, tuple[str, str]] = {}
+
+    def ep(name, value):
+        return metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
+
+    with pytest.warns(UserWarning):
+        discover(BUILTIN, [ep("fedavg", "hetfl.algorithms.registry:AlgorithmEntry"),
+                           ep("nomodule", "demo_missing_module:ENTRY")], refused=refused)
+    assert set(refused) == {"fedavg", "nomodule"}
+    assert refused["fedavg"][0] == "entry point 'fedavg = hetfl.algorithms.registry:AlgorithmEntry'"
+    assert "'fedavg' is already registered" in refused["fedavg"][1]
+    assert refused["nomodule"] == ("entry point 'nomodule = demo_missing_module:ENTRY'",
+                                   "No module named 'demo_missing_module'")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from hetfl.algorithms.hparams import CATALOG, check_scheme, parse_hyperparameters
+from hetfl.algorithms.hparams import CATALOG, REFUSED, check_scheme, parse_hyperparameters
 from hetfl.algorithms.registry import target_problem
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
@@ -108,7 +108,11 @@ def _format_error(error: jsonschema.ValidationError) -> str:
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return f"config key '{path}.{missing}' is missing; it is required"
     value = json.dumps(error.instance) if not isinstance(error.instance, dict) else "{...}"
-    return f"config key '{path}' has value {value}, which is not allowed; allowed: {_allowed(error)}"
+    text = f"config key '{path}' has value {value}, which is not allowed; allowed: {_allowed(error)}"
+    if error.validator == "enum" and isinstance(error.instance, str) and error.instance in REFUSED:
+        source, why = REFUSED[error.instance]  # a plugin's algorithm left out: the reason was a warning only
+        text += f"; the plugin that would register {value} is left out: {source} is not registered: {why}"
+    return text
 
 
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +151,15 @@ def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
     if "algorithm" in given and "algorithms" in given:
         raise ConfigError(f"config key 'experiments.{name}.algorithms' is not allowed together with "
                           f"'experiments.{name}.algorithm'; allowed: one of the two")
+    for algo in [*_algorithms(exp), *exp["algorithm_params"]]:
+        if algo in REFUSED:  # a plugin under a name hetfl has: hetfl's algorithm ran in its place
+            source, why = REFUSED[algo]
+            key = ("algorithms" if "algorithms" in given else "algorithm") if algo in _algorithms(exp) \
+                else f"algorithm_params.{algo}"
+            raise ConfigError(f"config key 'experiments.{name}.{key}' names algorithm '{algo}', which "
+                              f"{source} also registers, left out ({why}): hetfl's own {algo} would run in "
+                              "its place; allowed: a name of the plugin's own (its AlgorithmEntry's and "
+                              f"entry point's), or the plugin uninstalled to run hetfl's {algo}")
     for algo in _algorithms(exp):  # a plugin's mistyped target failed only when its training job started
         problem = target_problem(CATALOG[algo].target)
         if problem:

@@ -240,7 +240,10 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
 
 #: every algorithm hetfl knows: its own (BUILTIN) and those other packages register through the entry point
 #: group "hetfl.algorithms" (registry.discover). The config schema's enum is filled in from it.
-CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN)
+#: entry point name -> (entry point and package, why) of each plugin algorithm that was not registered
+#: (registry.discover); config validation refuses a config naming one (hetfl.config)
+REFUSED: dict[str, tuple[str, str]] = {}
+CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN, refused=REFUSED)
 
 
 def _allowed(meta: dict[str, Any], typ: HyperType) -> str:

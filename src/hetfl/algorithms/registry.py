@@ -113,14 +113,16 @@ def _entry_points(group: str) -> Iterable[metadata.EntryPoint]:
     return metadata.entry_points(group=group)
 
 
-def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metadata.EntryPoint] | None = None
-             ) -> dict[str, AlgorithmEntry]:
+def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metadata.EntryPoint] | None = None,
+             refused: dict[str, tuple[str, str]] | None = None) -> dict[str, AlgorithmEntry]:
     """hetfl's catalog plus every algorithm registered under ENTRY_POINT_GROUP.
 
     A plugin that fails to import, registers something else, or reuses a name already taken is left out
     with a warning naming the entry point, its package and the reason: one broken package must not stop
-    every hetfl command (a config that names the missing algorithm still fails validation, listing the
-    algorithms available).
+    every hetfl command. `refused` (entry point name -> (the entry point and package, the reason)) is filled
+    in for config validation,
+    which refuses a config naming such an algorithm and says why (hetfl.config): a name taken by hetfl
+    would otherwise run hetfl's algorithm in the plugin's place.
     """
     catalog = dict(builtin)
     for ep in _entry_points(ENTRY_POINT_GROUP) if entry_points is None else entry_points:
@@ -132,5 +134,7 @@ def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metad
                                  f"({catalog[ep.name].target}); allowed: a new name")
             catalog[ep.name] = entry_from(ep.load(), ep.name, source)
         except Exception as err:  # noqa: BLE001 — any failure of foreign code is reported, not raised
+            if refused is not None:
+                refused[ep.name] = (source, str(err))
             warnings.warn(f"hetfl: algorithm {source} is not registered: {err}", stacklevel=2)
     return catalog
