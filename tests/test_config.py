@@ -175,6 +175,34 @@ def test_algorithms_a_table_cannot_tell_apart_or_has_no_closed_form_for_are_refu
     _refused(cfg, message.format(e=exp))
 
 
+@pytest.mark.parametrize(("table", "first", "second", "key", "shown"), [
+    ("tiny_table3", {}, {"algorithm": "fedavgm"}, "algorithm", "fedavg"),  # Table 3 failed after training
+    ("tiny_table4", {}, {"algorithms": ["fedprox"]}, "algorithms", "fedavg"),  # Table 4 merged them silently
+    ("tiny_table5", {"algorithm": "fedprox"}, {"algorithm": "fedprox", "algorithm_params": {"fedprox": {
+        "mu": 0.5}}}, "algorithm_params.fedprox", 'fedprox {"mu": 0.01, "prox_step": "gradient"}'),
+    ("tiny_table5", {}, {"settings": {"a0": {"alpha": 0.0, "beta": 0.0}}}, None, None),  # one algorithm
+])
+def test_another_algorithms_experiment_on_a_table_without_a_method_column_is_refused(table, first, second,
+                                                                                     key, shown):
+    """Validation refused a second algorithm within an experiment of a Ruan table and said "allowed: one
+    algorithm (an experiment each)"; an experiment each (a researcher's own algorithm beside tiny.yaml's
+    FedAvg, an audit) then passed, trained, and Table 3 failed on "several runs for the same ..." while
+    Tables 4 and 5 paired the two algorithms' runs by seed silently. Every experiment of such a table now
+    runs one algorithm with one set of hyperparameters."""
+    tiny = yaml.safe_load((ROOT / "workflow/config/tiny.yaml").read_text())
+    base = {**tiny["experiments"][table], **first}
+    cfg = {"experiments": {table: base, f"{table}_other": {**copy.deepcopy(base), **second}}}
+    if key is None:
+        validate_config(cfg)
+        return
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    text = str(err.value)
+    assert f"config key 'experiments.{table}_other.{key}'" in text, text
+    assert f"not allowed with table {base['table']} beside experiment {table} ({shown})" in text, text
+    assert "no method column" in text and "a directory of its own" in text, text
+
+
 @pytest.mark.parametrize(("table", "change", "message"), [
     ("objective_inconsistency", {}, "'experiments.{e}.dataset' has value \"synthetic\", which is not allowed "
                                     "with table objective_inconsistency"),

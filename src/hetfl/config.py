@@ -470,7 +470,8 @@ def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
     if table in ONE_ALGORITHM_TABLES and len(algorithms) > 1:
         raise ConfigError(f"config key '{key}.{given}' has value {value}, which is not allowed with table "
                           f"{table} (its cells pair runs by seed and setting, with no method column: two "
-                          "algorithms' runs would be merged); allowed: one algorithm (an experiment each)")
+                          "algorithms' runs would be merged); allowed: one algorithm (another one in a "
+                          "config of its own, run in a directory of its own: docs/adding-an-algorithm.md)")
     if table == "objective_inconsistency":
         from hetfl.reports.fixed_points import ALGORITHMS as CLOSED_FORMS
 
@@ -478,6 +479,38 @@ def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
             raise ConfigError(f"config key '{key}.{given}' has value {value}, which is not allowed with "
                               f"table objective_inconsistency; allowed: those with closed forms, "
                               + ", ".join(CLOSED_FORMS))
+
+
+def _check_one_algorithm_tables(experiments: dict[str, Any], given: dict[str, set[str]]) -> None:
+    """The experiments of a table without a method column (ONE_ALGORITHM_TABLES) run one algorithm with one
+    set of hyperparameters: a second experiment with another (a researcher's own algorithm beside the
+    grid's FedAvg) trained, then Table 3 refused the runs and Tables 4-5 paired them by seed silently."""
+    first: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for name, exp in experiments.items():
+        if exp["table"] not in ONE_ALGORITHM_TABLES:
+            continue
+        algo = _algorithms(exp)[0]  # one: _check_table_fits refuses more
+        params = asdict(parse_hyperparameters(algo, exp["algorithm_params"].get(algo)))
+        if exp["table"] not in first:
+            first[exp["table"]] = (name, algo, params)
+            continue
+        other, other_algo, other_params = first[exp["table"]]
+        if (algo, params) == (other_algo, other_params):
+            continue
+        mine = given.get(name, set(exp))
+        if algo != other_algo:
+            key = "algorithms" if "algorithms" in mine else "algorithm"
+            value = json.dumps(exp.get(key, "fedavg"))
+        else:
+            key, value = f"algorithm_params.{algo}", json.dumps(exp["algorithm_params"].get(algo, {}))
+        shown = other_algo + (f" {json.dumps(other_params)}" if other_params else "")
+        raise ConfigError(
+            f"config key 'experiments.{name}.{key}' has value {value}, which is not allowed with table "
+            f"{exp['table']} beside experiment {other} ({shown}): the table's cells pair runs by seed and "
+            "setting, with no method column, so the two experiments' runs would be merged or refused after "
+            f"training; allowed: {shown}, as {other} runs; another algorithm or hyperparameters on this "
+            "table in a config of its own, run in a directory of its own (docs/adding-an-algorithm.md), or "
+            "in a table with a method column (bmta, communication_cost)")
 
 
 def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
@@ -632,6 +665,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_source_fits(name, exp)
         _check_traces(name, exp)
         _check_readings(name, exp)
+    _check_one_algorithm_tables(config["experiments"], given or {})
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
