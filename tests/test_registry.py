@@ -301,3 +301,76 @@ def test_discover_records_why_each_refused_entry_point_is_left_out():
     assert "'fedavg' is already registered" in refused["fedavg"][1]
     assert refused["nomodule"] == ("entry point 'nomodule = demo_missing_module:ENTRY'",
                                    "No module named 'demo_missing_module'")
+
+
+# A plugin's class as a newcomer writes it wrong (an audit): each passed validation, then failed in its
+# training job (a TypeError deep in round 1, "Mis() takes no arguments") or, the hook's name misspelt,
+# trained as FedAvg without a word.
+CLASS_MISTAKES = {
+    "nobase": ("class Mis:\n    def aggregate(self, state, params, finals, info):\n        pass\n",
+               "class Mis has no base class; allowed: a subclass of hetfl.algorithms.base.Algorithm"),
+    "signature": ("from hetfl.algorithms.base import Algorithm\n\nclass Mis(Algorithm):\n"
+                  "    def aggregate(self, params, finals, info):\n        pass\n",
+                  "Mis.aggregate(self, params, finals, info) takes 4 positional parameters; allowed: "
+                  "aggregate(self, state, params, finals, info), the hook the engine calls"),
+    "misspelt": ("from hetfl.algorithms.base import Algorithm\n\nclass Mis(Algorithm):\n"
+                 "    def agregate(self, state, params, finals, info):\n        pass\n",
+                 "Mis defines agregate, which is no hook of Algorithm: the engine never calls it and the "
+                 "algorithm runs its base class's aggregate; allowed: a hook's name (aggregate?), or a "
+                 "helper named apart from the hooks (_agregate)"),
+}
+
+
+def _mistake_module(tmp_path, monkeypatch, case):
+    module = f"demo_mistake_{case}"
+    (tmp_path / f"{module}.py").write_text(CLASS_MISTAKES[case][0])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f"{module}:Mis"
+
+
+@pytest.mark.parametrize("case", sorted(CLASS_MISTAKES))
+def test_a_plugin_class_that_does_not_fit_the_engine_is_refused_before_any_job(tmp_path, monkeypatch, case):
+    from hetfl.algorithms.hparams import NoParams
+    from hetfl.algorithms.registry import class_problem
+
+    target = _mistake_module(tmp_path, monkeypatch, case)
+    assert CLASS_MISTAKES[case][1] in class_problem(target)
+    monkeypatch.setitem(CATALOG, "mis", AlgorithmEntry("mis", target, NoParams, "p"))
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "local_steps": [2, 3], "rounds": 1, "schemes": ["B"], "num_traces": [1], "seeds": [0]}
+    with pytest.raises(ConfigError) as err:
+        validate_config({"experiments": {"q": {**exp, "algorithm": "mis"}}})
+    assert f"'experiments.q.algorithm' names algorithm 'mis', whose class {target} does not fit the engine" \
+        in str(err.value)
+    assert CLASS_MISTAKES[case][1] in str(err.value)
+
+
+def test_every_builtin_class_fits_the_engine():
+    from hetfl.algorithms import algorithm_class
+    from hetfl.algorithms.registry import class_problem
+
+    for name, entry in BUILTIN.items():
+        assert class_problem(entry.target) is None, name
+        algorithm_class(name)  # the check at import: nothing refused
+
+
+@pytest.mark.parametrize("case", sorted(CLASS_MISTAKES))
+def test_the_training_job_refuses_the_same_class_where_the_source_cannot_tell(tmp_path, monkeypatch, case):
+    """Validation reads the class's own source; a hook inherited from a base of the plugin's (or a class
+    made at run time) is checked when the training job imports the class, before any run trains."""
+    from hetfl.algorithms import algorithm_class
+    from hetfl.algorithms.hparams import NoParams
+
+    source, message = CLASS_MISTAKES[case]
+    module = f"demo_mistake_inherited_{case}"
+    (tmp_path / f"{module}.py").write_text(source.replace("class Mis", "class Base") + "\n\n"
+                                           "class Mis(Base):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(CATALOG, "mis", AlgorithmEntry("mis", f"{module}:Mis", NoParams, "p"))
+    with pytest.raises(TypeError) as err:
+        algorithm_class("mis")
+    expected = {"nobase": "is not a subclass of hetfl.algorithms.base.Algorithm; allowed: a subclass",
+                "signature": message.replace("Mis.", "Base."),
+                "misspelt": message.replace("Mis defines", "Base defines")}[case]
+    assert f"algorithm 'mis' ({module}:Mis): " in str(err.value), str(err.value)
+    assert expected in str(err.value), str(err.value)

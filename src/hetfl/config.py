@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from hetfl.algorithms.hparams import CATALOG, REFUSED, check_scheme, parse_hyperparameters
-from hetfl.algorithms.registry import target_problem
+from hetfl.algorithms.registry import class_problem, target_problem
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 from hetfl.errors import ConfigError
@@ -167,6 +167,11 @@ def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
             raise ConfigError(f"config key 'experiments.{name}.{key}' names algorithm '{algo}', whose "
                               f"class cannot be imported: {problem}; allowed: a registered target that "
                               "exists (fix the AlgorithmEntry's target in the package that registers it)")
+        problem = class_problem(CATALOG[algo].target)  # it failed in its training job, or ran as FedAvg
+        if problem:
+            key = "algorithms" if "algorithms" in given else "algorithm"
+            raise ConfigError(f"config key 'experiments.{name}.{key}' names algorithm '{algo}', whose "
+                              f"class {CATALOG[algo].target} does not fit the engine: {problem}")
     for algo, params in exp["algorithm_params"].items():  # also those not run: a config may trim the axis
         try:
             parse_hyperparameters(algo, params, key=f"experiments.{name}.algorithm_params.{algo}")

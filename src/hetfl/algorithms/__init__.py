@@ -32,11 +32,40 @@ def algorithm_class(name: str) -> type[Algorithm]:
     entry = CATALOG[name]
     module, attr = entry.target.split(":")
     cls = getattr(importlib.import_module(module), attr)
+    problem = _class_problem(cls)  # before any run trains: a TypeError in round 1, or FedAvg without a word
+    if problem:
+        raise TypeError(f"algorithm '{name}' ({entry.target}): {problem}")
     if getattr(cls, "Params", entry.params) is not entry.params:
         raise TypeError(f"algorithm '{name}': class {entry.target} has Params = {cls.Params.__name__} but is "
                         f"registered with {entry.params.__name__}; set `Params = {entry.params.__name__}` on "
                         "the class")
     return cls
+
+
+def _class_problem(cls: Any) -> str | None:
+    """registry.class_problem on the imported class, its inherited methods included."""
+    import inspect
+
+    from hetfl.algorithms.base import Algorithm
+    from hetfl.algorithms.registry import method_problem
+
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        what = f"class {cls.__qualname__}" if isinstance(cls, type) else f"a {type(cls).__name__}"
+        return (f"{what} is not a subclass of hetfl.algorithms.base.Algorithm; allowed: a subclass (its "
+                "hooks default to FedAvg's)")
+    for klass in cls.__mro__[:cls.__mro__.index(Algorithm)]:
+        for attr, value in vars(klass).items():
+            if not inspect.isfunction(value) or getattr(cls, attr) is not getattr(klass, attr, None):
+                continue  # not a plain method, or overridden further down
+            params = [p for p in inspect.signature(value).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            required = sum(p.default is p.empty for p in params)
+            varargs = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(value).parameters.values())
+            problem = method_problem(klass.__qualname__, (attr, tuple(p.name for p in params), required,
+                                                          varargs))
+            if problem:
+                return problem
+    return None
 
 
 def make_algorithm(name: str, params: dict[str, Any] | None = None, **hyperparameters: Any) -> Algorithm:

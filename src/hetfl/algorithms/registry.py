@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import importlib.util
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from hetfl.algorithms.hptypes import hyper_type
@@ -106,6 +108,93 @@ def target_problem(target: str) -> str | None:
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
     if attr not in names:
         return f"target {target!r}: module {module} ({spec.origin}) defines no top-level {attr}"
+    return None
+
+
+# -- does the class fit the engine? -----------------------------------------------------------------------
+#: (name, positional parameters, required ones, takes *args) of a method, from its source or its signature
+Method = tuple[str, tuple[str, ...], int, bool]
+
+
+@functools.cache
+def _base_class() -> ast.ClassDef:
+    """hetfl.algorithms.base.Algorithm's source (read, not imported: base imports torch)."""
+    path = Path(__file__).with_name("base.py")
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Algorithm")
+
+
+def _method(node: ast.FunctionDef) -> Method:
+    a = node.args
+    names = tuple(x.arg for x in [*a.posonlyargs, *a.args])
+    return node.name, names, len(names) - len(a.defaults), a.vararg is not None
+
+
+@functools.cache
+def hooks() -> dict[str, tuple[str, ...]]:
+    """The engine's hooks, Algorithm's public plain methods: name -> positional parameters (self first)."""
+    return {m[0]: m[1] for m in map(_method, (n for n in _base_class().body if isinstance(n, ast.FunctionDef)
+                                               and not n.decorator_list and not n.name.startswith("_")))}
+
+
+@functools.cache
+def _base_names() -> frozenset[str]:
+    """Every name Algorithm defines (methods, properties, class attributes)."""
+    names = {n.name for n in _base_class().body if isinstance(n, ast.FunctionDef)}
+    for n in _base_class().body:
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for target in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                names.update(x.id for x in ast.walk(target) if isinstance(x, ast.Name))
+    return frozenset(names)
+
+
+def method_problem(owner: str, method: Method) -> str | None:
+    """Why a method a subclass of Algorithm defines does not fit the engine, or None: a hook whose
+    positional parameters the engine's call cannot fill, or a public name one typo away from a hook's (the
+    engine never calls it, and the algorithm silently runs its base class's hook: FedAvg's)."""
+    name, params, required, varargs = method
+    wanted = hooks().get(name)
+    if wanted is not None:
+        if required > len(wanted) or (len(params) < len(wanted) and not varargs):
+            return (f"{owner}.{name}({', '.join(params)}) takes {len(params)} positional parameters; "
+                    f"allowed: {name}({', '.join(wanted)}), the hook the engine calls")
+        return None
+    if name.startswith("_") or name in _base_names():
+        return None
+    close = difflib.get_close_matches(name, list(hooks()), n=1, cutoff=0.85)
+    if close:
+        return (f"{owner} defines {name}, which is no hook of Algorithm: the engine never calls it and the "
+                f"algorithm runs its base class's {close[0]}; allowed: a hook's name ({close[0]}?), or a "
+                f"helper named apart from the hooks (_{name})")
+    return None
+
+
+@functools.cache
+def class_problem(target: str) -> str | None:
+    """Why the class a "module:Class" target names does not fit the engine, read from its module's source
+    without importing it: no base class, a hook whose signature the engine's call does not fit, or a
+    misspelt hook. None when nothing is wrong that the class's own source shows (what it inherits from a
+    base of its own is checked when the training job imports it: hetfl.algorithms.algorithm_class)."""
+    module, _, attr = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    with open(spec.origin, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), spec.origin)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == attr), None)
+    if node is None:
+        return None
+    if not node.bases:
+        return (f"class {attr} has no base class; allowed: a subclass of hetfl.algorithms.base.Algorithm "
+                "(its hooks default to FedAvg's)")
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef) and not item.decorator_list:
+            problem = method_problem(attr, _method(item))
+            if problem:
+                return problem
     return None
 
 
