@@ -190,3 +190,43 @@ def test_stacked_runs_end_bitwise_where_each_run_alone_ends(tiny_fed, model_name
         assert a.records == s.records  # bitwise: every metric of every round
         for pa, ps in zip(a.params, s.params, strict=True):
             assert torch.equal(pa, ps)
+
+
+def _wrong_aggregate(returns):
+    from hetfl.algorithms.base import Algorithm, deltas
+    from hetfl.engine import comm
+
+    class Wrong(Algorithm):
+        name = "wrong"
+
+        def aggregate(self, state, params, finals, info):
+            metrics = comm.round_metrics(up=deltas(params, finals), down=params, clients=len(info.clients))
+            return returns(state, params, finals, metrics)
+
+    return Wrong()
+
+
+@pytest.mark.parametrize(("returns", "error", "message"), [
+    # the clients' stacked finals [K, ...] as the new model: a shape error in the next round's local step
+    (lambda state, params, finals, m: (finals, state, m), ValueError,
+     r"'wrong' \(.*Wrong\)\.aggregate returned parameter entry 0 of shape \(2, 1\); allowed: the shape of "
+     r"the global parameter it replaces, \(1,\) \(the new global model, without the client axis"),
+    (lambda state, params, finals, m: (params[:0], state, m), ValueError,
+     r"aggregate returned 0 parameter entries; allowed: 1, one per entry of the global model"),
+    (lambda state, params, finals, m: (params, m), TypeError,
+     r"aggregate returned a tuple of 2; allowed: a tuple \(new global parameters, new state, metrics dict\)"),
+])
+def test_an_aggregate_that_returns_the_wrong_shape_is_named_at_its_round(returns, error, message):
+    """A plugin's aggregate that returned the clients' stacked models failed a round later inside the
+    model's gradient ("shape '[2, 2, 1]' is invalid for input of size 40", an audit); on other models a
+    stray [1, ...] axis can broadcast on. The engine checks what aggregate returns, every round."""
+    from hetfl.data.quadratic import build_quadratic
+    from hetfl.models.quadratic import Quadratic
+
+    cfg = TrainSettings("B", 1, 1, 0.1, 2, lr_schedule="constant", local_steps=(2, 3))
+    with pytest.raises(error, match=r"algorithm 'wrong'|aggregate returned") as err:
+        train(Quadratic(), build_quadratic((1.0, 2.0), (1.0, 5.0)), np.ones((2, 2)), cfg,
+              algorithm=_wrong_aggregate(returns))
+    import re
+
+    assert re.search(message, str(err.value)), str(err.value)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -236,7 +237,8 @@ class RunLoop:
         self._round = None
         cfg, data, alg = self.cfg, self.data, self.algorithm
         if finals is not None:
-            self.params, self.state, extra = alg.aggregate(self.state, self.params, finals, info)
+            self.params, self.state, extra = checked_aggregate(
+                alg, alg.aggregate(self.state, self.params, finals, info), self.params)
             row.update(extra)
         row.update({
             "active_devices": float((done > 0).sum()),
@@ -281,6 +283,32 @@ class RunLoop:
     def close(self) -> TrainResult:
         self.result.params = [t.cpu() for t in self.algorithm.global_model(self.state, self.params)]
         return self.result
+
+
+def checked_aggregate(alg: Algorithm, out: Any, params: list[torch.Tensor]) -> Any:
+    """What `aggregate` returned, when it is (new params, state, metrics) with the global model's shapes.
+
+    A plugin's aggregate that returned the clients' stacked models [K, ...] failed a round later inside the
+    model's gradient, far from the cause (an audit), and a stray [1, ...] axis can broadcast on unseen."""
+    who = f"algorithm '{alg.name}' ({type(alg).__module__}:{type(alg).__qualname__}).aggregate"
+    if not isinstance(out, tuple | list) or len(out) != 3 or not isinstance(out[2], Mapping):
+        got = f"a {type(out).__name__} of {len(out)}" if isinstance(out, tuple | list) else \
+            f"a {type(out).__name__}"
+        raise TypeError(f"{who} returned {got}; allowed: a tuple (new global parameters, new state, metrics "
+                        "dict), e.g. comm.round_metrics(...) as the metrics")
+    new = out[0]
+    if not isinstance(new, list | tuple) or len(new) != len(params):
+        count = len(new) if isinstance(new, list | tuple) else type(new).__name__
+        raise ValueError(f"{who} returned {count} parameter entries; allowed: {len(params)}, one per entry "
+                         "of the global model")
+    for i, (n, p) in enumerate(zip(new, params, strict=True)):
+        if not isinstance(n, torch.Tensor) or n.shape != p.shape:
+            got = f"shape {tuple(n.shape)}" if isinstance(n, torch.Tensor) else f"a {type(n).__name__}"
+            raise ValueError(f"{who} returned parameter entry {i} of {got}; allowed: the shape of the global "
+                             f"parameter it replaces, {tuple(p.shape)} (the new global model, without the "
+                             "client axis that `finals` and the updates Δ_k carry: reduce it, e.g. with "
+                             "weighted_sum(deltas(params, finals), info.weights))")
+    return out
 
 
 def train(model: BatchedModel, fed: Federation, fractions: np.ndarray, cfg: TrainSettings,
