@@ -374,3 +374,44 @@ def test_the_training_job_refuses_the_same_class_where_the_source_cannot_tell(tm
                 "misspelt": message.replace("Mis defines", "Base defines")}[case]
     assert f"algorithm 'mis' ({module}:Mis): " in str(err.value), str(err.value)
     assert expected in str(err.value), str(err.value)
+
+
+def test_a_plugins_runs_record_its_package_and_version(tmp_path, monkeypatch):
+    """run.json and the MLflow mirror recorded hetfl's commit, a clean git_dirty and hetfl's version, and
+    nothing of the plugin package whose code trained the run (an audit): the plugin's package, version,
+    entry point and class are recorded now, for plugins only (hetfl's own runs are unchanged)."""
+    import hetfl.algorithms.hparams as hp
+    from hetfl.data.build import make_split
+    from hetfl.data.traces import make_traces
+    from hetfl.pipeline import run_training
+    from hetfl.tracking import read_run
+
+    site = tmp_path / "site"
+    install_plugin(site, """
+        [hetfl.algorithms]
+        demohalf = demo_plugin:ENTRY
+    """)
+    monkeypatch.syspath_prepend(str(site))
+    plugins: dict[str, dict[str, str | None]] = {}
+    (ep,) = [e for d in metadata.distributions(path=[str(site)]) for e in d.entry_points]
+    catalog = discover(BUILTIN, [ep], sources=plugins)
+    assert plugins == {"demohalf": {"entry_point": "demohalf = demo_plugin:ENTRY", "package": "demo-plugin",
+                                    "version": "0.1", "target": "demo_plugin.algo:FedHalf"}}
+    monkeypatch.setitem(CATALOG, "demohalf", catalog["demohalf"])  # as if installed in this process
+    monkeypatch.setitem(hp.PLUGINS, "demohalf", plugins["demohalf"])
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "algorithms": ["fedavg", "demohalf"], "local_steps": [2, 3], "lr_schedule": "constant",
+           "eta0": 0.1, "rounds": 1, "schemes": ["B"], "num_traces": [1], "seeds": [0]}
+    specs = list(expand_runs(validate_config({"experiments": {"q": exp}})))
+    make_split(tmp_path / "split.npz", specs[0].split_spec(), seed=0)
+    make_traces(tmp_path / "t.npz", traceset="T1", num_devices=2, rounds=1, seed=0)
+    infos = {}
+    for spec in specs:
+        run_training(spec, tmp_path / "split.npz", tmp_path / "t.npz", tmp_path / spec.run, progress=False)
+        infos[spec.algorithm] = json.loads((tmp_path / spec.run / "run.json").read_text())
+    assert "algorithm_source" not in infos["fedavg"]
+    assert infos["demohalf"]["algorithm_source"] == plugins["demohalf"]
+    tags = read_run(tmp_path / specs[1].run).tags
+    assert tags["hetfl.algorithm_package"] == "demo-plugin==0.1"
+    assert tags["hetfl.algorithm_target"] == "demo_plugin.algo:FedHalf"
+    assert "hetfl.algorithm_package" not in read_run(tmp_path / specs[0].run).tags

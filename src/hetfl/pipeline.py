@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 
 import hetfl
-from hetfl.algorithms import make_algorithm
+from hetfl.algorithms import hparams, make_algorithm
 from hetfl.config import INACTIVE_TRACES, TEXT_MODELS, RunSpec
 from hetfl.data import concept_shift, traces
 from hetfl.data.build import check_split
@@ -327,7 +327,7 @@ class RunJob:
             "versions": {"hetfl": hetfl.__version__, "python": platform.python_version(),
                          "torch": torch.__version__, "numpy": np.__version__, "pandas": pd.__version__},
             "git_commit": self.prov.commit,
-            "git_dirty": self.prov.dirty,
+            "git_dirty": self.prov.dirty,  # of src/hetfl: a plugin's algorithm has its own record below
             "code_fingerprint": self.prov.code,
             "device": str(self.device),
             # CUDA graphs on for the run's fused local steps (engine.graphs): asked for, or the model's rule
@@ -346,6 +346,9 @@ class RunJob:
             "started_at": (finished_at - timedelta(seconds=wall)).isoformat(timespec="milliseconds"),
             "finished_at": finished_at.isoformat(timespec="milliseconds"),
         }
+        source = hparams.PLUGINS.get(spec.algorithm)
+        if source is not None:  # the package whose code trained the run (hetfl's own: the commit above)
+            info["algorithm_source"] = dict(source)
         info = json.loads(json.dumps(info))  # plain JSON types (torch.__version__ is a str subclass)
         _write_outputs(self.out_dir, result.records, info)
         # the light final checkpoint: both outputs, no tensors (it loads with weights_only=True)

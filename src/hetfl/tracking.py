@@ -264,6 +264,11 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
         tags["hetfl.precision"] = "tf32"
     if info.get("code_fingerprint"):
         tags["hetfl.code_fingerprint"] = str(info["code_fingerprint"])
+    source = info.get("algorithm_source")
+    if source:  # a plugin's algorithm: the package whose code trained the run (the commit is hetfl's)
+        package = f"{source['package']}=={source['version']}" if source.get("package") else "unknown"
+        tags["hetfl.algorithm_package"] = package
+        tags["hetfl.algorithm_target"] = str(source.get("target"))
     commit = info.get("git_commit")
     if commit and commit != "unknown":
         tags[MLFLOW_GIT_COMMIT] = str(commit)

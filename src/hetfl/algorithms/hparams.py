@@ -243,7 +243,10 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
 #: entry point name -> (entry point and package, why) of each plugin algorithm that was not registered
 #: (registry.discover); config validation refuses a config naming one (hetfl.config)
 REFUSED: dict[str, tuple[str, str]] = {}
-CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN, refused=REFUSED)
+#: name -> entry point, package, version and target of each plugin algorithm registered (registry.discover):
+#: its runs record them (hetfl.pipeline), as hetfl's own record hetfl's commit
+PLUGINS: dict[str, dict[str, str | None]] = {}
+CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN, refused=REFUSED, sources=PLUGINS)
 
 
 def _allowed(meta: dict[str, Any], typ: HyperType) -> str:

@@ -203,7 +203,8 @@ def _entry_points(group: str) -> Iterable[metadata.EntryPoint]:
 
 
 def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metadata.EntryPoint] | None = None,
-             refused: dict[str, tuple[str, str]] | None = None) -> dict[str, AlgorithmEntry]:
+             refused: dict[str, tuple[str, str]] | None = None,
+             sources: dict[str, dict[str, str | None]] | None = None) -> dict[str, AlgorithmEntry]:
     """hetfl's catalog plus every algorithm registered under ENTRY_POINT_GROUP.
 
     A plugin that fails to import, registers something else, or reuses a name already taken is left out
@@ -211,7 +212,9 @@ def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metad
     every hetfl command. `refused` (entry point name -> (the entry point and package, the reason)) is filled
     in for config validation,
     which refuses a config naming such an algorithm and says why (hetfl.config): a name taken by hetfl
-    would otherwise run hetfl's algorithm in the plugin's place.
+    would otherwise run hetfl's algorithm in the plugin's place. `sources` (name -> entry point, package,
+    version and target of each plugin registered) is filled in for the runs' provenance (run.json's
+    algorithm_source, the MLflow mirror's hetfl.algorithm_* tags).
     """
     catalog = dict(builtin)
     for ep in _entry_points(ENTRY_POINT_GROUP) if entry_points is None else entry_points:
@@ -222,6 +225,11 @@ def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metad
                 raise ValueError(f"the name '{ep.name}' is already registered "
                                  f"({catalog[ep.name].target}); allowed: a new name")
             catalog[ep.name] = entry_from(ep.load(), ep.name, source)
+            if sources is not None:
+                sources[ep.name] = {"entry_point": f"{ep.name} = {ep.value}",
+                                    "package": dist.name if dist else None,
+                                    "version": dist.version if dist else None,
+                                    "target": catalog[ep.name].target}
         except Exception as err:  # noqa: BLE001 — any failure of foreign code is reported, not raised
             if refused is not None:
                 refused[ep.name] = (source, str(err))
