@@ -415,3 +415,42 @@ def test_a_plugins_runs_record_its_package_and_version(tmp_path, monkeypatch):
     assert tags["hetfl.algorithm_package"] == "demo-plugin==0.1"
     assert tags["hetfl.algorithm_target"] == "demo_plugin.algo:FedHalf"
     assert "hetfl.algorithm_package" not in read_run(tmp_path / specs[0].run).tags
+
+
+def test_a_plugin_whose_defaults_its_own_ranges_refuse_is_not_registered(tmp_path):
+    """A default outside its own hyper() range (step = -1 where > 0 is allowed) or of another type was
+    never checked: a config that left the key out validated and trained with it. Such a plugin is now
+    left out, naming the field, the default and what is allowed; so is a field without a default (a
+    config may leave any key out)."""
+    site = tmp_path / "site"
+    install_plugin(site, """
+        [hetfl.algorithms]
+        demohalf = demo_plugin:ENTRY
+    """)
+    init = site / "demo_plugin" / "__init__.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "algorithm": "demohalf", "local_steps": [2, 3], "lr_schedule": "constant", "eta0": 0.1,
+           "rounds": 1, "schemes": ["B"], "num_traces": [1], "seeds": [0]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"experiments": {"q": exp}}))
+    for default, message in (("-1.0", "hyperparameter 'step' has default -1.0, which is not allowed; "
+                                      "allowed: a value of type float, > 0.0"),
+                             ('"0.5"', "hyperparameter 'step' has default \"0.5\", which is not allowed; "
+                                       "allowed: a value of type float, > 0.0")):
+        init.write_text(PLUGIN_INIT.replace("hyper(0.5,", f"hyper({default},"))
+        proc = subprocess.run([sys.executable, "-m", "hetfl.cli", "validate", "c.yaml"], capture_output=True,
+                              text=True, env=env, cwd=tmp_path)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+        assert "the plugin that would register \"demohalf\" is left out" in proc.stderr
+
+
+def test_every_builtin_default_is_allowed_by_its_own_range():
+    import dataclasses
+
+    from hetfl.algorithms.hparams import check_defaults
+
+    for entry in BUILTIN.values():
+        check_defaults(entry)
+    nodefault = dataclasses.make_dataclass("P", [("beta", float)], frozen=True)
+    with pytest.raises(ValueError, match=r"hyperparameter 'beta' has no default; allowed: a default"):
+        check_defaults(AlgorithmEntry("x", "x:Y", nodefault, "p"))

@@ -238,16 +238,6 @@ BUILTIN: dict[str, AlgorithmEntry] = {e.name: e for e in (
                    "(seed 004's reviewers)", "FedAvg+ST+EF"),
 )}
 
-#: every algorithm hetfl knows: its own (BUILTIN) and those other packages register through the entry point
-#: group "hetfl.algorithms" (registry.discover). The config schema's enum is filled in from it.
-#: entry point name -> (entry point and package, why) of each plugin algorithm that was not registered
-#: (registry.discover); config validation refuses a config naming one (hetfl.config)
-REFUSED: dict[str, tuple[str, str]] = {}
-#: name -> entry point, package, version and target of each plugin algorithm registered (registry.discover):
-#: its runs record them (hetfl.pipeline), as hetfl's own record hetfl's commit
-PLUGINS: dict[str, dict[str, str | None]] = {}
-CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN, refused=REFUSED, sources=PLUGINS)
-
 
 def _allowed(meta: dict[str, Any], typ: HyperType) -> str:
     if meta.get("choices"):
@@ -340,3 +330,31 @@ def describe(algorithm: str) -> list[tuple[str, Any, str]]:
     cls = CATALOG[algorithm].params
     return [(f.name, f.default, f"{f.metadata.get('doc', '')} [{_allowed(f.metadata, hyper_type(f))}]")
             for f in dataclasses.fields(cls)]
+
+
+def check_defaults(entry: AlgorithmEntry) -> None:
+    """Every hyperparameter has a default its own range allows (ValueError naming the field, the default and
+    what is allowed): a config that leaves a key out gets the default, unchecked until now."""
+    for f in dataclasses.fields(entry.params):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"hyperparameter '{f.name}' has no default; allowed: a default for every "
+                             "hyperparameter (a config may leave any key out)")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        try:
+            _check_value(f, list(default) if isinstance(default, tuple) else default, f.name)
+        except ValueError:
+            plain = isinstance(default, str | int | float | bool | None)
+            shown = json.dumps(default) if plain else repr(default)
+            raise ValueError(f"hyperparameter '{f.name}' has default {shown}, which is not allowed; allowed: "
+                             f"{_allowed(f.metadata, hyper_type(f))}") from None
+
+
+#: entry point name -> (entry point and package, why) of each plugin algorithm that was not registered
+#: (registry.discover); config validation refuses a config naming one (hetfl.config)
+REFUSED: dict[str, tuple[str, str]] = {}
+#: name -> entry point, package, version and target of each plugin algorithm registered (registry.discover):
+#: its runs record them (hetfl.pipeline), as hetfl's own record hetfl's commit
+PLUGINS: dict[str, dict[str, str | None]] = {}
+#: every algorithm hetfl knows: its own (BUILTIN) and those other packages register through the entry point
+#: group "hetfl.algorithms" (registry.discover). The config schema's enum is filled in from it.
+CATALOG: dict[str, AlgorithmEntry] = discover(BUILTIN, refused=REFUSED, sources=PLUGINS, check=check_defaults)

@@ -21,7 +21,7 @@ import difflib
 import functools
 import importlib.util
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -204,7 +204,8 @@ def _entry_points(group: str) -> Iterable[metadata.EntryPoint]:
 
 def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metadata.EntryPoint] | None = None,
              refused: dict[str, tuple[str, str]] | None = None,
-             sources: dict[str, dict[str, str | None]] | None = None) -> dict[str, AlgorithmEntry]:
+             sources: dict[str, dict[str, str | None]] | None = None,
+             check: Callable[[AlgorithmEntry], None] | None = None) -> dict[str, AlgorithmEntry]:
     """hetfl's catalog plus every algorithm registered under ENTRY_POINT_GROUP.
 
     A plugin that fails to import, registers something else, or reuses a name already taken is left out
@@ -214,7 +215,8 @@ def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metad
     which refuses a config naming such an algorithm and says why (hetfl.config): a name taken by hetfl
     would otherwise run hetfl's algorithm in the plugin's place. `sources` (name -> entry point, package,
     version and target of each plugin registered) is filled in for the runs' provenance (run.json's
-    algorithm_source, the MLflow mirror's hetfl.algorithm_* tags).
+    algorithm_source, the MLflow mirror's hetfl.algorithm_* tags). `check(entry)` raises ValueError for a
+    plugin's entry to be left out too (hparams.check_defaults: a default its own range refuses).
     """
     catalog = dict(builtin)
     for ep in _entry_points(ENTRY_POINT_GROUP) if entry_points is None else entry_points:
@@ -224,7 +226,10 @@ def discover(builtin: Mapping[str, AlgorithmEntry], entry_points: Iterable[metad
             if ep.name in catalog:
                 raise ValueError(f"the name '{ep.name}' is already registered "
                                  f"({catalog[ep.name].target}); allowed: a new name")
-            catalog[ep.name] = entry_from(ep.load(), ep.name, source)
+            entry = entry_from(ep.load(), ep.name, source)
+            if check is not None:
+                check(entry)
+            catalog[ep.name] = entry
             if sources is not None:
                 sources[ep.name] = {"entry_point": f"{ep.name} = {ep.value}",
                                     "package": dist.name if dist else None,
