@@ -245,3 +245,31 @@ def test_training_with_an_arrival(tiny_fed):
     assert rec["lr"].tolist() == [1.0, 0.5, 1.0, 0.5]  # reset at τ0 = 3
     assert rec["active_devices"].tolist() == [3, 3, 4, 4]
     assert rec["test_samples"].tolist() == [9, 9, 12, 12]  # its holdout joins the test set at τ0
+
+
+@pytest.mark.parametrize("table", ["fast_reboot", "crossing_epochs", "multiple_arrivals"])
+def test_two_runs_of_one_seed_and_policy_are_refused_not_merged(tmp_path, table):
+    """Two experiments on one event table with the same setting and τ0 (the grid's FedAvg and a copy with
+    another step size, or another algorithm before validation refused that) were paired by seed silently:
+    the later run replaced the earlier in the cell. Table 3 refused such runs; the event tables now do."""
+    from hetfl.reports.event_tables import crossing, fast_reboot
+    from hetfl.reports.multiple_arrivals import multiple_arrivals
+
+    policies = ("include", "exclude") if table == "crossing_epochs" else ("fast_reboot", "vanilla")
+    rows = []
+    for experiment in ("grid", "grid_copy"):
+        for policy in policies:
+            rows.append({"experiment": experiment, "dataset": "SYNTHETIC", "setting": "S", "alpha": 1.0,
+                         "beta": 1.0, "event_round": 2, "event_policy": policy, "seed": 0,
+                         "run_dir": _fake_run(tmp_path / f"{experiment}_{policy}", "test_loss"
+                                              if table == "crossing_epochs" else "test_accuracy",
+                                              [1.0, .9, .8, .7])})
+    ref = pd.DataFrame(columns=["dataset", "alpha", "beta", "tau0", "method", "rounds_to_cross",
+                                "rounds_to_recover"])
+    build = {"fast_reboot": lambda r: fast_reboot(r, ref), "multiple_arrivals": multiple_arrivals,
+             "crossing_epochs": lambda r: crossing(r, ref)}[table]
+    message = (rf"table {table}: seed 0 of the cell \(dataset SYNTHETIC, setting S, τ0 2\) has several .* "
+               r"runs, from the experiments grid, grid_copy")
+    with pytest.raises(ValueError, match=message):
+        build(pd.DataFrame(rows))
+    build(pd.DataFrame(rows[:2]))  # one experiment: a cell

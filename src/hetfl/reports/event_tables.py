@@ -65,9 +65,29 @@ def _paper(reference: pd.DataFrame, keys: dict, value: str) -> float:
     return float(ref[value].iloc[0]) if len(ref) else math.nan
 
 
+def check_one_run_per_policy(runs: pd.DataFrame, table: str, cell: tuple[str, ...] = ()) -> None:
+    """A cell (dataset, setting, τ0, and `cell`'s columns) holds one run per seed and policy: two
+    experiments with the same setting and τ0 (another algorithm, or the same one with another step size)
+    were paired by seed silently, the later run replacing the earlier (an audit). ValueError naming the
+    cell and the experiments."""
+    keys = ["dataset", "setting", *cell, "event_round", "seed", "event_policy"]
+    dup = runs[runs.duplicated(keys, keep=False)]
+    if dup.empty:
+        return
+    first = dup.iloc[0]
+    same = dup[(dup[keys] == first[keys]).all(axis=1)]
+    where = (", from the experiments " + ", ".join(sorted(same["experiment"].astype(str).unique()))
+             if "experiment" in same else "")
+    raise ValueError(f"table {table}: seed {first['seed']} of the cell (dataset {first['dataset']}, setting "
+                     f"{first['setting']}, τ0 {first['event_round']}) has several {first['event_policy']} "
+                     f"runs{where}; allowed: one run per seed and policy (one experiment per setting and τ0 "
+                     "in a config: another algorithm or step size in a config of its own)")
+
+
 def fast_reboot(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """runs: one row per run with dataset, setting, event_round, event_policy, seed, run_dir (and optionally
     comparable). Rows per (dataset, setting, τ0): fast_reboot, vanilla and their paired difference."""
+    check_one_run_per_policy(runs, "fast_reboot")
     ref = reference.assign(method=lambda d: d["method"].str.replace("vanilla_reboot", "vanilla"))
     rows = []
     for (dataset, setting, tau0), g in runs.groupby(["dataset", "setting", "event_round"], sort=True):
@@ -98,6 +118,7 @@ def fast_reboot(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
 
 def crossing(runs: pd.DataFrame, reference: pd.DataFrame, metric: str = "test_loss") -> pd.DataFrame:
     """runs: rows with dataset, setting, alpha, beta, event_round, seed and event_policy include/exclude."""
+    check_one_run_per_policy(runs, "crossing_epochs", ("alpha", "beta"))
     rows = []
     keys = ["dataset", "setting", "alpha", "beta", "event_round"]
     for (dataset, setting, alpha, beta, tau0), g in runs.groupby(keys, sort=True):

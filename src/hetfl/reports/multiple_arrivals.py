@@ -56,6 +56,7 @@ def multiple_arrivals(runs: pd.DataFrame) -> pd.DataFrame:
     """runs: rows with dataset, setting, event_round, event_policy (fast_reboot/vanilla), seed, run_dir and
     event.stagger/event.devices. Rows per (dataset, setting, arrival i): fast_reboot, vanilla and the paired
     difference vanilla − fast, each with the bounds-rule CI and the verdict against no paper value."""
+    ev.check_one_run_per_policy(runs, "multiple_arrivals")
     rows = []
     for (dataset, setting, tau0), g in runs.groupby(["dataset", "setting", "event_round"], sort=True):
         arrivals = event_rounds(g, int(tau0))
