@@ -48,6 +48,15 @@ def test_bad_value_names_key_value_and_allowed(path, value, key, allowed):
     assert allowed in msg
 
 
+def test_a_value_where_a_mapping_belongs_says_a_mapping():
+    """'allowed: a value of type object', JSON Schema's word, left a newcomer who wrote
+    algorithm_params: {fedadam: 0.5} guessing (an audit)."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with(["algorithm_params"], {"fedavg": 0.5}))
+    assert (f"'experiments.{EXP}.algorithm_params.fedavg' has value 0.5, which is not allowed; allowed: a "
+            "mapping of keys to values ({key: value, ...})") in str(err.value)
+
+
 def test_unknown_key_is_named():
     cfg = _with(["learning_rate"], 0.1)
     with pytest.raises(ConfigError, match=rf"'experiments.{EXP}.learning_rate' is not allowed.*eta0"):

@@ -84,7 +84,7 @@ def _allowed(error: jsonschema.ValidationError) -> str:
         return f"< {error.validator_value}"
     if v == "type":
         words = {"integer": "a whole number written without a decimal point (4, not 4.0)",
-                 "number": "a finite number"}
+                 "number": "a finite number", "object": "a mapping of keys to values ({key: value, ...})"}
         return words.get(error.validator_value, f"a value of type {error.validator_value}")
     if v == "additionalProperties":
         allowed = sorted(s.get("properties", {}))
