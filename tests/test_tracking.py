@@ -368,7 +368,9 @@ def _every_tag_written(store: Path, tmp_path: Path, experiment: str) -> set[str]
     """The tags of a training run that has every optional tag and of a summary run."""
     spec = {**_spec(experiment), "data_dir": "/d" * 4000}  # longer than MLflow keeps
     d = _write_run(store, spec, acc=(0.5, 0.6, math.nan), user="ada", code_fingerprint="f00d",
-                   git_dirty=False, device="cuda", cuda_tf32=True)
+                   git_dirty=False, device="cuda", cuda_tf32=True,  # and a plugin's algorithm:
+                   algorithm_source={"package": "fedadam-plugin", "version": "0.1",
+                                     "target": "fa.algo:FedAdam"})
     table = tmp_path / "reports/tables/accuracy_difference.md"
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text("a table")
