@@ -230,3 +230,53 @@ def test_a_figures_caption_names_the_lines_that_hide_each_other(tmp_path):
     caption = figure_caption("efl_figure1", runs, "bmta")
     assert "Identical in every seed, so one line hides the other: APFL = FedAvg (MNIST NIID)." in caption
     assert "Identical" not in figure_caption("efl_figure1", runs[runs["algorithm"] != "apfl"], "bmta")
+
+
+def test_an_efl_figures_caption_counts_the_runs_it_draws(tmp_path):
+    """A researcher's FedAdam beside FedAvg on the bmta table: Figure 1 draws FedAvg's 2 runs, and its
+    caption said "4 runs", counting FedAdam's 2 it does not draw (a walkthrough). Each EFL figure's caption
+    now counts the runs drawn and says whose runs are left out and why; where none are, it is as before."""
+    import html
+
+    from hetfl.reports import report_pages
+
+    def figure_caption(*args):
+        return html.unescape(report_pages.figure_caption(*args))
+
+    curves = {"mean_client_accuracy": [0.3, 0.5, 0.6], "train_loss": [1.0, 0.8, 0.7]}
+
+    def runs_of(spec_list):
+        return load_runs([make_run(tmp_path, f"r{len(list(tmp_path.iterdir()))}", spec, curves)
+                          for spec in spec_list])
+
+    grid = runs_of([{"algorithm": a, "seed": s, "experiment": "g"} for a in ("fedavg", "fedadam")
+                    for s in (0, 1)])
+    caption = figure_caption("efl_figure1", grid, "bmta")
+    assert "(2 of its 4 runs, 2 seed(s); data: mnist5k)." in caption
+    assert ("fedadam's 2 runs are not drawn: Figure 1 draws the paper's methods (FedAvg, FedProx, SCAFFOLD, "
+            "APFL, EFL).") in caption
+    paper = grid[grid["algorithm"] == "fedavg"]
+    assert "(2 runs, 2 seed(s); data: mnist5k)." in figure_caption("efl_figure1", paper, "bmta")
+    assert "not drawn" not in figure_caption("efl_figure1", paper, "bmta")
+
+    # Figure 1 leaves Figure 3's |T| = 8 runs out, Figure 3 the methods and settings not run at |T| > 1
+    low = runs_of([{"algorithm": a, "seed": 0, "num_traces": k} for a, k in
+                   (("fedavg", 1), ("fedavg", 8), ("apfl", 1))]
+                  + [{"algorithm": "fedavg", "seed": 0, "setting": "IID",
+                      "partition": {"label_skew": "iid"}}])
+    caption = figure_caption("efl_figure1", low, "bmta")
+    assert "(3 of its 4 runs, 1 seed(s)" in caption
+    assert "FedAvg's 1 run at |T| > 1 is not drawn: Figure 1 draws full participation (|T| = 1)" in caption
+    caption = figure_caption("efl_figure3", low, "bmta")
+    assert "(2 of its 4 runs, 1 seed(s)" in caption
+    assert "APFL's 1 run is not drawn: Figure 3 draws the methods run at |T| > 1 (FedAvg)." in caption
+    assert ("FedAvg's 1 run on MNIST IID is not drawn: Figure 3 draws the data sets and settings run at "
+            "|T| > 1.") in caption
+
+    # Figure 2 draws λ = 0 and the best λ only
+    lam = runs_of([{"algorithm": "efl", "seed": 0, "algorithm_params": {"lam": v}} for v in (0.0, 0.1, 1.0)]
+                  + [{"algorithm": "fedavg", "seed": 0}])
+    caption = figure_caption("efl_figure2", lam, "efl_lambda")
+    assert "(2 of its 4 runs, 1 seed(s)" in caption
+    assert "FedAvg's 1 run is not drawn: Figure 2 draws EFL only." in caption
+    assert "EFL's 1 run at λ = 1 is not drawn: Figure 2 draws λ = 0 and the best λ" in caption

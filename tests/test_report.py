@@ -297,3 +297,18 @@ def test_captions_give_each_methods_hyperparameters():
     assert provenance_note(runs).endswith(" " + note)
     fedavg = runs[runs["algorithm"] == "fedavg"]
     assert hyperparameter_note(fedavg) == ""  # no field set: nothing to say
+
+
+def test_scheme_curves_caption_counts_the_panels_drawn():
+    """Ruan et al.'s Figure 3 draws |T| = 1, 3, 5, 8 where the grid has all four (quick.yaml runs |T| = 1..8):
+    its caption counted the runs of every |T|, the panels left out too. It now counts the runs drawn and
+    names the |T| left out; a grid of other |T| draws, and counts, every run."""
+    runs = pd.DataFrame({"seed": [0, 1] * 8, "num_traces": [k for k in range(1, 9) for _ in (0, 1)],
+                         "dataset": ["synthetic"] * 16})
+    caption = html.unescape(report_pages.figure_caption("scheme_curves", runs, "accuracy_difference"))
+    assert "(8 of its 16 runs, 2 seed(s); data: synthetic)." in caption
+    assert ("The 8 runs at |T| = 2, 4, 6, 7 are not drawn: the figure draws the paper's panels, "
+            "|T| = 1, 3, 5, 8, where the grid has all four") in caption
+    some = runs[runs["num_traces"].isin([2, 8])]
+    assert "(4 runs, 2 seed(s); data: synthetic)." in report_pages.figure_caption(
+        "scheme_curves", some, "accuracy_difference")

@@ -27,7 +27,7 @@ import pandas as pd
 
 from hetfl.algorithms import method_label
 from hetfl.reports.bmta import is_iid
-from hetfl.reports.efl_lambda import GROUP, best_lambda, with_values
+from hetfl.reports.efl_lambda import GROUP, LAMBDA, best_lambda, with_values
 from hetfl.reports.event_tables import curve
 from hetfl.reports.figures import _save, pyplot
 
@@ -74,14 +74,85 @@ def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8)
 
 
+def _low_rows(runs: pd.DataFrame) -> pd.Series:
+    """Whether each run's data set and setting has runs at |T| > 1 (Figure 3 draws a row per such pair)."""
+    low = runs[runs["num_traces"] > 1]
+    pairs = set(zip(low["dataset"], low["setting"], strict=True))
+    return pd.Series([(d, s) in pairs for d, s in zip(runs["dataset"], runs["setting"], strict=True)],
+                     index=runs.index, dtype=bool)
+
+
+def _figure2_drawn(runs: pd.DataFrame) -> pd.DataFrame:
+    """Figure 2's runs: EFL's at λ = 0 and at the best λ of each column (efl_lambda.best_lambda)."""
+    runs = with_values(runs)
+    keep = []
+    for _, g in runs.groupby(GROUP, sort=True):
+        best = best_lambda(g)
+        keep.extend(g.index[(g["lam"] == 0.0) | ((g["lam"] == best) if best is not None else False)])
+    return runs.loc[sorted(keep)]
+
+
 def drawn(name: str, runs: pd.DataFrame) -> pd.DataFrame:
     """The runs figure `name` draws a line of: Figure 1 its five methods at full participation (a |T| = 8
-    run, Figure 3's, in the same band would lower the mean), Figure 3 the methods run at |T| > 1."""
+    run, Figure 3's, in the same band would lower the mean), Figure 2 EFL at λ = 0 and the best λ, Figure 3
+    the methods run at |T| > 1 on the data sets and settings run at |T| > 1 (a row each)."""
     if name == "efl_figure1":
         return runs[runs["algorithm"].isin(FIGURE1_METHODS) & (runs["num_traces"] == 1)]
+    if name == "efl_figure2":
+        return _figure2_drawn(runs)
     if name == "efl_figure3":
-        return runs[runs["algorithm"].isin(set(runs.loc[runs["num_traces"] > 1, "algorithm"]))]
-    raise ValueError(f"figure '{name}' is not one drawn by method lines; allowed: efl_figure1, efl_figure3")
+        methods = set(runs.loc[runs["num_traces"] > 1, "algorithm"])
+        return runs[runs["algorithm"].isin(methods) & _low_rows(runs)]
+    raise ValueError(f"figure '{name}' is not one of EFL's figures; allowed: efl_figure1, efl_figure2, "
+                     "efl_figure3")
+
+
+def _methods_runs(runs: pd.DataFrame) -> str:
+    """"FedAdam's 2 runs" / "FedGATE's 3 runs and FedAMP's 3 runs", methods by name."""
+    parts = [f"{method_label(a)}'s {len(g)} run{'s' if len(g) != 1 else ''}"
+             for a, g in runs.groupby("algorithm", sort=True)]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _are(runs: pd.DataFrame) -> str:
+    return "is" if len(runs) == 1 else "are"
+
+
+def left_out(name: str, runs: pd.DataFrame) -> list[str]:
+    """A sentence per kind of run of the table that figure `name` does not draw: whose runs, how many, and
+    why (a caption counts the runs drawn; an audit found Figure 1's counting a plugin's runs it left out)."""
+    rest = runs.drop(drawn(name, runs).index)
+    if rest.empty:
+        return []
+    if name == "efl_figure1":
+        other = rest[~rest["algorithm"].isin(FIGURE1_METHODS)]
+        low = rest[rest["algorithm"].isin(FIGURE1_METHODS)]
+        paper = ", ".join(method_label(a) for a in FIGURE1_METHODS)
+        notes = [f"{_methods_runs(other)} {_are(other)} not drawn: Figure 1 draws the paper's methods "
+                 f"({paper})." if len(other) else "",
+                 f"{_methods_runs(low)} at |T| > 1 {_are(low)} not drawn: Figure 1 draws full participation "
+                 "(|T| = 1), Figure 3 the low participation rate." if len(low) else ""]
+        return [n for n in notes if n]
+    if name == "efl_figure2":
+        other = rest[rest["algorithm"] != "efl"]
+        efl = rest[rest["algorithm"] == "efl"]
+        lams = ", ".join(f"{v:g}" for v in sorted(efl[LAMBDA].astype(float).unique())) if len(efl) else ""
+        notes = [f"{_methods_runs(other)} {_are(other)} not drawn: Figure 2 draws EFL only." if len(other)
+                 else "",
+                 f"EFL's {len(efl)} run{'s' if len(efl) != 1 else ''} at λ = {lams} {_are(efl)} not drawn: "
+                 "Figure 2 draws λ = 0 and the best λ (the highest mean BMTA, as the efl_lambda table "
+                 "picks it)." if len(efl) else ""]
+        return [n for n in notes if n]
+    methods = set(runs.loc[runs["num_traces"] > 1, "algorithm"])
+    other = rest[~rest["algorithm"].isin(methods)]
+    rows = rest[rest["algorithm"].isin(methods)]
+    shown = ", ".join(method_label(a) for a in sorted(methods, key=lambda a: (a != "fedavg", a)))
+    where = ", ".join(sorted({f"{d} {s}" for d, s in zip(rows["dataset"], rows["setting"], strict=True)}))
+    notes = [(f"{_methods_runs(other)} {_are(other)} not drawn: Figure 3 draws the methods run at |T| > 1"
+              + (f" ({shown})." if shown else ".")) if len(other) else "",
+             f"{_methods_runs(rows)} on {where} {_are(rows)} not drawn: Figure 3 draws the data sets and "
+             "settings run at |T| > 1." if len(rows) else ""]
+    return [n for n in notes if n]
 
 
 def figure1(runs: pd.DataFrame, out: Path) -> None:
@@ -130,10 +201,12 @@ def figure2(runs: pd.DataFrame, out: Path) -> None:
 
 def figure3(runs: pd.DataFrame, out: Path) -> None:
     low = runs[runs["num_traces"] > 1]
+    # the |T| columns of every run of the methods run at |T| > 1, as before drawn() kept only their rows
+    of_low = runs[runs["algorithm"].isin(set(low["algorithm"]))]
+    ks = sorted(int(k) for k in of_low["num_traces"].unique()) or [1]
     runs = drawn("efl_figure3", runs)
     methods = sorted(set(runs["algorithm"]), key=lambda a: (a != "fedavg", a))  # FedAvg first, then by name
     rows = sorted(low.groupby(["dataset", "setting"]).groups) or [("—", "—")]
-    ks = sorted(int(k) for k in runs["num_traces"].unique()) or [1]
     fig, axes = pyplot().subplots(len(rows), len(ks), figsize=(3.6 * len(ks), 2.8 * len(rows)), squeeze=False,
                                   sharey=True)
     for i, (dataset, setting) in enumerate(rows):

@@ -170,7 +170,9 @@ def draw_scheme_curves(runs: pd.DataFrame, num_traces: tuple[int, ...] | None = 
             _finish_panel(ax, "test_accuracy")
     if not settings or not ks:
         _finish_panel(axes[0][0])
-    _title(fig, name, runs, ["setting", "num_traces", "scheme"])
+    # the seeds of the lines drawn: a |T| panel left out (trace_panels) draws none
+    _title(fig, name, runs[runs["num_traces"].isin(ks)] if len(runs) else runs,
+           ["setting", "num_traces", "scheme"])
     return fig
 
 
@@ -269,6 +271,36 @@ FIGURES = {
 DRAWN_WHEN: dict[str, Callable[[Iterable[Any]], bool]] = {
     "efl_figure3": lambda specs: any(s.num_traces > 1 for s in specs),
 }
+
+
+#: the columns drawn_runs needs to tell a figure's drawn runs from the rest (a hand-made frame may lack them)
+_DRAWN_COLUMNS = {"efl_figure1": {"algorithm", "num_traces", "dataset", "setting"},
+                  "efl_figure2": {"algorithm", "run_dir", "dataset", "setting", "num_traces", "scheme"},
+                  "efl_figure3": {"algorithm", "num_traces", "dataset", "setting"},
+                  "scheme_curves": {"num_traces"}}
+
+
+def drawn_runs(name: str, runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The runs of its table that figure `name` draws, and a sentence per kind of run it leaves out (whose,
+    how many, why): its caption counts the runs drawn. EFL Figure 1 draws the paper's five methods at
+    |T| = 1, Figure 2 EFL at λ = 0 and the best λ, Figure 3 the methods and rows run at |T| > 1; Ruan et
+    al.'s Figure 3 the |T| panels of trace_panels; every other figure every run."""
+    if name not in _DRAWN_COLUMNS or not len(runs) or not _DRAWN_COLUMNS[name] <= set(runs.columns):
+        return runs, []
+    if name == "scheme_curves":
+        ks = trace_panels({int(k) for k in runs["num_traces"]})
+        rest = runs[~runs["num_traces"].isin(ks)]
+        if rest.empty:
+            return runs, []
+        shown = ", ".join(str(int(k)) for k in sorted(rest["num_traces"].unique()))
+        n = len(rest)
+        return runs[runs["num_traces"].isin(ks)], [
+            f"The {n} run{'s' if n != 1 else ''} at |T| = {shown} {'is' if n == 1 else 'are'} not drawn: "
+            f"the figure draws the paper's panels, |T| = {', '.join(map(str, PAPER_TRACE_PANELS))}, where "
+            "the grid has all four (the table holds every |T|)."]
+    from hetfl.reports import efl_figures
+
+    return efl_figures.drawn(name, runs), efl_figures.left_out(name, runs)
 
 
 def build_figure(name: str, run_dirs: list[Path], out: Path) -> None:

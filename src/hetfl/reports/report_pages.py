@@ -173,16 +173,20 @@ def _data_sets(runs: pd.DataFrame) -> list[str]:
 def figure_caption(name: str, runs: pd.DataFrame, table: str) -> str:
     """The figure's caption fragment: the paper's figure, what is drawn, the seeds, the band, the |T| = 1
     note where it applies, and the table whose runs it draws."""
-    from hetfl.reports.figures import ONE_TRACE_NOTE
+    from hetfl.reports.figures import ONE_TRACE_NOTE, drawn_runs
 
-    seeds = int(runs["seed"].nunique()) if "seed" in runs and len(runs) else 0
-    data = ", ".join(_data_sets(runs))
+    # what the figure draws, not every run of its table: EFL Figure 1 counted a plugin's runs it leaves out
+    lines, left_out = drawn_runs(name, runs)
+    seeds = int(lines["seed"].nunique()) if "seed" in lines and len(lines) else 0
+    data = ", ".join(_data_sets(lines))
+    count = f"{len(lines)} of its {len(runs)} runs" if left_out else f"{len(runs)} runs"
     parts = [f"<strong>{html.escape(catalog.category(table))}: {html.escape(catalog.figure_label(name))}"
              "</strong>.",
              html.escape(catalog.FIGURES[name].what if name in catalog.FIGURES else name.replace("_", " "))
              + ".",
-             f"Drawn from the runs of table {html.escape(table)} ({len(runs)} runs, {seeds} seed(s)"
+             f"Drawn from the runs of table {html.escape(table)} ({count}, {seeds} seed(s)"
              + (f"; data: {html.escape(data)}" if data else "") + ").",
+             *(html.escape(note) for note in left_out),
              FIGURE_BANDS.get(name, "Curves: mean over seeds per round; band: 95 % Student-t interval over "
                                     "seeds (no band with one seed).")]
     if name in LINE_FIGURES and {"algorithm", "num_traces", "run_dir"} <= set(runs.columns):
