@@ -547,3 +547,42 @@ def test_an_event_that_moves_the_objective_is_refused_with_a_running_sum_algorit
         validate_config({"experiments": {"e": arrival}})
     allowed = {**arrival, "algorithms": ["fedavg", "fednova"], "schemes": ["B"]}
     validate_config({"experiments": {"e": allowed}})
+
+
+TINY = yaml.safe_load((ROOT / "workflow/config/tiny.yaml").read_text())
+
+
+@pytest.mark.parametrize(("source", "experiment", "table", "other_table", "cell"), [
+    (TINY, "tiny_table3", "accuracy_difference", None, "(dataset SYNTHETIC, setting "),
+    (TINY, "tiny_table4", "fast_reboot", None, "τ0 "),
+    (TINY, "tiny_table5", "crossing_epochs", None, "alpha "),
+    (QUICK, "ma2022_efl_table2_mnist5k", "bmta", None, "(method fedavg, dataset MNIST, setting NIID, |T| 1, "
+                                                       "scheme C, seed 0)"),
+    (QUICK, "ma2022_efl_table2_mnist5k", "fairness", "fairness", "(method fedavg, dataset MNIST, "),
+    (QUICK, "ma2022_efl_figure2_mnist5k_lam0", "efl_lambda", None, "λ 0, seed 0)"),
+    (QUICK, "fedfor_table2_mnist5k", "fedfor_by_e", None, "(dataset mnist5k, E "),
+])
+def test_two_experiments_with_runs_in_one_cell_are_refused_before_any_job(source, experiment, table,
+                                                                          other_table, cell):
+    """Two FedAvg experiments on Table 4 with the same setting and τ0 and another step size passed
+    validation, trained every run, and then the table job refused the cell (bmta, fairness and Table 3
+    likewise; efl_lambda and fedfor_by_e merged the seeds silently). Validation now refuses them, naming
+    both experiments, the table, the cell, the key that tells them apart and what is allowed; the same
+    experiment on other seeds is allowed."""
+    exp = copy.deepcopy(source["experiments"][experiment])
+    exp.pop("readings", None)
+    exp.pop("readings_grid", None)
+    exp["eta0"] = float(exp.get("eta0", 1.0))
+    other = {**copy.deepcopy(exp), "eta0": exp["eta0"] * 2, **({"table": other_table}
+                                                                       if other_table else {})}
+    cfg = {"experiments": {experiment: exp, "copy": other}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    text = str(err.value)
+    assert (f"config key 'experiments.copy' is not allowed beside experiment {experiment} on table {table}: "
+            "both put a run into its cell") in text, text
+    assert cell in text, text
+    assert f"the two differ in eta0 ({json.dumps(exp['eta0'])} in {experiment}, " in text, text
+    assert "allowed: experiments whose runs differ in the cell's keys" in text, text
+    other["seeds"] = [max(exp["seeds"]) + 1]
+    validate_config(cfg)

@@ -518,6 +518,88 @@ def _check_one_algorithm_tables(experiments: dict[str, Any], given: dict[str, se
             "in a table with a method column (bmta, communication_cost)")
 
 
+#: hetfl dataset name -> the paper's dataset label, the tables' dataset column (a reduced stand-in says so
+#: in the caption; hetfl.reports.tables)
+DATASET_LABELS = {"synthetic": "SYNTHETIC", "mnist5k": "MNIST", "mnist": "MNIST", "emnist-balanced": "EMNIST",
+                  "emnist-byclass": "EMNIST", "emnist-letters": "EMNIST-L", "cifar10": "CIFAR10",
+                  "cifar100": "CIFAR100", "femnist": "FEMNIST", "digits": "DIGITS", "sent140": "Sent140",
+                  "shakespeare": "Shakespeare"}
+
+
+def _label(spec: RunSpec) -> str:
+    return DATASET_LABELS.get(spec.dataset, spec.dataset.upper())
+
+
+def _event(spec: RunSpec, key: str) -> Any:
+    return (spec.event or {}).get(key)
+
+
+#: table -> (the tables whose runs it reads as well as its own, its cell's keys and the key telling apart
+#: the runs of one seed in a cell, each as a name and a function of a run, and the runs it reads): the
+#: report code's grouping (accuracy_difference.CELL, event_tables, bmta.KEYS, efl_lambda.GROUP,
+#: fedfor.fedfor_by_e); fairness reads the bmta runs too (reports.tables.SOURCES)
+_BY_SEED = ("seed", lambda s: s.seed)
+_EVENT = [("dataset", _label), ("setting", lambda s: s.setting), ("τ0", lambda s: _event(s, "round")),
+          ("policy", lambda s: _event(s, "policy")), _BY_SEED]
+_EFL = [("method", lambda s: s.algorithm), ("dataset", _label), ("setting", lambda s: s.setting),
+        ("|T|", lambda s: s.num_traces), ("scheme", lambda s: s.scheme), _BY_SEED]
+TABLE_CELLS: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any]] = {
+    "accuracy_difference": ((), [("dataset", _label), ("setting", lambda s: s.setting),
+                                 ("|T|", lambda s: s.num_traces), ("scheme", lambda s: s.scheme), _BY_SEED],
+                            None),
+    "fast_reboot": ((), _EVENT, None),
+    "multiple_arrivals": ((), _EVENT, None),
+    "crossing_epochs": ((), [*_EVENT[:2], ("alpha", lambda s: s.alpha), ("beta", lambda s: s.beta),
+                             *_EVENT[2:]], None),
+    "bmta": ((), _EFL, None),
+    "fairness": (("bmta",), _EFL, None),
+    "efl_lambda": ((), [*_EFL[1:5], ("λ", lambda s: s.algorithm_params.get("lam")), _BY_SEED],
+                   lambda s: s.algorithm == "efl"),
+    "fedfor_by_e": ((), [("dataset", lambda s: s.dataset), ("E", lambda s: s.local_epochs),
+                         ("method", lambda s: s.algorithm), _BY_SEED], None),
+}
+#: RunSpec fields that name a run, not what it trained
+_NAMING = ("experiment", "run", "table")
+
+
+def _differences(a: RunSpec, b: RunSpec) -> str:
+    """'eta0 (0.05 in A, 0.1 in B)' for the fields two runs differ in (names aside), at most three."""
+    da, db = a.to_dict(), b.to_dict()
+    keys = [k for k in da if k not in _NAMING and da[k] != db[k]]
+    shown = [f"{k} ({json.dumps(da[k], default=str)} in {a.experiment}, {json.dumps(db[k], default=str)} "
+             f"in {b.experiment})" for k in keys[:3]]
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    return ", ".join(shown) + more if shown else "nothing but their names"
+
+
+def _check_table_cells(config: dict[str, Any]) -> None:
+    """Two experiments whose runs of one seed fall into one cell of a table: the table job refused them
+    (Tables 3-5, bmta, fairness) or merged them silently (efl_lambda, fedfor_by_e) after every run
+    trained, e.g. two FedAvg experiments on Table 4 with the same setting and τ0 and another step size."""
+    specs = [s for name, exp in config["experiments"].items() for s in _grid(name, exp)]
+    for table, (sources, keys, reads) in TABLE_CELLS.items():
+        if not any(s.table == table for s in specs):
+            continue
+        seen: dict[tuple[Any, ...], RunSpec] = {}
+        for spec in specs:
+            if spec.table not in (table, *sources) or (reads is not None and not reads(spec)):
+                continue
+            cell = tuple(f(spec) for _, f in keys)
+            other = seen.setdefault(cell, spec)
+            if other.experiment == spec.experiment:
+                continue
+            where = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                              for (k, _), v in zip(keys, cell, strict=True))
+            raise ConfigError(
+                f"config key 'experiments.{spec.experiment}' is not allowed beside experiment "
+                f"{other.experiment} on table {table}: both put a run into its cell ({where}), which the "
+                f"table pairs seed by seed, one run each, and would refuse or merge after every run trained; "
+                f"the two differ in {_differences(other, spec)}, and the table has no column for that; "
+                f"allowed: experiments whose runs differ in the cell's keys "
+                f"({', '.join(k for k, _ in keys)}); one that differs only in another key in a config of "
+                "its own, run in a directory of its own (docs/adding-an-algorithm.md)")
+
+
 def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
     """What a registered real source's size refuses in the split job, refused first: a pathological m above
     its classes, more devices than its training samples (an audit found both passing validation)."""
@@ -671,6 +753,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_traces(name, exp)
         _check_readings(name, exp)
     _check_one_algorithm_tables(config["experiments"], given or {})
+    _check_table_cells(config)
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:

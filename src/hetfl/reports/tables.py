@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hetfl.config import DATASET_LABELS  # the paper labels (validation reads them too)
 from hetfl.reports import bmta as bm
 from hetfl.reports import communication_cost as cc
 from hetfl.reports import efl_lambda, fairness, fedfor, ruan
@@ -13,12 +14,6 @@ from hetfl.reports import objective_inconsistency as oi
 from hetfl.reports.multiple_arrivals import build_multiple_arrivals
 from hetfl.reports.references import load_reference
 from hetfl.reports.results import collect_runs
-
-# hetfl dataset name -> the paper's dataset label (a reduced stand-in says so in the caption)
-DATASET_LABELS = {"synthetic": "SYNTHETIC", "mnist5k": "MNIST", "mnist": "MNIST", "emnist-balanced": "EMNIST",
-                  "emnist-byclass": "EMNIST", "emnist-letters": "EMNIST-L", "cifar10": "CIFAR10",
-                  "cifar100": "CIFAR100", "femnist": "FEMNIST", "digits": "DIGITS", "sent140": "Sent140",
-                  "shakespeare": "Shakespeare"}
 
 
 def load_runs(paths: list[Path]) -> pd.DataFrame:
