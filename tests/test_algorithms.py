@@ -670,21 +670,32 @@ def test_batch_norm_model_fedbn_and_corrections_leave_buffers_to_the_forward_pas
     """A LayerNet with BatchNorm2d: FedBN keeps its BN entries local (no `local_mask` needed), and a
     correction never touches the running statistics (trainable False); batched equals the loop."""
     from hetfl.algorithms.fedbn import local_mask
-    from hetfl.data.federation import from_device_lists
     from hetfl.models import MODELS
 
     if "cnn_bn" not in MODELS:
         pytest.skip("no batch-norm model registered")
-    rng = np.random.default_rng(0)
-    xs = [rng.normal(size=(n, 144)).astype(np.float32) for n in (6, 9, 12)]
-    ys = [rng.integers(0, 3, len(x)) for x in xs]
-    fed = from_device_lists(xs, ys, [x[:3] for x in xs], [y[:3] for y in ys], num_classes=3)
     model = make_model("cnn_bn", (1, 12, 12), 3, channels=(2, 3), hidden=(8,))
     flags = local_mask(model, len(model.trainable))
     assert any(flags) and all(f for f, t in zip(flags, model.trainable, strict=True) if not t)
+    _batched_equals_loop(model, _bn_federation(0), (("fedbn", {}), ("fedprox", {"mu": 0.5})))
+
+
+def _bn_federation(seed: int):
+    """Three devices of 6, 9 and 12 flat 12x12 images, 3 classes, their first 3 samples as test sets."""
+    from hetfl.data.federation import from_device_lists
+
+    rng = np.random.default_rng(seed)
+    xs = [rng.normal(size=(n, 144)).astype(np.float32) for n in (6, 9, 12)]
+    ys = [rng.integers(0, 3, len(x)) for x in xs]
+    return from_device_lists(xs, ys, [x[:3] for x in xs], [y[:3] for y in ys], num_classes=3)
+
+
+def _batched_equals_loop(model, fed, algorithms) -> None:
+    """Three rounds of each (name, hyperparameters) under Scheme B with partial work: the batched engine
+    ends where the per-client loop (engine.oracle) ends."""
     fractions = np.array([[1.0, 0.5, 1.0], [0.5, 1.0, 0.0], [1.0, 1.0, 1.0]])
     cfg = TrainSettings("B", 1, 3, 0.1, 3)
-    for name, hp in (("fedbn", {}), ("fedprox", {"mu": 0.5})):
+    for name, hp in algorithms:
         a = train(model, fed, fractions, cfg, algorithm=make_algorithm(name, **hp))
         b = train(model, fed, fractions, cfg, algorithm=make_algorithm(name, **hp),
                   local_trainer=local_sgd_reference)
@@ -692,18 +703,12 @@ def test_batch_norm_model_fedbn_and_corrections_leave_buffers_to_the_forward_pas
             torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5)
 
 
-
 def test_batch_norm_resnet_fedbn_keeps_every_block_norm_local_and_equals_the_loop():
     """The batch-norm ResNet (norm="batch", FedFOR Table 2's) has its norms inside residual blocks: FedBN
     keeps all of them local, the stem's and the blocks' (it kept only the stem's before), nothing else;
     FedBN and FedFOR (whose correction skips the running statistics) equal the per-client loop."""
     from hetfl.algorithms.fedbn import local_mask
-    from hetfl.data.federation import from_device_lists
 
-    rng = np.random.default_rng(1)
-    xs = [rng.normal(size=(n, 144)).astype(np.float32) for n in (6, 9, 12)]
-    ys = [rng.integers(0, 3, len(x)) for x in xs]
-    fed = from_device_lists(xs, ys, [x[:3] for x in xs], [y[:3] for y in ys], num_classes=3)
     model = make_model("resnet_emnist", (1, 12, 12), 3, widths=(2, 4), blocks=1, norm="batch")
     flags = local_mask(model, len(model.trainable))
     # the stem's and 2 blocks' 2 norms: 5 batch norms of 4 entries (weight, bias, running mean and var)
@@ -712,14 +717,7 @@ def test_batch_norm_resnet_fedbn_keeps_every_block_norm_local_and_equals_the_loo
     assert all(len(s) == 1 for s, f in zip(shapes, flags, strict=True) if f)  # no convolution, no linear
     group = make_model("resnet_emnist", (1, 12, 12), 3, widths=(2, 4), blocks=1)
     assert not any(local_mask(group, len(group.trainable)))  # GroupNorm: nothing local, FedBN is FedAvg
-    fractions = np.array([[1.0, 0.5, 1.0], [0.5, 1.0, 0.0], [1.0, 1.0, 1.0]])
-    cfg = TrainSettings("B", 1, 3, 0.1, 3)
-    for name, hp in (("fedbn", {}), ("fedfor", {"alpha": 5.0})):
-        a = train(model, fed, fractions, cfg, algorithm=make_algorithm(name, **hp))
-        b = train(model, fed, fractions, cfg, algorithm=make_algorithm(name, **hp),
-                  local_trainer=local_sgd_reference)
-        for pa, pb in zip(a.params, b.params, strict=True):
-            torch.testing.assert_close(pa, pb, rtol=1e-4, atol=1e-5)
+    _batched_equals_loop(model, _bn_federation(1), (("fedbn", {}), ("fedfor", {"alpha": 5.0})))
 
 
 def test_fedbn_mean_client_accuracy_scores_each_device_with_its_own_batch_norm():
