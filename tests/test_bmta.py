@@ -243,3 +243,18 @@ def test_two_runs_of_one_seed_and_cell_are_refused_by_name(tmp_path):
         with pytest.raises(ValueError, match=r"seed 0 of the cell \(algorithm efl, .*\) has several runs, "
                                              r"from the experiments lam1, t2"):
             build(runs)
+
+
+def test_the_papers_value_is_read_to_its_printed_digit(tmp_path):
+    """Table 2 prints FedAvg's MNIST BMTA as 98.30, any value in [98.295, 98.305]: seeds at 98.303-98.305
+    (a CI of about [98.3015, 98.3065]) hold it to that digit. bmta's resolution (PRINT_RESOLUTION, which
+    build_bmta passes) makes that "agrees", where the bare value 98.3 lies outside the CI ("disagrees")."""
+    from hetfl.reports.references import PRINT_RESOLUTION
+
+    dirs = [make_run(tmp_path, "fedavg", seed, best_curve(v), dataset="mnist")
+            for seed, v in enumerate([98.303, 98.304, 98.305])]
+    runs, ref = load_runs(dirs), load_reference("ma2022_efl_table2_bmta")
+    fedavg = bmta(runs, ref).set_index("method").loc["FedAvg"]
+    assert fedavg["ci_low"] > 98.3 and fedavg["verdict"] == "disagrees"
+    resolution = PRINT_RESOLUTION["ma2022_efl_table2_bmta"]
+    assert bmta(runs, ref, resolution).set_index("method").loc["FedAvg", "verdict"] == "agrees"

@@ -212,3 +212,48 @@ def test_a_bound_that_rounds_to_zero_keeps_its_side_of_zero():
     assert interval_text(Interval(0.4, 0.1, -0.004, 0.8, 3)) == "0.4 [-0.004, 0.8]"
     assert interval_text(Interval(0.0, 0.0, -1e-17, 1e-17, 3)) == "0.0 [0.0, 0.0]"
     assert interval_text(Interval(-0.04, 0.01, -0.06, -0.03, 3), digits=2) == "-0.04 [-0.06, -0.03]"
+
+
+@pytest.mark.parametrize(("paper", "low", "high", "kind", "resolution", "expected"), [
+    # the paper's 98.30 is any value in [98.295, 98.305]: a CI just above 98.30 holds it to that digit
+    (98.3, 98.302, 98.4, "level", 0.005, "agrees"),
+    (98.3, 98.302, 98.4, "level", 0.0, "disagrees"),
+    (98.3, 98.31, 98.4, "level", 0.005, "disagrees"),  # beyond the printed digit
+    # Ruan's Table 3 prints one decimal: 2.1 is [2.05, 2.15]
+    (2.1, 2.12, 2.5, "difference", 0.05, "agrees"),
+    (2.1, 2.12, 2.5, "difference", 0.0, "same direction"),
+    (2.1, 2.16, 2.5, "difference", 0.05, "same direction"),
+    # a printed 0.0 is |x| < 0.05: a CI excluding 0 but within that agrees; beyond it disagrees
+    (0.0, 0.02, 0.04, "difference", 0.05, "agrees"),
+    (0.0, 0.02, 0.04, "difference", 0.0, "disagrees"),
+    (0.0, 0.06, 0.2, "difference", 0.05, "disagrees"),
+    # a stand-in's direction: signs only, the resolution changes nothing
+    (2.1, 2.12, 2.5, "direction", 0.05, "same direction"),
+])
+def test_a_paper_value_is_known_to_its_printed_digit(paper, low, high, kind, resolution, expected):
+    """verdict's resolution: the paper prints 98.30, not the true value; a CI meeting the interval of that
+    last digit holds the paper value. Without it, a narrow CI at paper scale "disagreed" with a value it
+    matched to every printed digit."""
+    assert verdict(paper, low, high, kind=kind, resolution=resolution) == expected
+
+
+def test_a_negative_resolution_is_refused():
+    with pytest.raises(ValueError, match="resolution -0.1 is not allowed; allowed: 0 or more"):
+        verdict(1.0, 0.5, 1.5, resolution=-0.1)
+
+
+def test_each_paper_tables_resolution_is_its_printed_digit():
+    """references.PRINT_RESOLUTION: Ruan's Table 3 prints one decimal, Ma et al.'s Table 2 and FedFOR's
+    two; the transcriptions drop trailing zeros, so no value may print more digits than its table's, and
+    at least one value of each table needs them all."""
+    from hetfl.reports.references import PRINT_RESOLUTION, load_reference
+
+    columns = {"ruan2021_table3_accuracy_difference": "pct_improvement", "ma2022_efl_table2_bmta": "bmta_pct",
+               "tian2022_fedfor_table2_imbalanced_cifar10": "best_val_acc_pct",
+               "tian2022_fedfor_table3_domainnet": "value", "tian2022_fedfor_table4_digits": "value",
+               "tian2022_fedfor_table5_concept_shift": "avg_best_val_acc_pct"}
+    assert set(columns) == set(PRINT_RESOLUTION)
+    for name, column in columns.items():
+        text = load_reference(name)[column].dropna().map(repr)
+        digits = text.map(lambda t: len(t.split(".")[1].rstrip("0")) if "." in t else 0)
+        assert 0.5 * 10.0 ** -digits.max() == pytest.approx(PRINT_RESOLUTION[name]), name

@@ -101,7 +101,7 @@ def _per_seed(cell_runs: pd.DataFrame, new: str, old: str, form: str) -> tuple[l
     return values, excluded
 
 
-def accuracy_difference(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+def accuracy_difference(runs: pd.DataFrame, reference: pd.DataFrame, resolution: float = 0.0) -> pd.DataFrame:
     """Reproduce Table 3 from per-run results (as returned by ``collect_runs``), in both forms.
 
     Runs are paired by (dataset, setting, num_traces, seed). A run is usable when its status is "ok" and
@@ -146,7 +146,8 @@ def accuracy_difference(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataF
                     "reproduced_mean": iv.mean, "reproduced_std": iv.std,
                     "ci_low": iv.low, "ci_high": iv.high,
                     "n_seeds": iv.n, "paper": value, "same_sign": same,
-                    "verdict": verdict(value, iv.low, iv.high, comparable), "n_excluded": excluded,
+                    "verdict": verdict(value, iv.low, iv.high, comparable, resolution=resolution),
+                    "n_excluded": excluded,
                 })
     table = pd.DataFrame.from_records(records, columns=OUTPUT_COLUMNS)
     table = table.astype({"num_traces": "int64", "n_seeds": "int64", "n_excluded": "int64",

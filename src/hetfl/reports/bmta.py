@@ -115,9 +115,10 @@ def check_one_run_per_seed(runs: pd.DataFrame, table: str) -> None:
                      "experiments of its own config)")
 
 
-def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+def bmta(runs: pd.DataFrame, reference: pd.DataFrame, resolution: float = 0.0) -> pd.DataFrame:
     """runs: one row per run (tables.load_runs). One tidy row per (method, data set, setting, |T|,
-    scheme); the paper's methods hetfl did not run get a row of their own with no reproduced value."""
+    scheme); the paper's methods hetfl did not run get a row of their own with no reproduced value.
+    resolution: half the paper's last printed digit (references.PRINT_RESOLUTION; verdicts.verdict)."""
     if "dataset_name" in runs:  # cells group by the paper's label: two sources of one label would mix seeds
         sources = runs.groupby("dataset")["dataset_name"].unique()
         mixed = {label: sorted(names) for label, names in sources.items() if len(names) > 1}
@@ -147,9 +148,10 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
                "scheme": scheme, "n_seeds": len(g), "n_diverged": int((g["status"] != "ok").sum()),
                "reproduced_mean": iv.mean, "reproduced_std": iv.std, "ci_low": iv.low, "ci_high": iv.high,
                "best_round_mean": float(g["best_round"].mean()) if g["best_round"].notna().any() else np.nan,
-               "paper": p, "verdict": verdict(p, iv.low, iv.high, comparable=not reason, kind="level"),
+               "paper": p, "verdict": verdict(p, iv.low, iv.high, comparable=not reason, kind="level",
+                                              resolution=resolution),
                "reason": reason}
-        row.update(_difference(runs, first, values, method, dataset, unreported, paper))
+        row.update(_difference(runs, first, values, method, dataset, unreported, paper, resolution))
         rows.append(row)
     tidy = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     not_run = ref[ref["dataset"].isin(tidy["dataset"]) & ~ref["method"].isin(tidy["method"])]
@@ -157,7 +159,8 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
 
 
 def _difference(runs: pd.DataFrame, first: pd.Series, values: pd.Series, method: str, dataset: str,
-                unreported: bool, paper: dict[tuple[str, str], float]) -> dict[str, object]:
+                unreported: bool, paper: dict[tuple[str, str], float], resolution: float = 0.0
+                ) -> dict[str, object]:
     """The paired per-seed difference against FedAvg and its verdict (NaN/— for FedAvg itself); no paper
     difference where Table 2 has no cell (`unreported`: an IID setting or |T| ≠ 1)."""
     if first["algorithm"] == REFERENCE_METHOD:
@@ -172,7 +175,9 @@ def _difference(runs: pd.DataFrame, first: pd.Series, values: pd.Series, method:
     kind = "direction" if first.get("dataset_name", "") in STAND_INS else "difference"
     return {"diff_mean": iv.mean, "diff_ci_low": iv.low, "diff_ci_high": iv.high, "n_pairs": len(diffs),
             "paper_diff": p,
-            "diff_verdict": verdict(p, iv.low, iv.high, kind=kind) if diffs else "not comparable"}
+            # two printed values: the difference is known to the sum of their resolutions
+            "diff_verdict": (verdict(p, iv.low, iv.high, kind=kind, resolution=2 * resolution) if diffs
+                             else "not comparable")}
 
 
 def layout(tidy: pd.DataFrame) -> pd.DataFrame:
@@ -257,9 +262,10 @@ def coinciding(per: pd.DataFrame) -> list[str]:
     return out
 
 
-def write(runs: pd.DataFrame, reference: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFrame:
+def write(runs: pd.DataFrame, reference: pd.DataFrame, out_stem: Path, settings_note: str,
+          resolution: float = 0.0) -> pd.DataFrame:
     per = per_run(runs)  # the curves read once, for the table and for the note
-    tidy = bmta(per, reference)
+    tidy = bmta(per, reference, resolution)
     same = coinciding(per)
     note = (f" Identical in every seed, so one line hides the other: {'; '.join(same)}." if same else "")
     write_frame_tables(tidy, layout(tidy), out_stem,

@@ -34,7 +34,7 @@ import pandas as pd
 
 from hetfl.algorithms import method_label
 from hetfl.reports.event_tables import curve
-from hetfl.reports.references import load_reference
+from hetfl.reports.references import PRINT_RESOLUTION, load_reference
 from hetfl.reports.verdicts import (
     RULE_TEXT,
     bounded_interval,
@@ -148,6 +148,8 @@ def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True) -> pd.DataFrame:
     ref = reference_cells(table) if table else pd.DataFrame(columns=["method", "local_epochs", "measure"])
     baseline_name = PAPER_TABLES[table][2] if table else "FedAvg"
     paper_x = PAPER_TABLES[table][1] if table else None
+    # half the paper's last printed digit, of an accuracy; a count of rounds (ACC_x) is exact
+    resolution = PRINT_RESOLUTION.get(PAPER_TABLES[table][0], 0.0) if table else 0.0
     runs = runs.assign(method=runs["algorithm"].map(lambda a: method_label(a)))
     if "acc_x" not in runs:
         runs = runs.assign(acc_x=np.nan)
@@ -185,7 +187,8 @@ def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True) -> pd.DataFrame:
                 row["verdict"] = ("—" if method == baseline_name else
                                   verdict(None if np.isnan(paper_diff) else paper_diff, row["ci_low"],
                                           row["ci_high"], row["comparable"],
-                                          kind="direction" if is_stand_in(dataset) else "difference"))
+                                          kind="direction" if is_stand_in(dataset) else "difference",
+                                          resolution=0.0 if measure == "ACC_x" else 2 * resolution))
                 rows.append(row)
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
@@ -358,7 +361,8 @@ def concept_shift_table(runs: pd.DataFrame) -> pd.DataFrame:
     difference to FedBN and the verdict against the paper's Table 5."""
     from hetfl.data.concept_shift import label_maps, shift_rounds
 
-    ref = load_reference("tian2022_fedfor_table5_concept_shift")
+    name = "tian2022_fedfor_table5_concept_shift"
+    ref, resolution = load_reference(name), 2 * PRINT_RESOLUTION[name]  # a difference of two printed values
     runs = runs.assign(method=runs["algorithm"].map(lambda a: method_label(a)))
     dataset_col = "dataset_name" if "dataset_name" in runs else "dataset"
     per = []
@@ -394,7 +398,8 @@ def concept_shift_table(runs: pd.DataFrame) -> pd.DataFrame:
                          "verdict": "—" if is_base else verdict(None if math.isnan(paper_diff)
                                                                      else paper_diff,
                                                                  diff.low if diff else math.nan,
-                                                                 diff.high if diff else math.nan, comparable),
+                                                                 diff.high if diff else math.nan, comparable,
+                                                                 resolution=resolution),
                          "comparable": comparable})
     return pd.DataFrame(rows, columns=CS_COLUMNS)
 

@@ -8,7 +8,17 @@ from importlib.resources.abc import Traversable
 
 import pandas as pd
 
-__all__ = ["available_references", "load_reference"]
+__all__ = ["PRINT_RESOLUTION", "available_references", "load_reference"]
+
+#: half the last digit each paper table prints its accuracies with (reports.verdicts.verdict's resolution):
+#: Ruan et al.'s Table 3 one decimal ("-0.6", "33.8"), Ma et al.'s Table 2 and FedFOR's Tables 2-5 two
+#: ("98.30", "39.85"). The transcriptions drop trailing zeros (98.30 is "98.3"), so the digit is the
+#: table's, not read from the CSV. Tables of counts (Ruan's Tables 4-5, FedFOR's rounds to x %) are
+#: exact: absent here, resolution 0.
+PRINT_RESOLUTION = {"ruan2021_table3_accuracy_difference": 0.05, "ma2022_efl_table2_bmta": 0.005,
+                    "tian2022_fedfor_table2_imbalanced_cifar10": 0.005,
+                    "tian2022_fedfor_table3_domainnet": 0.005, "tian2022_fedfor_table4_digits": 0.005,
+                    "tian2022_fedfor_table5_concept_shift": 0.005}
 
 
 def _references_dir() -> Traversable:

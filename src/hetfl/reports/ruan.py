@@ -19,7 +19,7 @@ import pandas as pd
 from hetfl.algorithms import method_label
 from hetfl.reports import accuracy_difference as ad
 from hetfl.reports import event_tables as ev
-from hetfl.reports.references import load_reference
+from hetfl.reports.references import PRINT_RESOLUTION, load_reference
 from hetfl.reports.setups import setup_differences
 from hetfl.reports.verdicts import RULE_TEXT, VERDICTS, counts_text, interval_text, verdict_counts
 from hetfl.reports.writers import markdown, write_frame_tables
@@ -164,7 +164,8 @@ def _attach_readings(tidy: pd.DataFrame, runs: pd.DataFrame, keys: list[str], ta
 
 # --- the three tables ------------------------------------------------------------------------------------
 def compute_accuracy_difference(runs: pd.DataFrame) -> pd.DataFrame:
-    tidy = ad.accuracy_difference(runs, load_reference("ruan2021_table3_accuracy_difference"))
+    name = "ruan2021_table3_accuracy_difference"
+    tidy = ad.accuracy_difference(runs, load_reference(name), PRINT_RESOLUTION[name])
     return _attach_readings(tidy, runs, ["dataset", "setting", "num_traces"], "accuracy_difference")
 
 

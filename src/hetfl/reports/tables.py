@@ -12,7 +12,7 @@ from hetfl.reports import communication_cost as cc
 from hetfl.reports import efl_lambda, fairness, fedfor, ruan
 from hetfl.reports import objective_inconsistency as oi
 from hetfl.reports.multiple_arrivals import build_multiple_arrivals
-from hetfl.reports.references import load_reference
+from hetfl.reports.references import PRINT_RESOLUTION, load_reference
 from hetfl.reports.results import collect_runs
 
 
@@ -104,7 +104,8 @@ def _notes(runs: pd.DataFrame) -> str:
 
 def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
     runs = load_runs(run_dirs)
-    bm.write(runs, load_reference("ma2022_efl_table2_bmta"), out_stem, _notes(runs))
+    name = "ma2022_efl_table2_bmta"
+    bm.write(runs, load_reference(name), out_stem, _notes(runs), PRINT_RESOLUTION[name])
     return out_stem
 
 

@@ -140,9 +140,11 @@ RULE_TEXT = {
                   "reports 0); same direction = the CI excludes 0 on the paper's side, the paper value "
                   "outside it or the CI unbounded; inconclusive = the CI contains 0 while the paper reports "
                   "an effect, or fewer than 2 seeds; disagrees = the CI excludes 0 on the other side (or at "
-                  "all, where the paper reports 0)",
+                  "all, where the paper reports 0); a paper value stands for the interval of its last "
+                  "printed digit (0.3: [0.25, 0.35]; a difference of two printed values, both intervals')",
     "level": "agrees = a bounded CI holds the paper value; disagrees = the CI excludes it, above or below; "
-             "inconclusive = no CI, or an unbounded one that holds it",
+             "inconclusive = no CI, or an unbounded one that holds it; a paper value with decimals stands "
+             "for the interval of its last printed digit (98.30: [98.295, 98.305]), a count is exact",
     "direction": "a difference on an offline stand-in at reduced scale is judged for its direction only, "
                  "never its size (the paper's is another data set's and scale's): same direction = the CI "
                  "excludes 0 on the paper's side; inconclusive = the CI contains 0, or fewer than 2 seeds; "
@@ -151,8 +153,15 @@ RULE_TEXT = {
 
 
 def verdict(paper: float | None, low: float, high: float, comparable: bool = True,
-            kind: str = "difference") -> str:
-    """The cell's verdict against the paper value (see the module docstring for both kinds)."""
+            kind: str = "difference", resolution: float = 0.0) -> str:
+    """The cell's verdict against the paper value (see the module docstring for the kinds).
+
+    resolution: how far the paper's true value may lie from the value it prints, half its last printed
+    digit (PRINT_RESOLUTION: 0.05 for Ruan et al.'s one decimal, 0.005 for two, the sum of both for a
+    difference of two printed values; 0 for counts, which are exact). The CI "holds the paper value"
+    when it meets [paper − resolution, paper + resolution]: the paper's 98.30 is any value in [98.295,
+    98.305]. A printed 0 is such an interval too. Signs are unaffected: a non-zero printed value is at
+    least one unit of its last digit, twice the resolution, from 0."""
     if kind not in KINDS:
         raise ValueError(f"verdict kind {kind!r} is unknown; allowed: {', '.join(KINDS)}")
     try:
@@ -165,8 +174,10 @@ def verdict(paper: float | None, low: float, high: float, comparable: bool = Tru
         return "inconclusive"
     if math.isinf(low) and math.isinf(high):  # censored both ways (bounds rule): no information, no agreement
         return "inconclusive"
+    if not resolution >= 0:
+        raise ValueError(f"verdict resolution {resolution!r} is not allowed; allowed: 0 or more")
     bounded = math.isfinite(low) and math.isfinite(high)
-    holds_paper = low <= paper <= high
+    holds_paper = low <= paper + resolution and paper - resolution <= high
     if kind == "level":
         if not holds_paper:
             return "disagrees"
@@ -176,8 +187,8 @@ def verdict(paper: float | None, low: float, high: float, comparable: bool = Tru
         if paper == 0 or holds_zero:
             return "inconclusive"
         return "same direction" if (low > 0) == (paper > 0) else "disagrees"
-    if paper == 0:
-        return ("agrees" if bounded else "inconclusive") if holds_zero else "disagrees"
+    if paper == 0:  # the paper saw no difference (to its printed digit)
+        return ("agrees" if bounded else "inconclusive") if holds_paper else "disagrees"
     if holds_zero:
         return "inconclusive"
     if (1 if low > 0 else -1) != (1 if paper > 0 else -1):
