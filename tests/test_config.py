@@ -586,3 +586,59 @@ def test_two_experiments_with_runs_in_one_cell_are_refused_before_any_job(source
     assert "allowed: experiments whose runs differ in the cell's keys" in text, text
     other["seeds"] = [max(exp["seeds"]) + 1]
     validate_config(cfg)
+
+
+FIGURE5 = yaml.safe_load((ROOT / "workflow/config/paper/ruan2021_figure5.yaml").read_text())
+
+
+def _alone(source: dict, experiment: str) -> dict:
+    """One experiment of a shipped config, without its readings axis (which has tables of its own)."""
+    exp = copy.deepcopy(source["experiments"][experiment])
+    exp.pop("readings", None)
+    exp.pop("readings_grid", None)
+    return exp
+
+
+@pytest.mark.parametrize(("source", "experiment", "change", "table", "key", "cell"), [
+    (TINY, "tiny_table4", {"schemes": ["C", "B"]}, "fast_reboot", "schemes",
+     "τ0 3, policy fast_reboot, seed 0"),
+    (TINY, "tiny_table4", {"num_traces": [5, 6]}, "fast_reboot", "num_traces",
+     "(dataset SYNTHETIC, setting "),
+    (TINY, "tiny_table5", {"num_traces": [5, 6]}, "crossing_epochs", "num_traces", "alpha 1, beta 1, τ0 3"),
+    (FIGURE5, "ruan2021_figure5_mnist", {"schemes": ["C", "A"]}, "multiple_arrivals", "schemes",
+     "τ0 100, policy fast_reboot, seed 0"),
+    (QUICK, "fedfor_table2_mnist5k", {"num_traces": [1, 2]}, "fedfor_by_e", "num_traces",
+     "(dataset mnist5k, E 1, method fedavg, seed 0)"),
+    (QUICK, "fedfor_table2_mnist5k", {"settings": {
+        **QUICK["experiments"]["fedfor_table2_mnist5k"]["settings"],
+        "E4_twice": QUICK["experiments"]["fedfor_table2_mnist5k"]["settings"]["E4"]}},
+     "fedfor_by_e", "settings", "(dataset mnist5k, E 4, method fedavg, seed 0)"),
+])
+def test_one_experiments_runs_in_one_cell_are_refused_before_any_job(source, experiment, change, table, key,
+                                                                      cell):
+    """One experiment whose grid puts two runs of one seed into one cell (a Table 4 experiment with two
+    schemes or two |T|, FedFOR's E twice under two setting names) passed validation, trained every run, and
+    then the table job refused the cell (Tables 4-5, Figure 5's table) or merged the seeds silently
+    (fedfor_by_e). Validation now refuses it, naming the grid axis, its value, the table, the cell and what
+    is allowed; the shipped experiment (one value on that axis) validates."""
+    exp = _alone(source, experiment)
+    validate_config({"experiments": {experiment: copy.deepcopy(exp)}})
+    with pytest.raises(ConfigError) as err:
+        validate_config({"experiments": {experiment: {**exp, **copy.deepcopy(change)}}})
+    text = str(err.value)
+    value = json.dumps(list(change[key]))
+    assert (f"config key 'experiments.{experiment}.{key}' has value {value}, which is not allowed with "
+            f"table {table}: its runs ") in text, text
+    assert cell in text, text
+    assert f"the two differ in {key} (" in text, text
+    assert f"allowed: one value of {key} (or values whose runs differ in the cell's keys: " in text, text
+
+
+def test_readings_variants_are_not_refused_as_runs_of_one_cell():
+    """The readings axis puts a variant of each run beside it, with the same cell keys: the variants have
+    tables of their own (<table>_readings, a column per reading), so the shipped tiny Table 4 and its
+    boost reading validate."""
+    exp = copy.deepcopy(TINY["experiments"]["tiny_table4"])
+    assert exp["readings"]
+    validate_config({"experiments": {"tiny_table4": exp}})
+

@@ -560,6 +560,11 @@ TABLE_CELLS: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any]] = {
 }
 #: RunSpec fields that name a run, not what it trained
 _NAMING = ("experiment", "run", "table")
+#: one experiment's grid axes (_grid) as (config key, the run's value on it): two of its runs of one seed
+#: differ in these alone, and fall into one cell of a table whose keys none of them tells apart
+_AXES = (("algorithms", lambda s: s.algorithm), ("settings", lambda s: s.setting),
+         ("num_traces", lambda s: s.num_traces), ("schemes", lambda s: s.scheme),
+         ("event.rounds", lambda s: _event(s, "round")), ("event.policies", lambda s: _event(s, "policy")))
 
 
 def _differences(a: RunSpec, b: RunSpec) -> str:
@@ -572,10 +577,37 @@ def _differences(a: RunSpec, b: RunSpec) -> str:
     return ", ".join(shown) + more if shown else "nothing but their names"
 
 
+def _config_value(exp: dict[str, Any], key: str) -> str:
+    """The experiment's value under a dotted key, as JSON (event.rounds -> [5, 10])."""
+    value: Any = exp
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return json.dumps(list(value) if isinstance(value, dict) else value, default=str)
+
+
+def _refuse_within(exp: dict[str, Any], table: str, keys: list[tuple[str, Any]], where: str, a: RunSpec,
+                   b: RunSpec) -> None:
+    """Two runs of one experiment's grid in one cell of `table`: name the grid axis that parts them."""
+    axes = [(key, f(a), f(b)) for key, f in _AXES if f(a) != f(b)]  # one at least: unique lists
+    key = axes[0][0]
+    parted = ", ".join(f"{k} ({json.dumps(x, default=str)} and {json.dumps(y, default=str)})"
+                       for k, x, y in axes)
+    raise ConfigError(
+        f"config key 'experiments.{a.experiment}.{key}' has value {_config_value(exp, key)}, which is not "
+        f"allowed with table {table}: its runs {a.run} and {b.run} put seed {a.seed} into one cell "
+        f"({where}), which the table pairs seed by seed, one run each, and would refuse or merge after every "
+        f"run trained; the two differ in {parted}, and the table has no column for that; allowed: one value "
+        f"of {key} (or values whose runs differ in the cell's keys: {', '.join(k for k, _ in keys)}); "
+        f"another in a config of its own, run in a directory of its own (docs/adding-an-algorithm.md)")
+
+
 def _check_table_cells(config: dict[str, Any]) -> None:
-    """Two experiments whose runs of one seed fall into one cell of a table: the table job refused them
-    (Tables 3-5, bmta, fairness) or merged them silently (efl_lambda, fedfor_by_e) after every run
-    trained, e.g. two FedAvg experiments on Table 4 with the same setting and τ0 and another step size."""
+    """Two runs of one seed that fall into one cell of a table: the table job refused them (Tables 3-5,
+    bmta, fairness) or merged them silently (efl_lambda, fedfor_by_e) after every run trained. From two
+    experiments, e.g. two FedAvg experiments on Table 4 with the same setting and τ0 and another step size;
+    from one experiment's grid, e.g. a Table 4 experiment with two schemes or two |T| (the table has no
+    column for either). The readings variants are not in `_grid`: they have tables of their own
+    (<table>_readings), a column per reading."""
     specs = [s for name, exp in config["experiments"].items() for s in _grid(name, exp)]
     for table, (sources, keys, reads) in TABLE_CELLS.items():
         if not any(s.table == table for s in specs):
@@ -586,10 +618,12 @@ def _check_table_cells(config: dict[str, Any]) -> None:
                 continue
             cell = tuple(f(spec) for _, f in keys)
             other = seen.setdefault(cell, spec)
-            if other.experiment == spec.experiment:
+            if other is spec:
                 continue
             where = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
                               for (k, _), v in zip(keys, cell, strict=True))
+            if other.experiment == spec.experiment:
+                _refuse_within(config["experiments"][spec.experiment], table, keys, where, other, spec)
             raise ConfigError(
                 f"config key 'experiments.{spec.experiment}' is not allowed beside experiment "
                 f"{other.experiment} on table {table}: both put a run into its cell ({where}), which the "
