@@ -561,6 +561,8 @@ TINY = yaml.safe_load((ROOT / "workflow/config/tiny.yaml").read_text())
     (QUICK, "ma2022_efl_table2_mnist5k", "fairness", "fairness", "(method fedavg, dataset MNIST, "),
     (QUICK, "ma2022_efl_figure2_mnist5k_lam0", "efl_lambda", None, "λ 0, seed 0)"),
     (QUICK, "fedfor_table2_mnist5k", "fedfor_by_e", None, "(dataset mnist5k, E "),
+    (QUICK, "fedelasticnet_comm_mnist5k", "communication_cost", None, "(setting dir0.3, method fedprox, "
+                                                                      "seed 0)"),
 ])
 def test_two_experiments_with_runs_in_one_cell_are_refused_before_any_job(source, experiment, table,
                                                                           other_table, cell):
@@ -613,14 +615,19 @@ def _alone(source: dict, experiment: str) -> dict:
         **QUICK["experiments"]["fedfor_table2_mnist5k"]["settings"],
         "E4_twice": QUICK["experiments"]["fedfor_table2_mnist5k"]["settings"]["E4"]}},
      "fedfor_by_e", "settings", "(dataset mnist5k, E 4, method fedavg, seed 0)"),
+    (QUICK, "fedelasticnet_comm_mnist5k", {"num_traces": [1, 2]}, "communication_cost", "num_traces",
+     "(setting dir0.3, method fedprox, seed 0)"),
+    (QUICK, "objective_inconsistency", {"num_traces": [1, 2]}, "objective_inconsistency", "num_traces",
+     "(τ (2, 10), setting t2_10_p_equal, η 0.01, method fedavg, seed 0)"),
 ])
 def test_one_experiments_runs_in_one_cell_are_refused_before_any_job(source, experiment, change, table, key,
                                                                       cell):
     """One experiment whose grid puts two runs of one seed into one cell (a Table 4 experiment with two
-    schemes or two |T|, FedFOR's E twice under two setting names) passed validation, trained every run, and
-    then the table job refused the cell (Tables 4-5, Figure 5's table) or merged the seeds silently
-    (fedfor_by_e). Validation now refuses it, naming the grid axis, its value, the table, the cell and what
-    is allowed; the shipped experiment (one value on that axis) validates."""
+    schemes or two |T|, FedFOR's E twice under two setting names, a second |T| where the table has no |T|
+    column) passed validation, trained every run, and then the table job refused the cell (Tables 4-5,
+    Figure 5's table) or merged the seeds silently (fedfor_by_e, communication_cost,
+    objective_inconsistency). Validation now refuses it, naming the grid axis, its value, the table, the
+    cell and what is allowed; the shipped experiment (one value on that axis) validates."""
     exp = _alone(source, experiment)
     validate_config({"experiments": {experiment: copy.deepcopy(exp)}})
     with pytest.raises(ConfigError) as err:
@@ -642,3 +649,22 @@ def test_readings_variants_are_not_refused_as_runs_of_one_cell():
     assert exp["readings"]
     validate_config({"experiments": {"tiny_table4": exp}})
 
+
+def test_two_objective_inconsistency_experiments_in_one_cell_are_refused_before_any_job():
+    """objective_inconsistency groups runs by (τ, setting, η, algorithm) and merged the seeds of two
+    experiments in one cell silently (its x̃ the mean over both): e.g. the shipped experiment and a copy with
+    more rounds. Refused at validation, naming both experiments and the cell; the copy at another η (a
+    column of the table) or on other seeds validates."""
+    exp = _alone(QUICK, "objective_inconsistency")
+    cfg = {"experiments": {"objective_inconsistency": exp, "longer": {**copy.deepcopy(exp), "rounds": 600}}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(copy.deepcopy(cfg))
+    text = str(err.value)
+    assert ("config key 'experiments.longer' is not allowed beside experiment objective_inconsistency on "
+            "table objective_inconsistency: both put a run into its cell (τ (2, 10), setting t2_10_p_equal, "
+            "η 0.01, method fedavg, seed 0)") in text, text
+    assert "the two differ in rounds (300 in objective_inconsistency, 600 in longer)" in text, text
+    validate_config({"experiments": {**cfg["experiments"], "longer": {**cfg["experiments"]["longer"],
+                                                                      "eta0": 0.05}}})
+    validate_config({"experiments": {**cfg["experiments"], "longer": {**cfg["experiments"]["longer"],
+                                                                      "seeds": [1]}}})

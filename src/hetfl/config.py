@@ -537,12 +537,20 @@ def _event(spec: RunSpec, key: str) -> Any:
 #: table -> (the tables whose runs it reads as well as its own, its cell's keys and the key telling apart
 #: the runs of one seed in a cell, each as a name and a function of a run, and the runs it reads): the
 #: report code's grouping (accuracy_difference.CELL, event_tables, bmta.KEYS, efl_lambda.GROUP,
-#: fedfor.fedfor_by_e); fairness reads the bmta runs too (reports.tables.SOURCES)
+#: fedfor.fedfor_by_e, communication_cost.communication_cost, objective_inconsistency's (τ, setting, η,
+#: algorithm)); fairness reads the bmta runs too (reports.tables.SOURCES)
 _BY_SEED = ("seed", lambda s: s.seed)
 _EVENT = [("dataset", _label), ("setting", lambda s: s.setting), ("τ0", lambda s: _event(s, "round")),
           ("policy", lambda s: _event(s, "policy")), _BY_SEED]
 _EFL = [("method", lambda s: s.algorithm), ("dataset", _label), ("setting", lambda s: s.setting),
         ("|T|", lambda s: s.num_traces), ("scheme", lambda s: s.scheme), _BY_SEED]
+
+
+def _tau(spec: RunSpec) -> tuple[int, ...]:
+    """objective_inconsistency's τ column: the local steps, one per client (1 each where none are given)."""
+    return spec.local_steps or (1,) * len((spec.quadratic or {}).get("a") or (1, 1))
+
+
 TABLE_CELLS: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any]] = {
     "accuracy_difference": ((), [("dataset", _label), ("setting", lambda s: s.setting),
                                  ("|T|", lambda s: s.num_traces), ("scheme", lambda s: s.scheme), _BY_SEED],
@@ -557,6 +565,11 @@ TABLE_CELLS: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any]] = {
                    lambda s: s.algorithm == "efl"),
     "fedfor_by_e": ((), [("dataset", lambda s: s.dataset), ("E", lambda s: s.local_epochs),
                          ("method", lambda s: s.algorithm), _BY_SEED], None),
+    # no dataset column: the table reads one data set's runs (its caption names the first run's)
+    "communication_cost": ((), [("setting", lambda s: s.setting), ("method", lambda s: s.algorithm),
+                                _BY_SEED], None),
+    "objective_inconsistency": ((), [("τ", _tau), ("setting", lambda s: s.setting), ("η", lambda s: s.eta0),
+                                     ("method", lambda s: s.algorithm), _BY_SEED], None),
 }
 #: RunSpec fields that name a run, not what it trained
 _NAMING = ("experiment", "run", "table")
@@ -603,11 +616,11 @@ def _refuse_within(exp: dict[str, Any], table: str, keys: list[tuple[str, Any]],
 
 def _check_table_cells(config: dict[str, Any]) -> None:
     """Two runs of one seed that fall into one cell of a table: the table job refused them (Tables 3-5,
-    bmta, fairness) or merged them silently (efl_lambda, fedfor_by_e) after every run trained. From two
-    experiments, e.g. two FedAvg experiments on Table 4 with the same setting and τ0 and another step size;
-    from one experiment's grid, e.g. a Table 4 experiment with two schemes or two |T| (the table has no
-    column for either). The readings variants are not in `_grid`: they have tables of their own
-    (<table>_readings), a column per reading."""
+    bmta, fairness) or merged them silently (efl_lambda, fedfor_by_e, communication_cost,
+    objective_inconsistency) after every run trained. From two experiments, e.g. two FedAvg experiments on
+    Table 4 with the same setting and τ0 and another step size; from one experiment's grid, e.g. a Table 4
+    experiment with two schemes or two |T| (the table has no column for either). The readings variants are
+    not in `_grid`: they have tables of their own (<table>_readings), a column per reading."""
     specs = [s for name, exp in config["experiments"].items() for s in _grid(name, exp)]
     for table, (sources, keys, reads) in TABLE_CELLS.items():
         if not any(s.table == table for s in specs):
