@@ -668,3 +668,20 @@ def test_two_objective_inconsistency_experiments_in_one_cell_are_refused_before_
                                                                       "eta0": 0.05}}})
     validate_config({"experiments": {**cfg["experiments"], "longer": {**cfg["experiments"]["longer"],
                                                                       "seeds": [1]}}})
+
+
+def test_two_sources_of_one_paper_label_on_bmta_are_refused_before_any_job():
+    """bmta groups runs by the paper's label (mnist and mnist5k are both "MNIST") and refused two sources of
+    one label after every run trained, even in cells of their own (another setting). Validation refuses
+    them, naming the key, both sources and what is allowed; the same experiment on mnist5k validates."""
+    exp = _alone(QUICK, "ma2022_efl_table2_mnist5k")
+    other = {**copy.deepcopy(exp), "dataset": "mnist", "settings": {"NIID_full": exp["settings"]["NIID"]}}
+    cfg = {"experiments": {"ma2022_efl_table2_mnist5k": exp, "full": other}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(copy.deepcopy(cfg))
+    text = str(err.value)
+    assert ("config key 'experiments.full.dataset' has value \"mnist\", which is not allowed beside "
+            "experiment ma2022_efl_table2_mnist5k (dataset \"mnist5k\") on table bmta: both are the paper's "
+            "MNIST") in text, text
+    assert 'allowed: "mnist5k", as ma2022_efl_table2_mnist5k has, or a source of another label' in text, text
+    validate_config({"experiments": {**cfg["experiments"], "full": {**other, "dataset": "mnist5k"}}})

@@ -578,6 +578,9 @@ _NAMING = ("experiment", "run", "table")
 _AXES = (("algorithms", lambda s: s.algorithm), ("settings", lambda s: s.setting),
          ("num_traces", lambda s: s.num_traces), ("schemes", lambda s: s.scheme),
          ("event.rounds", lambda s: _event(s, "round")), ("event.policies", lambda s: _event(s, "policy")))
+#: tables whose cells group runs by the paper's data set label (DATASET_LABELS) and refuse two sources of one
+#: label (bmta.bmta: mnist and mnist5k are both "MNIST")
+ONE_SOURCE_PER_LABEL = ("bmta",)
 
 
 def _differences(a: RunSpec, b: RunSpec) -> str:
@@ -614,6 +617,26 @@ def _refuse_within(exp: dict[str, Any], table: str, keys: list[tuple[str, Any]],
         f"another in a config of its own, run in a directory of its own (docs/adding-an-algorithm.md)")
 
 
+def _check_one_source_per_label(specs: list[RunSpec]) -> None:
+    """bmta's cells group runs by the paper's label: runs of mnist beside mnist5k (both "MNIST") trained,
+    then the table refused the two sources (bmta.bmta)."""
+    for table in ONE_SOURCE_PER_LABEL:
+        first: dict[str, RunSpec] = {}
+        for spec in specs:
+            if spec.table != table:
+                continue
+            other = first.setdefault(_label(spec), spec)
+            if other.dataset == spec.dataset:
+                continue
+            raise ConfigError(
+                f"config key 'experiments.{spec.experiment}.dataset' has value \"{spec.dataset}\", which is "
+                f"not allowed beside experiment {other.experiment} (dataset \"{other.dataset}\") on table "
+                f"{table}: both are the paper's {_label(spec)}, and the table's cells group runs by that "
+                "label, so it would refuse the two sources after every run trained; allowed: "
+                f"\"{other.dataset}\", as {other.experiment} has, or a source of another label; the other "
+                "source in a config of its own, run in a directory of its own")
+
+
 def _check_table_cells(config: dict[str, Any]) -> None:
     """Two runs of one seed that fall into one cell of a table: the table job refused them (Tables 3-5,
     bmta, fairness) or merged them silently (efl_lambda, fedfor_by_e, communication_cost,
@@ -622,6 +645,7 @@ def _check_table_cells(config: dict[str, Any]) -> None:
     experiment with two schemes or two |T| (the table has no column for either). The readings variants are
     not in `_grid`: they have tables of their own (<table>_readings), a column per reading."""
     specs = [s for name, exp in config["experiments"].items() for s in _grid(name, exp)]
+    _check_one_source_per_label(specs)
     for table, (sources, keys, reads) in TABLE_CELLS.items():
         if not any(s.table == table for s in specs):
             continue

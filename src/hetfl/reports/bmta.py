@@ -119,7 +119,9 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame, resolution: float = 0.0) -
     """runs: one row per run (tables.load_runs). One tidy row per (method, data set, setting, |T|,
     scheme); the paper's methods hetfl did not run get a row of their own with no reproduced value.
     resolution: half the paper's last printed digit (references.PRINT_RESOLUTION; verdicts.verdict)."""
-    if "dataset_name" in runs:  # cells group by the paper's label: two sources of one label would mix seeds
+    # cells group by the paper's label: two sources of one label would mix seeds (a config's are refused at
+    # validation, config._check_one_source_per_label; this guards run directories gathered by hand)
+    if "dataset_name" in runs:
         sources = runs.groupby("dataset")["dataset_name"].unique()
         mixed = {label: sorted(names) for label, names in sources.items() if len(names) > 1}
         if mixed:
