@@ -650,7 +650,7 @@ def test_readings_variants_are_not_refused_as_runs_of_one_cell():
     validate_config({"experiments": {"tiny_table4": exp}})
 
 
-def _refused(cfg: dict) -> str:
+def _refusal(cfg: dict) -> str:
     """The ConfigError validation raises on (a copy of) cfg, as text."""
     with pytest.raises(ConfigError) as err:
         validate_config(copy.deepcopy(cfg))
@@ -664,7 +664,7 @@ def test_two_objective_inconsistency_experiments_in_one_cell_are_refused_before_
     column of the table) or on other seeds validates."""
     exp = _alone(QUICK, "objective_inconsistency")
     cfg = {"experiments": {"objective_inconsistency": exp, "longer": {**copy.deepcopy(exp), "rounds": 600}}}
-    text = _refused(cfg)
+    text = _refusal(cfg)
     assert ("config key 'experiments.longer' is not allowed beside experiment objective_inconsistency on "
             "table objective_inconsistency: both put a run into its cell (τ (2, 10), setting t2_10_p_equal, "
             "η 0.01, method fedavg, seed 0)") in text, text
@@ -682,7 +682,7 @@ def test_two_sources_of_one_paper_label_on_bmta_are_refused_before_any_job():
     exp = _alone(QUICK, "ma2022_efl_table2_mnist5k")
     other = {**copy.deepcopy(exp), "dataset": "mnist", "settings": {"NIID_full": exp["settings"]["NIID"]}}
     cfg = {"experiments": {"ma2022_efl_table2_mnist5k": exp, "full": other}}
-    text = _refused(cfg)
+    text = _refusal(cfg)
     assert ("config key 'experiments.full.dataset' has value \"mnist\", which is not allowed beside "
             "experiment ma2022_efl_table2_mnist5k (dataset \"mnist5k\") on table bmta: both are the paper's "
             "MNIST") in text, text
