@@ -552,6 +552,9 @@ def test_an_event_that_moves_the_objective_is_refused_with_a_running_sum_algorit
 TINY = yaml.safe_load((ROOT / "workflow/config/tiny.yaml").read_text())
 
 
+FEDFOR5 = yaml.safe_load((ROOT / "workflow/config/paper/tian2022_fedfor_table5.yaml").read_text())
+
+
 @pytest.mark.parametrize(("source", "experiment", "table", "other_table", "cell"), [
     (TINY, "tiny_table3", "accuracy_difference", None, "(dataset SYNTHETIC, setting "),
     (TINY, "tiny_table4", "fast_reboot", None, "τ0 "),
@@ -563,6 +566,7 @@ TINY = yaml.safe_load((ROOT / "workflow/config/tiny.yaml").read_text())
     (QUICK, "fedfor_table2_mnist5k", "fedfor_by_e", None, "(dataset mnist5k, E "),
     (QUICK, "fedelasticnet_comm_mnist5k", "communication_cost", None, "(setting dir0.3, method fedprox, "
                                                                       "seed 0)"),
+    (FEDFOR5, "tian2022_fedfor_table5", "fedfor_concept_shift", None, "(dataset domainnet, E 1, method "),
 ])
 def test_two_experiments_with_runs_in_one_cell_are_refused_before_any_job(source, experiment, table,
                                                                           other_table, cell):

@@ -565,6 +565,9 @@ TABLE_CELLS: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any]] = {
                    lambda s: s.algorithm == "efl"),
     "fedfor_by_e": ((), [("dataset", lambda s: s.dataset), ("E", lambda s: s.local_epochs),
                          ("method", lambda s: s.algorithm), _BY_SEED], None),
+    # Table 5 (concept shift, fedfor.concept_shift_table) groups as Table 2 does: data set, E, method
+    "fedfor_concept_shift": ((), [("dataset", lambda s: s.dataset), ("E", lambda s: s.local_epochs),
+                                  ("method", lambda s: s.algorithm), _BY_SEED], None),
     # no dataset column: the table reads one data set's runs (its caption names the first run's)
     "communication_cost": ((), [("setting", lambda s: s.setting), ("method", lambda s: s.algorithm),
                                 _BY_SEED], None),
