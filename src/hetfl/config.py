@@ -526,8 +526,13 @@ DATASET_LABELS = {"synthetic": "SYNTHETIC", "mnist5k": "MNIST", "mnist": "MNIST"
                   "shakespeare": "Shakespeare"}
 
 
+def dataset_label(dataset: str) -> str:
+    """The paper's label of a hetfl data set (DATASET_LABELS; an unlisted one in capitals)."""
+    return DATASET_LABELS.get(dataset, str(dataset).upper())
+
+
 def _label(spec: RunSpec) -> str:
-    return DATASET_LABELS.get(spec.dataset, spec.dataset.upper())
+    return dataset_label(spec.dataset)
 
 
 def _event(spec: RunSpec, key: str) -> Any:
@@ -544,6 +549,9 @@ _EVENT = [("dataset", _label), ("setting", lambda s: s.setting), ("τ0", lambda 
           ("policy", lambda s: _event(s, "policy")), _BY_SEED]
 _EFL = [("method", lambda s: s.algorithm), ("dataset", _label), ("setting", lambda s: s.setting),
         ("|T|", lambda s: s.num_traces), ("scheme", lambda s: s.scheme), _BY_SEED]
+#: FedFOR's Tables 2-4 (fedfor_by_e) and Table 5 (fedfor.concept_shift_table) group alike
+_FEDFOR = [("dataset", lambda s: s.dataset), ("E", lambda s: s.local_epochs),
+           ("method", lambda s: s.algorithm), _BY_SEED]
 
 
 def _tau(spec: RunSpec) -> tuple[int, ...]:
@@ -563,11 +571,8 @@ TABLE_CELLS: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any]] = {
     "fairness": (("bmta",), _EFL, None),
     "efl_lambda": ((), [*_EFL[1:5], ("λ", lambda s: s.algorithm_params.get("lam")), _BY_SEED],
                    lambda s: s.algorithm == "efl"),
-    "fedfor_by_e": ((), [("dataset", lambda s: s.dataset), ("E", lambda s: s.local_epochs),
-                         ("method", lambda s: s.algorithm), _BY_SEED], None),
-    # Table 5 (concept shift, fedfor.concept_shift_table) groups as Table 2 does: data set, E, method
-    "fedfor_concept_shift": ((), [("dataset", lambda s: s.dataset), ("E", lambda s: s.local_epochs),
-                                  ("method", lambda s: s.algorithm), _BY_SEED], None),
+    "fedfor_by_e": ((), _FEDFOR, None),
+    "fedfor_concept_shift": ((), _FEDFOR, None),
     # no dataset column: the table reads one data set's runs (its caption names the first run's)
     "communication_cost": ((), [("setting", lambda s: s.setting), ("method", lambda s: s.algorithm),
                                 _BY_SEED], None),

@@ -74,6 +74,11 @@ def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8)
 
 
+def _low_methods(runs: pd.DataFrame) -> set[str]:
+    """The algorithms run at |T| > 1: the methods Figure 3 draws."""
+    return set(runs.loc[runs["num_traces"] > 1, "algorithm"])
+
+
 def _low_rows(runs: pd.DataFrame) -> pd.Series:
     """Whether each run's data set and setting has runs at |T| > 1 (Figure 3 draws a row per such pair)."""
     low = runs[runs["num_traces"] > 1]
@@ -101,8 +106,7 @@ def drawn(name: str, runs: pd.DataFrame) -> pd.DataFrame:
     if name == "efl_figure2":
         return _figure2_drawn(runs)
     if name == "efl_figure3":
-        methods = set(runs.loc[runs["num_traces"] > 1, "algorithm"])
-        return runs[runs["algorithm"].isin(methods) & _low_rows(runs)]
+        return runs[runs["algorithm"].isin(_low_methods(runs)) & _low_rows(runs)]
     raise ValueError(f"figure '{name}' is not one of EFL's figures; allowed: efl_figure1, efl_figure2, "
                      "efl_figure3")
 
@@ -118,10 +122,11 @@ def _are(runs: pd.DataFrame) -> str:
     return "is" if len(runs) == 1 else "are"
 
 
-def left_out(name: str, runs: pd.DataFrame) -> list[str]:
+def left_out(name: str, runs: pd.DataFrame, shown: pd.DataFrame | None = None) -> list[str]:
     """A sentence per kind of run of the table that figure `name` does not draw: whose runs, how many, and
-    why (a caption counts the runs drawn; an audit found Figure 1's counting a plugin's runs it left out)."""
-    rest = runs.drop(drawn(name, runs).index)
+    why (a caption counts the runs drawn; an audit found Figure 1's counting a plugin's runs it left out).
+    shown: drawn(name, runs) where the caller has it (Figure 2's reads every EFL run's metrics)."""
+    rest = runs.drop((drawn(name, runs) if shown is None else shown).index)
     if rest.empty:
         return []
     if name == "efl_figure1":
@@ -143,7 +148,7 @@ def left_out(name: str, runs: pd.DataFrame) -> list[str]:
                  "Figure 2 draws λ = 0 and the best λ (the highest mean BMTA, as the efl_lambda table "
                  "picks it)." if len(efl) else ""]
         return [n for n in notes if n]
-    methods = set(runs.loc[runs["num_traces"] > 1, "algorithm"])
+    methods = _low_methods(runs)
     other = rest[~rest["algorithm"].isin(methods)]
     rows = rest[rest["algorithm"].isin(methods)]
     shown = ", ".join(method_label(a) for a in sorted(methods, key=lambda a: (a != "fedavg", a)))
@@ -202,7 +207,7 @@ def figure2(runs: pd.DataFrame, out: Path) -> None:
 def figure3(runs: pd.DataFrame, out: Path) -> None:
     low = runs[runs["num_traces"] > 1]
     # the |T| columns of every run of the methods run at |T| > 1, as before drawn() kept only their rows
-    of_low = runs[runs["algorithm"].isin(set(low["algorithm"]))]
+    of_low = runs[runs["algorithm"].isin(_low_methods(runs))]
     ks = sorted(int(k) for k in of_low["num_traces"].unique()) or [1]
     runs = drawn("efl_figure3", runs)
     methods = sorted(set(runs["algorithm"]), key=lambda a: (a != "fedavg", a))  # FedAvg first, then by name

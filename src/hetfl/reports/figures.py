@@ -300,7 +300,8 @@ def drawn_runs(name: str, runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             "the grid has all four (the table holds every |T|)."]
     from hetfl.reports import efl_figures
 
-    return efl_figures.drawn(name, runs), efl_figures.left_out(name, runs)
+    shown = efl_figures.drawn(name, runs)
+    return shown, efl_figures.left_out(name, runs, shown)
 
 
 def build_figure(name: str, run_dirs: list[Path], out: Path) -> None:

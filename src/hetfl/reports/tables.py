@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hetfl.config import DATASET_LABELS  # the paper labels (validation reads them too)
+from hetfl.config import DATASET_LABELS, dataset_label  # the paper labels (validation reads them too)
 from hetfl.reports import bmta as bm
 from hetfl.reports import communication_cost as cc
 from hetfl.reports import efl_lambda, fairness, fedfor, ruan
@@ -19,7 +19,7 @@ from hetfl.reports.results import collect_runs
 def load_runs(paths: list[Path]) -> pd.DataFrame:
     runs = collect_runs(paths)
     runs["dataset_name"] = runs["dataset"]
-    runs["dataset"] = runs["dataset"].map(lambda d: DATASET_LABELS.get(d, str(d).upper()))
+    runs["dataset"] = runs["dataset"].map(dataset_label)
     return runs
 
 
