@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hetfl.data.federation import Federation, from_device_lists, save_federation
+from hetfl.data.federation import GLOBAL_TEST_AVERAGES, Federation, from_device_lists, save_federation
 
 
 def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size_spec: dict[str, Any],
@@ -71,9 +71,9 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
                          + ", ".join(HOLDOUTS))
 
     src = load_source(name, data_dir=data_dir, split="train")
-    if global_test_average not in ("pooled", "domains"):
+    if global_test_average not in GLOBAL_TEST_AVERAGES:
         raise ValueError(f"split key 'global_test_average' has value {global_test_average!r}, which is not "
-                         "allowed; allowed: pooled, domains")
+                         f"allowed; allowed: {', '.join(GLOBAL_TEST_AVERAGES)}")
     held_out, test = None, None
     if global_test and has_split(name, "test", data_dir=data_dir):
         test = load_source(name, data_dir=data_dir, split="test")

@@ -17,6 +17,10 @@ import numpy as np
 
 from hetfl.io import atomic_write, atomic_write_json, file_sha256
 
+#: how global_test_* averages: "pooled" over the global test samples, or the mean of "domains" (FedBN's
+#: per-domain test accuracies; the split records each sample's domain holder, `d_global`)
+GLOBAL_TEST_AVERAGES = ("pooled", "domains")
+
 
 @dataclass
 class Federation:

@@ -15,7 +15,7 @@ from hetfl.algorithms.base import Algorithm, RoundInfo, Task
 from hetfl.algorithms.fedavg import FedAvg
 from hetfl.algorithms.hparams import check_scheme
 from hetfl.data.events import Schedule, build_schedule
-from hetfl.data.federation import Federation
+from hetfl.data.federation import GLOBAL_TEST_AVERAGES, Federation
 from hetfl.engine.evaluate import (
     eval_subsample,
     loss_fairness,
@@ -156,9 +156,9 @@ class RunLoop:
             data = replace(data, global_test=(x.index_select(0, keep), y.index_select(0, keep)),
                            global_device=None if data.global_device is None
                            else data.global_device.index_select(0, keep))
-        if cfg.global_test_average not in ("pooled", "domains"):
+        if cfg.global_test_average not in GLOBAL_TEST_AVERAGES:
             raise ValueError(f"global_test_average has value {cfg.global_test_average!r}, which is not "
-                             "allowed; allowed: pooled, domains")
+                             f"allowed; allowed: {', '.join(GLOBAL_TEST_AVERAGES)}")
         if cfg.global_test_average == "domains" and data.global_device is None:
             raise ValueError("global_test_average 'domains' needs a split that records the domain of every "
                              "global test sample (made with global_test_average 'domains'); this one does "
