@@ -586,9 +586,26 @@ _NAMING = ("experiment", "run", "table")
 _AXES = (("algorithms", lambda s: s.algorithm), ("settings", lambda s: s.setting),
          ("num_traces", lambda s: s.num_traces), ("schemes", lambda s: s.scheme),
          ("event.rounds", lambda s: _event(s, "round")), ("event.policies", lambda s: _event(s, "policy")))
-#: tables whose cells group runs by the paper's data set label (DATASET_LABELS) and refuse two sources of one
-#: label (bmta.bmta: mnist and mnist5k are both "MNIST")
-ONE_SOURCE_PER_LABEL = ("bmta",)
+_PAIRED = ("pair the two sources' runs seed by seed as one data set's, or show them as rows no reader can "
+           "tell apart")
+#: tables whose cells group runs by the paper's data set label (DATASET_LABELS), where two sources of one
+#: label (mnist and mnist5k are both "MNIST") meet: table -> (the tables whose runs it reads as well as its
+#: own, the keys within which two sources must not meet, the runs it reads, what the table would do with
+#: them). bmta refuses two sources of a label outright (bmta.bmta). The others key their rows by label and
+#: setting, and pair the runs of a row across a key of the cell: fairness's Δ vs FedAvg
+#: (bmta.reference_runs), efl_lambda's λ against λ = 0 (efl_lambda.GROUP), Table 3's schemes
+#: (accuracy_difference.CELL), the policies of Tables 4-5 and Figure 5 (event_tables, multiple_arrivals);
+#: so two sources under one setting name were paired seed by seed silently (mnist's EFL against mnist5k's
+#: FedAvg), or, at another |T| or τ0, shown as rows of one data set. Under setting names of their own the
+#: rows are apart, and the settings note names each one's source (tables.settings_note).
+ONE_SOURCE_PER_LABEL: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any, str]] = {
+    "bmta": ((), [("dataset", _label)], None, "refuse the two sources"),
+    "fairness": (("bmta",), [("dataset", _label), ("setting", lambda s: s.setting)], None, _PAIRED),
+    "efl_lambda": ((), [("dataset", _label), ("setting", lambda s: s.setting)],
+                   lambda s: s.algorithm == "efl", _PAIRED),
+    **{table: ((), [("dataset", _label), ("setting", lambda s: s.setting)], None, _PAIRED)
+       for table in ONE_ALGORITHM_TABLES},  # Ruan et al.'s Tables 3-5 and Figure 5's
+}
 
 
 def _differences(a: RunSpec, b: RunSpec) -> str:
@@ -626,23 +643,32 @@ def _refuse_within(exp: dict[str, Any], table: str, keys: list[tuple[str, Any]],
 
 
 def _check_one_source_per_label(specs: list[RunSpec]) -> None:
-    """bmta's cells group runs by the paper's label: runs of mnist beside mnist5k (both "MNIST") trained,
-    then the table refused the two sources (bmta.bmta)."""
-    for table in ONE_SOURCE_PER_LABEL:
-        first: dict[str, RunSpec] = {}
+    """Two sources of one paper label where a table's cells group runs by that label (ONE_SOURCE_PER_LABEL):
+    bmta refused them after every run trained; the others paired them seed by seed silently."""
+    for table, (sources, keys, reads, does) in ONE_SOURCE_PER_LABEL.items():
+        if not any(s.table == table for s in specs):
+            continue
+        first: dict[tuple[Any, ...], RunSpec] = {}
         for spec in specs:
-            if spec.table != table:
+            if spec.table not in (table, *sources) or (reads is not None and not reads(spec)):
                 continue
-            other = first.setdefault(_label(spec), spec)
+            other = first.setdefault(tuple(f(spec) for _, f in keys), spec)
             if other.dataset == spec.dataset:
                 continue
+            label = _label(spec)
+            setting = len(keys) > 1
             raise ConfigError(
                 f"config key 'experiments.{spec.experiment}.dataset' has value \"{spec.dataset}\", which is "
                 f"not allowed beside experiment {other.experiment} (dataset \"{other.dataset}\") on table "
-                f"{table}: both are the paper's {_label(spec)}, and the table's cells group runs by that "
-                "label, so it would refuse the two sources after every run trained; allowed: "
-                f"\"{other.dataset}\", as {other.experiment} has, or a source of another label; the other "
-                "source in a config of its own, run in a directory of its own")
+                f"{table}: both are the paper's {label}"
+                + (f" under setting {spec.setting}" if setting else "")
+                + ", and the table's cells group runs by that label"
+                + (" and setting" if setting else "")
+                + f", so it would {does} after every run trained; allowed: \"{other.dataset}\", as "
+                f"{other.experiment} has, or a source of another label"
+                + (" or a setting name of its own (rows of its own, the caption naming each source)"
+                   if setting else "")
+                + "; the other source in a config of its own, run in a directory of its own")
 
 
 def _check_table_cells(config: dict[str, Any]) -> None:
