@@ -17,7 +17,7 @@ from hetfl.reports import ruan
 from hetfl.reports.efl_lambda import lambda_table
 from hetfl.reports.fairness import fairness
 from hetfl.reports.multiple_arrivals import multiple_arrivals
-from hetfl.reports.tables import load_event_runs, load_runs, settings_note
+from hetfl.reports.tables import build_table, load_event_runs, load_runs, settings_note
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "workflow/config"
@@ -156,3 +156,20 @@ def test_under_setting_names_of_their_own_the_table_keeps_two_sources_apart(tabl
     note = settings_note((load_event_runs if "event" in first else load_runs)(dirs))
     assert f"MNIST {setting} = {first['dataset']}" in note, note
     assert f"MNIST {own} = {second['dataset']}" in note, note
+
+
+def test_table5s_md_has_a_row_per_setting_where_two_share_the_label_and_alpha_beta(tmp_path):
+    """Table 5's rows are (data set, α, β, τ0), as the paper's; a real source's settings all have α = β = 0,
+    so mnist5k's and mnist's runs under setting names of their own were one row of the .md, mnist's cells
+    written over mnist5k's (the .csv had both). The .md now has a row per setting there, and no setting
+    column where (α, β) tell the settings apart (the paper's SYNTHETIC rows)."""
+    first, second = CASES["crossing_epochs"]
+    dirs = _fake_runs(tmp_path, {"first": first, "second": _renamed(second)})
+    build_table("crossing_epochs", dirs, tmp_path / "table5")
+    md = (tmp_path / "table5.md").read_text()
+    rows = [[c.strip() for c in line.split("|")[1:3]] for line in md.splitlines()
+            if line.startswith("| MNIST")]
+    assert rows == [["MNIST", "NIID"], ["MNIST", "NIID_mnist"]], md
+    tidy = ruan.compute_crossing(load_event_runs(dirs))
+    paper = tidy.assign(setting=["a1", "a0.5"], alpha=[1.0, 0.5], beta=[1.0, 0.5], dataset="SYNTHETIC")
+    assert list(ruan.crossing_layout(paper).columns[:4]) == ["dataset", "alpha", "beta", "τ0"]
