@@ -14,10 +14,11 @@ from test_config import QUICK, _alone, _refusal  # tests/ is on the path (pytest
 from hetfl.config import expand_runs, validate_config
 from hetfl.reports import event_tables as ev
 from hetfl.reports import ruan
+from hetfl.reports.bmta import model_note
 from hetfl.reports.efl_lambda import lambda_table
 from hetfl.reports.fairness import fairness
 from hetfl.reports.multiple_arrivals import multiple_arrivals
-from hetfl.reports.tables import build_table, load_event_runs, load_runs, settings_note
+from hetfl.reports.tables import build_table, load_event_runs, load_runs, scale_note, settings_note
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "workflow/config"
@@ -173,3 +174,19 @@ def test_table5s_md_has_a_row_per_setting_where_two_share_the_label_and_alpha_be
     tidy = ruan.compute_crossing(load_event_runs(dirs))
     paper = tidy.assign(setting=["a1", "a0.5"], alpha=[1.0, 0.5], beta=[1.0, 0.5], dataset="SYNTHETIC")
     assert list(ruan.crossing_layout(paper).columns[:4]) == ["dataset", "alpha", "beta", "τ0"]
+
+
+def test_a_captions_notes_per_source_name_each_of_two_sources_of_one_label(tmp_path):
+    """Two sources of one label under setting names of their own, each with its own model: the model note
+    named the first source's model only ("Models: MNIST mlp"), the scale note the label twice. Each now
+    names the source beside the label where two share it, and only there (one source: "MNIST mlp")."""
+    first, second = CASES["fairness"]
+    second = {**_renamed(second), "model": "cnn", "model_params": {}}
+    runs = load_runs(_fake_runs(tmp_path, {"first": first, "second": second}))
+    assert model_note(runs) == "Models: MNIST (mnist) cnn; MNIST (mnist5k) mlp (hidden [64])."
+    scale = scale_note(runs)
+    assert "MNIST (mnist): 20 devices, model cnn" in scale, scale
+    assert "MNIST (mnist5k): 20 devices, model mlp" in scale, scale
+    alone = runs[runs["dataset_name"] == "mnist5k"]
+    assert model_note(alone) == "Models: MNIST mlp (hidden [64])."
+    assert scale_note(alone).startswith("Scale: MNIST: 20 devices")

@@ -200,14 +200,29 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(list(out.values())).fillna("—")
 
 
+def shared_label(runs: pd.DataFrame) -> set[str]:
+    """The sources whose paper label (tables.load_runs' `dataset`) another source of the runs has too (mnist
+    and mnist5k, both "MNIST", under setting names of their own: validation allows that,
+    config.ONE_SOURCE_PER_LABEL): a caption's note per source names them "MNIST (mnist5k)", not the label
+    twice."""
+    if "dataset_name" not in runs or "dataset" not in runs:
+        return set()
+    pairs = runs[["dataset", "dataset_name"]].drop_duplicates()
+    return set(pairs.loc[pairs["dataset"].duplicated(keep=False), "dataset_name"].astype(str))
+
+
 def model_note(runs: pd.DataFrame) -> str:
-    """'Models: MNIST mlp (hidden [64])' — the scale note names the model, not its parameters."""
+    """'Models: MNIST mlp (hidden [64])' — the scale note names the model, not its parameters; one per
+    source where two share a label (it named the first one's model only)."""
     parts = []
-    for dataset, g in runs.groupby("dataset", sort=True):
+    shared = shared_label(runs)
+    keys = ["dataset", "dataset_name"] if "dataset_name" in runs else ["dataset"]
+    for key, g in runs.groupby(keys, sort=True):
         first = g.iloc[0]
         params = ", ".join(f"{c.split('.', 1)[1]} {first[c]}" for c in g.columns
                            if c.startswith("model_params.") and not _missing(first[c]))
-        parts.append(f"{dataset} {first['model']}" + (f" ({params})" if params else ""))
+        name = f"{key[0]} ({key[1]})" if len(key) > 1 and str(key[1]) in shared else str(key[0])
+        parts.append(f"{name} {first['model']}" + (f" ({params})" if params else ""))
     return "Models: " + "; ".join(parts) + "." if parts else ""
 
 

@@ -46,6 +46,7 @@ def _work_unit(run: pd.Series) -> str:
 
 def scale_note(runs: pd.DataFrame) -> str:
     notes = []
+    shared = bm.shared_label(runs)
     for dataset, g in runs.groupby("dataset_name", sort=True):
         f = g.iloc[0]
         sizes = f"sizes {f['sizes.distribution']}"
@@ -57,7 +58,8 @@ def scale_note(runs: pd.DataFrame) -> str:
                      else "sizes as the label skew deals them (the whole split)")
         if f["sizes.distribution"] == "pareto":
             sizes += f" (scale {f['sizes.size']}, index {f['sizes.index']}, cap {f['sizes.max_size']})"
-        notes.append(f"{DATASET_LABELS.get(dataset, dataset)}: {int(f['num_devices'])} devices, model "
+        name = DATASET_LABELS.get(dataset, dataset) + (f" ({dataset})" if str(dataset) in shared else "")
+        notes.append(f"{name}: {int(f['num_devices'])} devices, model "
                      f"{f['model']}, {int(f['rounds'])} rounds, {g['seed'].nunique()} seed(s), "
                      f"E = {int(f['local_epochs'])} {_work_unit(f)}, B = {int(f['batch_size'])}, "
                      f"η_τ = {f['eta0']:g}"
