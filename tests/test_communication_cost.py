@@ -95,3 +95,59 @@ def test_other_algorithms_take_the_registrys_label_and_the_caption_the_runs_size
     assert cc._sizes_text(pd.Series({"sizes.distribution": "equal"})) == "equal sizes"
     lognormal = pd.Series({"sizes.distribution": "lognormal", "sizes.sigma": 0.3})
     assert cc._sizes_text(lognormal) == "lognormal sizes (σ = 0.3)"
+
+
+def _two_datasets(tmp_path, second: dict):
+    """The fedprox runs of _config on mnist5k beside an experiment on digits (`second` changes it)."""
+    first = {**_config()["experiments"]["cc"], "algorithms": ["fedprox"]}
+    cfg = {"experiments": {"cc": first, "cc_digits": {**first, "dataset": "digits", **second}}}
+    dirs = []
+    for spec in expand_runs(validate_config(cfg)):
+        d = tmp_path / spec.experiment / spec.run
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"spec": spec.to_dict(), "status": "ok"}))
+        nz, ent, acc = RUNS[(spec.algorithm, spec.seed)]
+        rows = [(r + 1, m, float(v)) for m, vs in (("nonzeros_up", nz), ("entropy_up", ent))
+                for r, v in enumerate(vs)]
+        rows += [(r + 1, "bytes_up", 4000.0) for r in range(3)] + [(3, "global_test_accuracy", acc)]
+        pd.DataFrame(rows, columns=["round", "metric", "value"]).to_parquet(d / "metrics.parquet")
+        dirs.append(d)
+    return dirs
+
+
+def test_two_data_sets_are_rows_of_their_own_and_never_paired(tmp_path):
+    """The table had no data set column: FedProx on mnist5k and FedProx + elastic net on digits under one
+    setting name were paired seed by seed as one setting's "elastic net vs FedProx" (validation allowed
+    it: the cells differed in the method), and two data sets under setting names of their own were rows
+    a reader could not tell apart, the caption naming the first run's data set only. A row is now per data
+    set and setting, in the .csv and the .md, no pair crosses data sets, and the caption names both."""
+    runs = collect_runs(_two_datasets(tmp_path, {"algorithms": ["fedelasticnet"]}))
+    tidy = cc.communication_cost(runs)
+    assert tidy.columns[0] == "dataset" and tidy["kind"].eq("method").all(), tidy  # no pair across
+    methods = tidy.drop_duplicates(["dataset", "setting", "method"])
+    assert methods[["dataset", "method"]].values.tolist() == [
+        ["digits", "FedProx + elastic net (Alg. 1)"], ["mnist5k", "FedProx"]]
+    out = cc.layout(tidy)
+    assert out[["dataset", "setting", "method"]].values.tolist() == [
+        ["digits", "dir0.3", "FedProx + elastic net (Alg. 1)"], ["mnist5k", "dir0.3", "FedProx"]]
+    assert "Here: digits, mnist5k, digits dir0.3: Dirichlet α = 0.3; mnist5k dir0.3: Dirichlet α = 0.3, " \
+        in cc.caption(tidy, runs)
+
+
+def test_one_setting_name_on_two_data_sets_is_two_cells_for_validation_and_figure(tmp_path, monkeypatch):
+    """With the data set a column, validation's cell is (data set, setting, method, seed) as the table's:
+    FedProx on mnist5k and on digits under one setting name validates (it refused them as one cell), and
+    the non-zeros figure has a panel per data set and setting, titled by both (one panel held both data
+    sets' lines, under the setting's name)."""
+    from hetfl.reports import figures
+
+    runs = collect_runs(_two_datasets(tmp_path, {}))
+    tidy = cc.communication_cost(runs)
+    assert tidy.groupby("dataset")["n_seeds"].max().to_dict() == {"digits": 3, "mnist5k": 3}
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig))
+    cc.draw_nonzeros(runs.assign(dataset_name=runs["dataset"], dataset="MNIST"), tmp_path / "nz")
+    assert [ax.get_title() for ax in drawn[0].axes] == ["digits dir0.3", "mnist5k dir0.3"]
+    one = runs[runs["dataset"] == "mnist5k"]
+    cc.draw_nonzeros(one, tmp_path / "nz1")
+    assert [ax.get_title() for ax in drawn[1].axes] == ["dir0.3"]

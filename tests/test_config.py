@@ -564,8 +564,8 @@ FEDFOR5 = yaml.safe_load((ROOT / "workflow/config/paper/tian2022_fedfor_table5.y
     (QUICK, "ma2022_efl_table2_mnist5k", "fairness", "fairness", "(method fedavg, dataset MNIST, "),
     (QUICK, "ma2022_efl_figure2_mnist5k_lam0", "efl_lambda", None, "λ 0, seed 0)"),
     (QUICK, "fedfor_table2_mnist5k", "fedfor_by_e", None, "(dataset mnist5k, E "),
-    (QUICK, "fedelasticnet_comm_mnist5k", "communication_cost", None, "(setting dir0.3, method fedprox, "
-                                                                      "seed 0)"),
+    (QUICK, "fedelasticnet_comm_mnist5k", "communication_cost", None, "(dataset mnist5k, setting dir0.3, "
+                                                                      "method fedprox, seed 0)"),
     (FEDFOR5, "tian2022_fedfor_table5", "fedfor_concept_shift", None, "(dataset domainnet, E 1, method "),
 ])
 def test_two_experiments_with_runs_in_one_cell_are_refused_before_any_job(source, experiment, table,
@@ -620,7 +620,7 @@ def _alone(source: dict, experiment: str) -> dict:
         "E4_twice": QUICK["experiments"]["fedfor_table2_mnist5k"]["settings"]["E4"]}},
      "fedfor_by_e", "settings", "(dataset mnist5k, E 4, method fedavg, seed 0)"),
     (QUICK, "fedelasticnet_comm_mnist5k", {"num_traces": [1, 2]}, "communication_cost", "num_traces",
-     "(setting dir0.3, method fedprox, seed 0)"),
+     "(dataset mnist5k, setting dir0.3, method fedprox, seed 0)"),
     (QUICK, "objective_inconsistency", {"num_traces": [1, 2]}, "objective_inconsistency", "num_traces",
      "(τ (2, 10), setting t2_10_p_equal, η 0.01, method fedavg, seed 0)"),
 ])

@@ -573,9 +573,9 @@ TABLE_CELLS: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any]] = {
                    lambda s: s.algorithm == "efl"),
     "fedfor_by_e": ((), _FEDFOR, None),
     "fedfor_concept_shift": ((), _FEDFOR, None),
-    # no dataset column: the table reads one data set's runs (its caption names the first run's)
-    "communication_cost": ((), [("setting", lambda s: s.setting), ("method", lambda s: s.algorithm),
-                                _BY_SEED], None),
+    # a row per data set (the source's name) and setting: two data sets share the table
+    "communication_cost": ((), [("dataset", lambda s: s.dataset), ("setting", lambda s: s.setting),
+                                ("method", lambda s: s.algorithm), _BY_SEED], None),
     "objective_inconsistency": ((), [("τ", _tau), ("setting", lambda s: s.setting), ("η", lambda s: s.eta0),
                                      ("method", lambda s: s.algorithm), _BY_SEED], None),
 }

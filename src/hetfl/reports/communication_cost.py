@@ -49,8 +49,10 @@ def _label(algorithm: str) -> str:
 PAIRS = (("fedelasticnet", "fedprox"), ("scaffold_elasticnet", "scaffold"), ("feddyn_elasticnet", "feddyn"))
 PAPER_CLAIM = "lower (Tables 2-4; numbers not transcribed)"
 MEASURES = ("nonzeros_per_round", "total_nonzeros", "entropy", "mb_sent", "accuracy")
-TIDY_COLUMNS = ["setting", "kind", "method", "measure", "mean", "std", "n_seeds", "ci_low", "ci_high",
-                "paper", "verdict"]
+#: a row per (data set, setting, method): two experiments on two data sets share the table, and a setting
+#: name says nothing of the data (the caption named the first run's data set only)
+TIDY_COLUMNS = ["dataset", "setting", "kind", "method", "measure", "mean", "std", "n_seeds", "ci_low",
+                "ci_high", "paper", "verdict"]
 
 
 def run_measures(run_dir: str | Path) -> dict[str, float]:
@@ -71,27 +73,28 @@ def run_measures(run_dir: str | Path) -> dict[str, float]:
 
 
 def per_seed(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: setting, algorithm, seed and its measures."""
-    rows = [{"setting": r["setting"], "algorithm": r["algorithm"], "seed": int(r["seed"]),
-             **run_measures(r["run_dir"])} for _, r in runs.iterrows()]
+    """One row per run: data set, setting, algorithm, seed and its measures."""
+    rows = [{"dataset": r["dataset"], "setting": r["setting"], "algorithm": r["algorithm"],
+             "seed": int(r["seed"]), **run_measures(r["run_dir"])} for _, r in runs.iterrows()]
     return pd.DataFrame(rows)
 
 
 def communication_cost(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tidy rows: kind "method" (a measure of one algorithm over seeds) and kind "pair"
-    (elastic net − base)."""
+    """Tidy rows per data set and setting: kind "method" (a measure of one algorithm over seeds) and kind
+    "pair" (elastic net − base, paired by seed within the data set and setting)."""
     seeds = per_seed(runs)
     rows = []
     order = {a: i for i, a in enumerate(LABELS)}  # the paper's order: each base before its elastic net
-    seeds = seeds.sort_values(["setting", "algorithm"], key=lambda c: c.map(order).fillna(len(order))
-                              if c.name == "algorithm" else c)
-    for (setting, algorithm), g in seeds.groupby(["setting", "algorithm"], sort=False):
+    seeds = seeds.sort_values(["dataset", "setting", "algorithm"],
+                              key=lambda c: c.map(order).fillna(len(order)) if c.name == "algorithm" else c)
+    for (dataset, setting, algorithm), g in seeds.groupby(["dataset", "setting", "algorithm"], sort=False):
         for measure in MEASURES:
             iv = t_interval(g[measure].dropna())
-            rows.append({"setting": setting, "kind": "method", "method": _label(algorithm),
-                         "measure": measure, "mean": iv.mean, "std": iv.std, "n_seeds": iv.n,
+            rows.append({"dataset": dataset, "setting": setting, "kind": "method",
+                         "method": _label(algorithm), "measure": measure, "mean": iv.mean, "std": iv.std,
+                         "n_seeds": iv.n,
                          "ci_low": np.nan, "ci_high": np.nan, "paper": "", "verdict": ""})
-    for setting, g in seeds.groupby("setting", sort=True):
+    for (dataset, setting), g in seeds.groupby(["dataset", "setting"], sort=True):
         by = g.set_index(["algorithm", "seed"])
         for with_en, base in PAIRS:
             if with_en not in by.index.get_level_values(0) or base not in by.index.get_level_values(0):
@@ -106,7 +109,7 @@ def communication_cost(runs: pd.DataFrame) -> pd.DataFrame:
                       "accuracy_diff": "≈ 0: 'maintains the classification accuracy' (Fig. 1)"}
             for measure, values in diffs.items():
                 iv = t_interval(values.dropna())
-                rows.append({"setting": setting, "kind": "pair",
+                rows.append({"dataset": dataset, "setting": setting, "kind": "pair",
                              "method": f"{LABELS[with_en]} vs {LABELS[base]}", "measure": measure,
                              "mean": iv.mean, "std": iv.std, "n_seeds": iv.n, "ci_low": iv.low,
                              "ci_high": iv.high, "paper": claims[measure],
@@ -123,19 +126,20 @@ def _fmt(measure: str, mean: float, std: float) -> str:
 
 
 def layout(tidy: pd.DataFrame) -> pd.DataFrame:
-    """A row per (setting, algorithm) with its five measures, then a row per (setting, elastic-net pair)
-    with the paired differences and their 95 % intervals."""
+    """A row per (data set, setting, algorithm) with its five measures, then a row per (data set, setting,
+    elastic-net pair) with the paired differences and their 95 % intervals."""
     from hetfl.reports.verdicts import Interval
 
     rows = []
-    for (setting, method), g in tidy[tidy["kind"] == "method"].groupby(["setting", "method"], sort=False):
+    keys = ["dataset", "setting", "method"]
+    for (dataset, setting, method), g in tidy[tidy["kind"] == "method"].groupby(keys, sort=False):
         cells = {r["measure"]: _fmt(r["measure"], r["mean"], r["std"]) for _, r in g.iterrows()}
-        rows.append({"setting": setting, "method": method,
+        rows.append({"dataset": dataset, "setting": setting, "method": method,
                      "non-zeros / round (10³)": cells.get("nonzeros_per_round", "—"),
                      "total non-zeros (10⁶)": cells.get("total_nonzeros", "—"),
                      "entropy (bits/value)": cells.get("entropy", "—"), "MB sent": cells.get("mb_sent", "—"),
                      "accuracy (%)": cells.get("accuracy", "—"), "paper": "", "verdict": ""})
-    for (setting, method), g in tidy[tidy["kind"] == "pair"].groupby(["setting", "method"], sort=False):
+    for (dataset, setting, method), g in tidy[tidy["kind"] == "pair"].groupby(keys, sort=False):
         def text(measure: str, g=g) -> str:
             r = g[g["measure"] == measure]
             if r.empty:
@@ -143,7 +147,7 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
             r = r.iloc[0]
             return interval_text(
                 Interval(r["mean"], r["std"], r["ci_low"], r["ci_high"], int(r["n_seeds"])), 2)
-        rows.append({"setting": setting, "method": f"Δ {method}",
+        rows.append({"dataset": dataset, "setting": setting, "method": f"Δ {method}",
                      "non-zeros / round (10³)": "", "total non-zeros (10⁶)":
                      f"{text('nonzeros_change_pct')} %", "entropy (bits/value)": text("entropy_diff"),
                      "MB sent": "", "accuracy (%)": text("accuracy_diff"),
@@ -162,8 +166,10 @@ def _sizes_text(run: pd.Series) -> str:
 
 def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
     first = runs.iloc[0]
-    settings = "; ".join(f"{s}: Dirichlet α = {g['partition.alpha'].iloc[0]:g}"
-                         for s, g in runs.groupby("setting")
+    datasets = sorted(map(str, runs["dataset"].unique()))
+    several = len(datasets) > 1  # a setting name then says its data set
+    settings = "; ".join(f"{d + ' ' if several else ''}{s}: Dirichlet α = {g['partition.alpha'].iloc[0]:g}"
+                         for (d, s), g in runs.groupby(["dataset", "setting"])
                          if "partition.alpha" in g)
     k = first.get("clients_per_round")
     sampled = (f"{int(k)} of {int(first['num_devices'])} clients per round"
@@ -180,7 +186,7 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
             "Student-t intervals. The paper's numbers are not in the transcribed text, so every verdict is "
             f"'not comparable' (verdicts, one for each Δ row's non-zeros, entropy and accuracy: "
             f"{counts_text(list(tidy.loc[tidy['kind'] == 'pair', 'verdict']))}). "
-            f"Here: {first.get('dataset')}, {settings or 'its settings'}, {_sizes_text(first)}, "
+            f"Here: {', '.join(datasets)}, {settings or 'its settings'}, {_sizes_text(first)}, "
             f"{sampled}, model {first['model']}, E = {int(first['local_epochs'])} epochs, B = "
             f"{int(first['batch_size'])}, η = {first['eta0']:g}, {int(runs['rounds'].max())} rounds, "
             f"{runs['seed'].nunique()} seed(s). The paper: MNIST, EMNIST-L, CIFAR-10/100, Shakespeare, 100 "
@@ -201,22 +207,26 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
 
 def draw_nonzeros(runs: pd.DataFrame, out: Path) -> None:
     """Non-zeros sent per round (the reviewers' "plot of non-zero elements vs communication round"), a line
-    per algorithm averaged over seeds, a panel per setting, log scale."""
+    per algorithm averaged over seeds, a panel per data set and setting (titled by the setting alone where
+    there is one data set), log scale."""
     from hetfl.reports.figures import _save, pyplot
 
     plt = pyplot()
-    settings = sorted(runs["setting"].unique())
-    fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.6), squeeze=False, sharey=True)
-    for ax, setting in zip(axes[0], settings, strict=True):
+    # the source, as the table names it (figures.build_figure's runs carry the paper's label in `dataset`)
+    runs = runs.assign(dataset=runs["dataset_name"]) if "dataset_name" in runs else runs
+    panels = sorted({(str(d), str(s)) for d, s in zip(runs["dataset"], runs["setting"], strict=True)})
+    several = len({d for d, _ in panels}) > 1
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.6), squeeze=False, sharey=True)
+    for ax, (dataset, setting) in zip(axes[0], panels, strict=True):
         order = {a: i for i, a in enumerate(LABELS)}
-        sel = runs[runs["setting"] == setting]
+        sel = runs[(runs["dataset"].astype(str) == dataset) & (runs["setting"].astype(str) == setting)]
         for algorithm in sorted(sel["algorithm"].unique(), key=lambda a: order.get(a, len(order))):
             g = sel[sel["algorithm"] == algorithm]
             mean = pd.concat([curve(d, "nonzeros_up") for d in g["run_dir"]], axis=1).mean(axis=1)
             style = "--" if algorithm.endswith("_ef") else "-"
             ax.plot(mean.index, mean.to_numpy(), style, label=_label(algorithm))
         ax.set_yscale("log")
-        ax.set_title(str(setting), fontsize=9)
+        ax.set_title(f"{dataset} {setting}" if several else setting, fontsize=9)
         ax.set_xlabel("round")
     axes[0][0].set_ylabel("non-zeros sent per round")
     axes[0][-1].legend(fontsize=7, loc="best")
