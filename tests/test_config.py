@@ -614,11 +614,11 @@ def _alone(source: dict, experiment: str) -> dict:
     (FIGURE5, "ruan2021_figure5_mnist", {"schemes": ["C", "A"]}, "multiple_arrivals", "schemes",
      "τ0 100, policy fast_reboot, seed 0"),
     (QUICK, "fedfor_table2_mnist5k", {"num_traces": [1, 2]}, "fedfor_by_e", "num_traces",
-     "(dataset mnist5k, E 1, method fedavg, seed 0)"),
+     "(dataset mnist5k, E 1, method FedAvg, seed 0)"),
     (QUICK, "fedfor_table2_mnist5k", {"settings": {
         **QUICK["experiments"]["fedfor_table2_mnist5k"]["settings"],
         "E4_twice": QUICK["experiments"]["fedfor_table2_mnist5k"]["settings"]["E4"]}},
-     "fedfor_by_e", "settings", "(dataset mnist5k, E 4, method fedavg, seed 0)"),
+     "fedfor_by_e", "settings", "(dataset mnist5k, E 4, method FedAvg, seed 0)"),
     (QUICK, "fedelasticnet_comm_mnist5k", {"num_traces": [1, 2]}, "communication_cost", "num_traces",
      "(dataset mnist5k, setting dir0.3, method fedprox, seed 0)"),
     (QUICK, "objective_inconsistency", {"num_traces": [1, 2]}, "objective_inconsistency", "num_traces",
@@ -692,3 +692,42 @@ def test_two_sources_of_one_paper_label_on_bmta_are_refused_before_any_job():
             "MNIST") in text, text
     assert 'allowed: "mnist5k", as ma2022_efl_table2_mnist5k has, or a source of another label' in text, text
     validate_config({"experiments": {**cfg["experiments"], "full": {**other, "dataset": "mnist5k"}}})
+
+
+FEDFOR2 = "fedfor_table2_mnist5k"
+
+
+@pytest.mark.parametrize("table", ["fedfor_by_e", "fedfor_concept_shift"])
+def test_two_algorithms_of_one_display_label_on_a_fedfor_table_are_refused_before_any_job(table,
+                                                                                        monkeypatch):
+    """FedFOR's tables group a cell's runs by the method's display label (method_label), validation's cell
+    check by the algorithm's name: a plugin registered with the label "FedAvg" beside fedavg (in one
+    experiment, or in two) passed validation, and the table merged both algorithms' seeds into FedAvg's
+    cell. Validation now refuses them, naming the key and the cell; one algorithm under two
+    hyperparameter settings was refused already and still is; the plugin under a label of its own
+    validates."""
+    from hetfl.algorithms import CATALOG
+    from hetfl.algorithms.hparams import NoParams
+    from hetfl.algorithms.registry import AlgorithmEntry
+
+    def plugin(label: str) -> AlgorithmEntry:
+        return AlgorithmEntry("fedavg_copy", "hetfl.algorithms.fedavg:FedAvg", NoParams, "a plugin", label)
+
+    monkeypatch.setitem(CATALOG, "fedavg_copy", plugin("FedAvg"))
+    exp = {**_alone(QUICK, FEDFOR2), "table": table, "algorithms": ["fedavg", "fedavg_copy"]}
+    text = _refusal({"experiments": {FEDFOR2: exp}})
+    assert (f"config key 'experiments.{FEDFOR2}.algorithms' has value [\"fedavg\", \"fedavg_copy\"], which "
+            f"is not allowed with table {table}: its runs ") in text, text
+    assert "(dataset mnist5k, E 1, method FedAvg, seed 0)" in text, text
+    assert 'the two differ in algorithms ("fedavg" and "fedavg_copy")' in text, text
+    two = {FEDFOR2: {**exp, "algorithms": ["fedavg"]}, "copy": {**exp, "algorithms": ["fedavg_copy"]}}
+    text = _refusal({"experiments": two})
+    assert (f"config key 'experiments.copy' is not allowed beside experiment {FEDFOR2} on table {table}: "
+            "both put a run into its cell (dataset mnist5k, E 1, method FedAvg, seed 0)") in text, text
+    assert f'the two differ in algorithm ("fedavg" in {FEDFOR2}, "fedavg_copy" in copy)' in text, text
+    fedfor = {**exp, "algorithms": ["fedfor"]}
+    text = _refusal({"experiments": {FEDFOR2: fedfor, "copy": {**fedfor, "algorithm_params": {
+        "fedfor": {"alpha": 1.0}}}}})
+    assert "both put a run into its cell (dataset mnist5k, E 1, method FedFOR, seed 0)" in text, text
+    monkeypatch.setitem(CATALOG, "fedavg_copy", plugin("FedAvg (copy)"))
+    validate_config({"experiments": {FEDFOR2: exp}})

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from hetfl.algorithms import method_label
 from hetfl.algorithms.hparams import CATALOG, REFUSED, check_scheme, parse_hyperparameters
 from hetfl.algorithms.registry import class_problem, target_problem
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
@@ -549,9 +550,11 @@ _EVENT = [("dataset", _label), ("setting", lambda s: s.setting), ("τ0", lambda 
           ("policy", lambda s: _event(s, "policy")), _BY_SEED]
 _EFL = [("method", lambda s: s.algorithm), ("dataset", _label), ("setting", lambda s: s.setting),
         ("|T|", lambda s: s.num_traces), ("scheme", lambda s: s.scheme), _BY_SEED]
-#: FedFOR's Tables 2-4 (fedfor_by_e) and Table 5 (fedfor.concept_shift_table) group alike
+#: FedFOR's Tables 2-4 (fedfor_by_e) and Table 5 (fedfor.concept_shift_table) group alike, the method by
+#: its display label (method_label), as the tables do: two algorithms of one label (a plugin registered as
+#: "FedAvg" beside fedavg) merged their seeds in one cell
 _FEDFOR = [("dataset", lambda s: s.dataset), ("E", lambda s: s.local_epochs),
-           ("method", lambda s: s.algorithm), _BY_SEED]
+           ("method", lambda s: method_label(s.algorithm)), _BY_SEED]
 
 
 def _tau(spec: RunSpec) -> tuple[int, ...]:
