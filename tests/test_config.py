@@ -559,13 +559,13 @@ FEDFOR5 = yaml.safe_load((ROOT / "workflow/config/paper/tian2022_fedfor_table5.y
     (TINY, "tiny_table3", "accuracy_difference", None, "(dataset SYNTHETIC, setting "),
     (TINY, "tiny_table4", "fast_reboot", None, "τ0 "),
     (TINY, "tiny_table5", "crossing_epochs", None, "alpha "),
-    (QUICK, "ma2022_efl_table2_mnist5k", "bmta", None, "(method fedavg, dataset MNIST, setting NIID, |T| 1, "
+    (QUICK, "ma2022_efl_table2_mnist5k", "bmta", None, "(method FedAvg, dataset MNIST, setting NIID, |T| 1, "
                                                        "scheme C, seed 0)"),
-    (QUICK, "ma2022_efl_table2_mnist5k", "fairness", "fairness", "(method fedavg, dataset MNIST, "),
+    (QUICK, "ma2022_efl_table2_mnist5k", "fairness", "fairness", "(method FedAvg, dataset MNIST, "),
     (QUICK, "ma2022_efl_figure2_mnist5k_lam0", "efl_lambda", None, "λ 0, seed 0)"),
     (QUICK, "fedfor_table2_mnist5k", "fedfor_by_e", None, "(dataset mnist5k, E "),
     (QUICK, "fedelasticnet_comm_mnist5k", "communication_cost", None, "(dataset mnist5k, setting dir0.3, "
-                                                                      "method fedprox, seed 0)"),
+                                                                      "method FedProx, seed 0)"),
     (FEDFOR5, "tian2022_fedfor_table5", "fedfor_concept_shift", None, "(dataset domainnet, E 1, method "),
 ])
 def test_two_experiments_with_runs_in_one_cell_are_refused_before_any_job(source, experiment, table,
@@ -620,7 +620,7 @@ def _alone(source: dict, experiment: str) -> dict:
         "E4_twice": QUICK["experiments"]["fedfor_table2_mnist5k"]["settings"]["E4"]}},
      "fedfor_by_e", "settings", "(dataset mnist5k, E 4, method FedAvg, seed 0)"),
     (QUICK, "fedelasticnet_comm_mnist5k", {"num_traces": [1, 2]}, "communication_cost", "num_traces",
-     "(dataset mnist5k, setting dir0.3, method fedprox, seed 0)"),
+     "(dataset mnist5k, setting dir0.3, method FedProx, seed 0)"),
     (QUICK, "objective_inconsistency", {"num_traces": [1, 2]}, "objective_inconsistency", "num_traces",
      "(τ (2, 10), setting t2_10_p_equal, η 0.01, method fedavg, seed 0)"),
 ])
@@ -731,3 +731,34 @@ def test_two_algorithms_of_one_display_label_on_a_fedfor_table_are_refused_befor
     assert "both put a run into its cell (dataset mnist5k, E 1, method FedFOR, seed 0)" in text, text
     monkeypatch.setitem(CATALOG, "fedavg_copy", plugin("FedAvg (copy)"))
     validate_config({"experiments": {FEDFOR2: exp}})
+
+
+@pytest.mark.parametrize(("table", "experiment", "beside", "label", "cell"), [
+    ("bmta", MLP_EXP, "fedavg", "FedAvg", "(method FedAvg, dataset MNIST, setting NIID, |T| 1, scheme C, "),
+    ("fairness", MLP_EXP, "fedavg", "FedAvg", "(method FedAvg, dataset MNIST, setting NIID, |T| 1, "),
+    ("communication_cost", "fedelasticnet_comm_mnist5k", "topk_ef", "FedAvg + top-k + EF",
+     "(dataset mnist5k, setting dir0.3, method FedAvg + top-k + EF, seed 0)"),
+])
+def test_two_algorithms_of_one_printed_name_on_a_method_table_are_refused_before_any_job(
+        table, experiment, beside, label, cell, monkeypatch):
+    """bmta's .md keys its rows by the method's display label (and reads the paper's value by it), and
+    communication_cost's by its row name (reports.labels): a plugin labelled "FedAvg" beside fedavg, or
+    "FedAvg + top-k + EF" beside topk_ef, passed validation, and the .md showed one row, the later
+    algorithm's cells over the earlier's (fairness: two rows of one name). Validation now refuses them,
+    naming the algorithms key and the cell; a label of the plugin's own validates."""
+    from hetfl.algorithms import CATALOG
+    from hetfl.algorithms.hparams import NoParams
+    from hetfl.algorithms.registry import AlgorithmEntry
+
+    def plugin(name: str) -> AlgorithmEntry:
+        return AlgorithmEntry("mine", "hetfl.algorithms.fedavg:FedAvg", NoParams, "a plugin", name)
+
+    monkeypatch.setitem(CATALOG, "mine", plugin(label))
+    exp = {**_alone(QUICK, experiment), "table": table, "algorithms": [beside, "mine"]}
+    text = _refusal({"experiments": {experiment: exp}})
+    assert (f"config key 'experiments.{experiment}.algorithms' has value [\"{beside}\", \"mine\"], which is "
+            f"not allowed with table {table}: its runs ") in text, text
+    assert cell in text, text
+    assert f'the two differ in algorithms ("{beside}" and "mine")' in text, text
+    monkeypatch.setitem(CATALOG, "mine", plugin(f"{label} (mine)"))
+    validate_config({"experiments": {experiment: exp}})

@@ -25,6 +25,7 @@ from hetfl.algorithms.registry import class_problem, target_problem
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 from hetfl.errors import ConfigError
+from hetfl.reports.labels import communication_label
 
 if TYPE_CHECKING:
     import jsonschema
@@ -548,8 +549,12 @@ def _event(spec: RunSpec, key: str) -> Any:
 _BY_SEED = ("seed", lambda s: s.seed)
 _EVENT = [("dataset", _label), ("setting", lambda s: s.setting), ("τ0", lambda s: _event(s, "round")),
           ("policy", lambda s: _event(s, "policy")), _BY_SEED]
-_EFL = [("method", lambda s: s.algorithm), ("dataset", _label), ("setting", lambda s: s.setting),
-        ("|T|", lambda s: s.num_traces), ("scheme", lambda s: s.scheme), _BY_SEED]
+#: bmta and fairness print the method by its display label (bmta.layout keys its rows by it, and reads the
+#: paper's value by it): two algorithms of one label were one row of the .md, the later's cells over the
+#: earlier's
+_EFL = [("method", lambda s: method_label(s.algorithm)), ("dataset", _label),
+        ("setting", lambda s: s.setting), ("|T|", lambda s: s.num_traces), ("scheme", lambda s: s.scheme),
+        _BY_SEED]
 #: FedFOR's Tables 2-4 (fedfor_by_e) and Table 5 (fedfor.concept_shift_table) group alike, the method by
 #: its display label (method_label), as the tables do: two algorithms of one label (a plugin registered as
 #: "FedAvg" beside fedavg) merged their seeds in one cell
@@ -578,7 +583,7 @@ TABLE_CELLS: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], Any]] = {
     "fedfor_concept_shift": ((), _FEDFOR, None),
     # a row per data set (the source's name) and setting: two data sets share the table
     "communication_cost": ((), [("dataset", lambda s: s.dataset), ("setting", lambda s: s.setting),
-                                ("method", lambda s: s.algorithm), _BY_SEED], None),
+                                ("method", lambda s: communication_label(s.algorithm)), _BY_SEED], None),
     "objective_inconsistency": ((), [("τ", _tau), ("setting", lambda s: s.setting), ("η", lambda s: s.eta0),
                                      ("method", lambda s: s.algorithm), _BY_SEED], None),
 }

@@ -27,22 +27,16 @@ import numpy as np
 import pandas as pd
 
 from hetfl.reports.event_tables import curve
+from hetfl.reports.labels import COMMUNICATION_LABELS, communication_label
 from hetfl.reports.results import load_metrics
 from hetfl.reports.verdicts import counts_text, interval_text, t_interval, verdict
 
-LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedelasticnet": "FedProx + elastic net (Alg. 1)",
-          "scaffold": "SCAFFOLD", "scaffold_elasticnet": "SCAFFOLD + elastic net (Alg. 2)",
-          "feddyn": "FedDyn",
-          "feddyn_elasticnet": "FedDyn + elastic net (Alg. 3)", "topk_ef": "FedAvg + top-k + EF",
-          "sign_ef": "FedAvg + sign + EF", "st_ef": "FedAvg + ST + EF"}
+LABELS = COMMUNICATION_LABELS  # the rows' names (reports.labels: validation groups runs by them too)
 
 
 def _label(algorithm: str) -> str:
-    """The row's name: the paper's integrations by LABELS, any other algorithm by the registry's label
-    (a new algorithm's row read 'fedclip', not 'FedClip'; an audit)."""
-    from hetfl.algorithms import method_label
-
-    return LABELS.get(algorithm) or method_label(algorithm)
+    """The row's name: the paper's integrations by LABELS, any other algorithm by the registry's label."""
+    return communication_label(algorithm)
 
 
 #: (with elastic net, without): the paper's three integrations
