@@ -149,3 +149,71 @@ def test_a_node_without_git_records_the_workflows_commit(monkeypatch):
     assert fp.git_state(here) == (commit, dirty)
     assert fp.git_state({"HETFL_GIT_COMMIT": "abc", "HETFL_GIT_DIRTY": "true"}) == ("abc", True)
     assert fp.git_environ() == {}
+
+
+
+def test_local_modules_outside_a_plugins_package_are_in_the_fingerprint(tmp_path, monkeypatch):
+    """A plugin whose algorithm imports a helper from a sibling module or package on sys.path (not installed,
+    not the plugin's own package): only the plugin's own top-level package was followed, so an edit of
+    the helper left every run in place. Every module that is neither the standard library nor an installed
+    distribution is followed now, transitively."""
+    (tmp_path / "fp_demo_plugin3").mkdir()
+    (tmp_path / "fp_demo_plugin3" / "__init__.py").write_text("")
+    (tmp_path / "fp_demo_plugin3" / "algo.py").write_text("import json\nfrom fp_demo_helpers import scale\n")
+    (tmp_path / "fp_demo_helpers.py").write_text("import fp_demo_deep.inner\nscale = 0.5\n")
+    (tmp_path / "fp_demo_deep").mkdir()
+    (tmp_path / "fp_demo_deep" / "__init__.py").write_text("")
+    (tmp_path / "fp_demo_deep" / "inner.py").write_text("K = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(fp, "algorithm_modules", lambda algorithms: ("fp_demo_plugin3.algo",))
+    fp.fingerprint.cache_clear()
+    try:
+        assert fp.outside_files(["fp_demo_plugin3.algo"]) == {
+            "fp_demo_plugin3": tmp_path / "fp_demo_plugin3" / "__init__.py",
+            "fp_demo_plugin3.algo": tmp_path / "fp_demo_plugin3" / "algo.py",
+            "fp_demo_helpers": tmp_path / "fp_demo_helpers.py",
+            "fp_demo_deep": tmp_path / "fp_demo_deep" / "__init__.py",
+            "fp_demo_deep.inner": tmp_path / "fp_demo_deep" / "inner.py"}
+        seen = fp.fingerprint("train", ("demo",))
+        for path, text in ((tmp_path / "fp_demo_helpers.py", "import fp_demo_deep.inner\nscale = 0.25\n"),
+                           (tmp_path / "fp_demo_deep" / "inner.py", "K = 2\n")):
+            path.write_text(text)
+            fp.fingerprint.cache_clear()
+            assert fp.fingerprint("train", ("demo",)) != seen, path.name
+            seen = fp.fingerprint("train", ("demo",))
+    finally:
+        fp.fingerprint.cache_clear()
+
+
+def test_a_plugins_installed_distributions_are_keyed_by_version_and_its_hetfl_modules_are_followed(
+        package_copy, tmp_path, monkeypatch):
+    """An installed distribution a plugin imports (PyYAML) is keyed by its name and version, not its files;
+    torch and numpy, whose versions key a checkpoint already, and the standard library add nothing. A hetfl
+    module the plugin imports that training does not (reports/verdicts.py) is in its closure."""
+    import importlib.metadata
+
+    import yaml
+
+    plugin = tmp_path / "plugins"
+    (plugin / "fp_demo_plugin4").mkdir(parents=True)
+    (plugin / "fp_demo_plugin4" / "__init__.py").write_text("")
+    (plugin / "fp_demo_plugin4" / "algo.py").write_text(
+        "import json\nimport numpy\nimport torch.nn\nimport yaml\n"
+        "from hetfl.reports.verdicts import verdict\n")
+    monkeypatch.syspath_prepend(str(plugin))
+    monkeypatch.setattr(fp, "algorithm_modules", lambda algorithms: ("fp_demo_plugin4.algo",))
+    outside = fp.outside_code(["fp_demo_plugin4.algo"])
+    assert outside.distributions == {"PyYAML": yaml.__version__}
+    assert outside.hetfl == ("hetfl.reports.verdicts",)
+    assert set(outside.files) == {"fp_demo_plugin4", "fp_demo_plugin4.algo"}
+    seen = fp.fingerprint("train", ("demo",))
+    with open(package_copy / "reports/verdicts.py", "a") as f:
+        f.write("\n# edited\n")
+    fp.closure.cache_clear()
+    fp.fingerprint.cache_clear()
+    assert fp.fingerprint("train", ("demo",)) != seen
+    seen = fp.fingerprint("train", ("demo",))
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda d: "0.0.test" if d == "PyYAML" else real(d))
+    fp.fingerprint.cache_clear()
+    assert fp.fingerprint("train", ("demo",)) != seen

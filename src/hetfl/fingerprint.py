@@ -1,7 +1,9 @@
 """Code fingerprints: the source files a job's output depends on, hashed.
 
 A job's code is the import closure of its entry module inside hetfl (imports inside functions included),
-plus the data files it reads (the paper references). The workflow passes each job's fingerprint as a
+plus the data files it reads (the paper references); a training job's also holds the modules of its
+algorithms and, for a plugin's algorithm, the code outside hetfl that they import (outside_code: local
+files hashed, installed distributions by name and version). The workflow passes each job's fingerprint as a
 Snakemake param, so editing a file under src/hetfl reruns exactly the jobs whose closure holds it
 (Snakemake's `params` rerun trigger); run.json records it beside the git commit and a dirty flag, and a
 training checkpoint is reused only under the same fingerprint.
@@ -12,9 +14,15 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
+import site
 import subprocess
+import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -97,17 +105,68 @@ def algorithm_modules(algorithms: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({CATALOG[a].target.split(":")[0] for a in algorithms if a in CATALOG}))
 
 
-def _outside_origin(name: str) -> Path | None:
-    """The .py file of module `name` outside hetfl, or None (not found, not a module, no source)."""
-    import importlib.util
-
+def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of module `name`, found without importing it or its packages (a package's __init__ may be
+    slow, or a plugin's code: the workflow computes fingerprints when it builds its DAG); None where
+    there is no such module (`a.b.Name`: a name, not a module)."""
+    parts = name.split(".")
     try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError, AttributeError):  # `a.b.Name`: a name, not a module
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError, AttributeError):
         return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+    for i in range(2, len(parts) + 1):
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        full = ".".join(parts[:i])
+        module = sys.modules.get(full)
+        spec = (getattr(module, "__spec__", None) if module is not None
+                else importlib.machinery.PathFinder.find_spec(full, list(spec.submodule_search_locations)))
+    return spec
+
+
+def _location(spec: importlib.machinery.ModuleSpec) -> Path | None:
+    """The file a spec loads (a package's __init__.py, an extension module), else its first directory (a
+    namespace package), else None (built in, frozen)."""
+    if spec.has_location and spec.origin:
+        return Path(spec.origin)
+    locations = list(spec.submodule_search_locations or ())
+    return Path(locations[0]) if locations else None
+
+
+@functools.cache
+def _installed_dirs() -> tuple[Path, ...]:
+    """Where installed distributions live: this interpreter's site-packages (a venv's and the user's)."""
+    dirs = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    dirs.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    if site.ENABLE_USER_SITE:
+        dirs.add(site.getusersitepackages())
+    return tuple(Path(d).resolve() for d in dirs)
+
+
+@functools.cache
+def _distributions() -> Mapping[str, list[str]]:
+    """top-level module -> the installed distributions that provide it (read once a process: 0.2 s)."""
+    from importlib import metadata
+
+    return metadata.packages_distributions()
+
+
+def _distribution_versions(top: str, location: Path) -> dict[str, str] | None:
+    """{distribution: version} of the installed distribution(s) that module `top` at `location` comes
+    from; None where `location` is not under site-packages or no installed distribution names it (then it
+    is local code, hashed by its files)."""
+    from importlib import metadata
+
+    resolved = location.resolve()
+    if not any(resolved.is_relative_to(d) for d in _installed_dirs()):
         return None
-    return Path(spec.origin)
+    versions = {}
+    for dist in _distributions().get(top, ()):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions or None
 
 
 @functools.cache
@@ -133,46 +192,99 @@ def _plugin_imports(source: str, name: str, is_package: bool) -> frozenset[str]:
     return frozenset(names)
 
 
-def outside_files(modules: Iterable[str]) -> dict[str, Path]:
-    """module -> source file of each module outside hetfl (an algorithm registered by a plugin package),
-    of every module of the same top-level package that it imports, anywhere in it and relative imports
-    included, transitively, and of the packages above them (importing a.b runs a/__init__.py). Editing a
-    plugin's algorithm left every run "Nothing to be done" while its file was left out of the fingerprint,
-    and so did editing the helper module its update was imported from while only the file itself was in
-    (two audits). Other packages' modules (numpy, hetfl's own: closure) are not followed."""
-    out: dict[str, Path] = {}
-    todo = [m for m in modules if module_file(m) is None]
-    roots = {m.split(".")[0] for m in todo}
+#: installed distributions whose versions key a training checkpoint already (pipeline.checkpoint_key) and
+#: that hetfl's own code imports too: a plugin's import of them adds nothing to its fingerprint
+KEYED_ELSEWHERE = frozenset({"torch", "numpy"})
+
+
+@dataclass(frozen=True)
+class OutsideCode:
+    """The code outside hetfl that modules (a plugin's algorithm) run: see outside_code."""
+
+    files: dict[str, Path]  # module -> its file: local code, hashed
+    distributions: dict[str, str]  # installed distribution -> version, keyed by both
+    hetfl: tuple[str, ...]  # hetfl modules they import (the closure follows them)
+
+
+def outside_code(modules: Iterable[str]) -> OutsideCode:
+    """What modules outside hetfl (an algorithm registered by a plugin) run, followed through their imports
+    (anywhere in a file, relative imports included), transitively, and through the packages above each
+    module (importing a.b runs a/__init__.py):
+
+    - local code, every module that is neither the standard library nor an installed distribution (the
+      plugin's package, a sibling module or package on sys.path, an editable install's source): its file;
+    - the plugin's own top-level packages: their files even where installed into site-packages (a
+      reinstall of the same version with edited code);
+    - another installed distribution: its name and version, not followed (torch and numpy: KEYED_ELSEWHERE);
+    - hetfl's modules: named, for the closure.
+
+    Editing a plugin's algorithm left every run "Nothing to be done" while its file was left out, and so
+    did editing the helper module of its package that its update came from while only the file itself was
+    in, and a helper module next to the package while only the plugin's own package was followed (three
+    audits)."""
+    files: dict[str, Path] = {}
+    distributions: dict[str, str] = {}
+    inside: set[str] = set()
+    todo = list(modules)
+    roots = {m.split(".")[0] for m in todo if module_file(m) is None}
+    tops: dict[str, bool] = {}  # top-level module -> local (followed), or not
+    seen: set[str] = set()
     while todo:
         name = todo.pop()
-        if name in out or name.split(".")[0] not in roots:
+        if name in seen:
             continue
-        path = _outside_origin(name)
-        if path is None:
+        seen.add(name)
+        top = name.split(".")[0]
+        if top == "hetfl":
+            if module_file(name) is not None:
+                inside.add(name)
             continue
-        out[name] = path
+        if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+            continue
+        if top not in tops:
+            spec = _spec(top)
+            location = None if spec is None else _location(spec)
+            versions = None if location is None or top in roots else _distribution_versions(top, location)
+            tops[top] = location is not None and versions is None
+            distributions.update((d, v) for d, v in (versions or {}).items() if d not in KEYED_ELSEWHERE)
+        if not tops[top]:
+            continue
+        spec = _spec(name)
+        path = None if spec is None else _location(spec)
+        if path is None or not path.is_file():  # a namespace package (no file), or no module
+            continue
+        files[name] = path
         parts = name.split(".")
         todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
-        todo.extend(_plugin_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py"))
-    return out
+        if path.suffix == ".py":  # an extension module is hashed, not read
+            todo.extend(_plugin_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py"))
+    return OutsideCode(files, distributions, tuple(sorted(inside)))
+
+
+def outside_files(modules: Iterable[str]) -> dict[str, Path]:
+    """module -> file of the local code outside hetfl that modules run (outside_code)."""
+    return outside_code(modules).files
 
 
 @functools.cache
 def fingerprint(kind: str, algorithms: tuple[str, ...] = ()) -> str:
-    """16 hex digits of sha256 over the closure of `kind`'s entries (train: plus the algorithms' modules,
-    a plugin's own file included) and its data files, each file hashed with its path relative to the
-    package (a plugin's: its module name)."""
+    """16 hex digits of sha256 over the closure of `kind`'s entries (train: plus the algorithms' modules and
+    the code outside hetfl they run, outside_code) and its data files, each file hashed with its path
+    relative to the package (outside hetfl: its module name; an installed distribution: name==version)."""
     if kind not in ENTRIES:
         raise ValueError(f"job kind '{kind}' is unknown; allowed: {', '.join(ENTRIES)}")
     modules = algorithm_modules(algorithms)
-    files = set(closure(ENTRIES[kind] + modules))
+    outside = outside_code(modules)
+    files = set(closure(ENTRIES[kind] + modules + outside.hetfl))
     for pattern in DATA.get(kind, ()):
         files.update(PACKAGE.glob(pattern))
     h = hashlib.sha256()
     for path in sorted(files):
         h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
-    for name, path in sorted(outside_files(modules).items()):
+    for name, path in sorted(outside.files.items()):
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for dist, version in sorted(outside.distributions.items()):
+        h.update(f"{dist}=={version}".encode() + b"\0")
     return h.hexdigest()[:16]
 
 
