@@ -43,6 +43,19 @@ def test_an_edit_changes_exactly_the_kinds_that_depend_on_it(package_copy):
     assert after["trace"] == before["trace"]  # the traces never import the partitioner
 
 
+
+def test_an_edit_of_the_fingerprint_module_itself_reruns_no_job(package_copy):
+    """fingerprint.py decides what reruns and what run.json says of the code; it computes no number.
+    Being in the training closure (pipeline imports it), any edit of it retrained every run; its own
+    changes reach a job's fingerprint only through the files it hashes."""
+    before = {kind: fp.fingerprint(kind) for kind in fp.ENTRIES}
+    with open(package_copy / "fingerprint.py", "a") as f:
+        f.write("\n# edited\n")
+    fp.closure.cache_clear()
+    fp.fingerprint.cache_clear()
+    assert {kind: fp.fingerprint(kind) for kind in fp.ENTRIES} == before
+    assert "pipeline.py" in {p.name for p in fp.closure(fp.ENTRIES["train"])}
+
 def test_a_reference_csv_changes_the_tables_not_the_training(package_copy):
     before = {kind: fp.fingerprint(kind) for kind in ("table", "figure", "train", "trace")}
     ref = next((package_copy / "reports/references").glob("*.csv"))

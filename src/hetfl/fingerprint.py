@@ -81,15 +81,25 @@ def _imports_in(source: str) -> frozenset[str]:
     return frozenset(n for n in names if module_file(n) is not None)
 
 
+#: hetfl modules that are no job's code though jobs import them: this module decides what reruns and what
+#: run.json says of the code (the fingerprint, the git state), and computes no number. In the training
+#: closure (pipeline imports it), any edit of it retrained every run; a change of what it hashes reaches a
+#: job through the files hashed, and a change of the git state it reads is provenance, as a commit is
+NOT_CODE = frozenset({"hetfl.fingerprint"})
+
+
 @functools.cache
 def closure(entries: tuple[str, ...]) -> tuple[Path, ...]:
-    """Every hetfl source file reachable by imports from the entry modules (and their parent packages)."""
+    """Every hetfl source file reachable by imports from the entry modules (and their parent packages),
+    NOT_CODE's left out."""
     seen: set[Path] = set()
     todo = list(entries)
     while todo:
         name = todo.pop()
         parts = name.split(".")
         for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ too
+            if ".".join(parts[:i]) in NOT_CODE:
+                break
             path = module_file(".".join(parts[:i]))
             if path is None or path in seen:
                 continue
