@@ -1,6 +1,7 @@
 """Code fingerprints (hetfl.fingerprint): which files a job kind's output depends on."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -25,10 +26,10 @@ def package_copy(tmp_path, monkeypatch):
     copy = tmp_path / "hetfl"
     shutil.copytree(fp.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(fp, "PACKAGE", copy)
-    for cached in (fp.closure, fp.fingerprint, fp._imports_in):
+    for cached in (fp.closure, fp.fingerprint, fp._imports_in, fp.data_fingerprint):
         cached.cache_clear()
     yield copy
-    for cached in (fp.closure, fp.fingerprint, fp._imports_in):
+    for cached in (fp.closure, fp.fingerprint, fp._imports_in, fp.data_fingerprint):
         cached.cache_clear()
 
 
@@ -56,14 +57,44 @@ def test_an_edit_of_the_fingerprint_module_itself_reruns_no_job(package_copy):
     assert {kind: fp.fingerprint(kind) for kind in fp.ENTRIES} == before
     assert "pipeline.py" in {p.name for p in fp.closure(fp.ENTRIES["train"])}
 
-def test_a_reference_csv_changes_the_tables_not_the_training(package_copy):
+def test_a_reference_csv_reruns_the_tables_that_read_it_only(package_copy):
+    """Every table's code fingerprint held every reference CSV, so an edit of Table 4's rebuilt every table
+    (and each summary run mirroring one). A table rule's `references` param is the hash of the CSVs its
+    builder reads (tables.REFERENCES); the figures and the training are as they were."""
+    from hetfl.reports import tables
+
+    def references():
+        fp.data_fingerprint.cache_clear()
+        return {t: fp.data_fingerprint(tables.reference_files(t)) for t in tables.BUILDERS}
+
     before = {kind: fp.fingerprint(kind) for kind in ("table", "figure", "train", "trace")}
-    ref = next((package_copy / "reports/references").glob("*.csv"))
+    refs = references()
+    ref = package_copy / "reports/references/ruan2021_table4_fast_reboot.csv"
     ref.write_text(ref.read_text() + "\n")
     fp.fingerprint.cache_clear()
     after = {kind: fp.fingerprint(kind) for kind in before}
-    assert after["table"] != before["table"] and after["figure"] != before["figure"]
-    assert after["train"] == before["train"]
+    assert after["figure"] != before["figure"]
+    assert after["table"] == before["table"] and after["train"] == before["train"]
+    changed = {t for t, h in references().items() if h != refs[t]}
+    assert changed == {"fast_reboot"}
+    assert set(tables.REFERENCES) == set(tables.BUILDERS)
+    rules = (Path(__file__).resolve().parents[1] / "workflow/rules/tables.smk").read_text()
+    for rule in ("rule table:", "rule table_readings:"):  # both table rules pass it
+        assert "references=table_references," in rules.split(rule)[1].split("\nrule ")[0], rule
+
+
+def test_a_table_reading_a_reference_it_does_not_declare_is_refused(monkeypatch, tmp_path):
+    """tables.REFERENCES is what a table's rule reruns for: a builder that read another reference would
+    be left stale by an edit of it, so build_table refuses the read."""
+    from hetfl.reports import references, tables
+
+    monkeypatch.setitem(tables.BUILDERS, "efl_lambda",
+                        lambda dirs, out: references.load_reference("ruan2021_table4_fast_reboot"))
+    with pytest.raises(RuntimeError, match="ruan2021_table4_fast_reboot.*REFERENCES"):
+        tables.build_table("efl_lambda", [], tmp_path / "t")
+    monkeypatch.setitem(tables.REFERENCES, "efl_lambda", ("ruan2021_table4_fast_reboot",))
+    assert len(tables.build_table("efl_lambda", [], tmp_path / "t"))
+    assert len(references.load_reference("ruan2021_table3_accuracy_difference"))  # outside a table build
 
 
 def test_the_trace_fits_csv_is_in_the_trace_fingerprint(package_copy):

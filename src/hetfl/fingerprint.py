@@ -1,12 +1,12 @@
 """Code fingerprints: the source files a job's output depends on, hashed.
 
 A job's code is the import closure of its entry module inside hetfl (imports inside functions included),
-plus the data files it reads (the paper references); a training job's also holds the modules of its
-algorithms and, for a plugin's algorithm, the code outside hetfl that they import (outside_code: local
-files hashed, installed distributions by name and version). The workflow passes each job's fingerprint as a
-Snakemake param, so editing a file under src/hetfl reruns exactly the jobs whose closure holds it
-(Snakemake's `params` rerun trigger); run.json records it beside the git commit and a dirty flag, and a
-training checkpoint is reused only under the same fingerprint.
+plus the data files it reads (the paper references; a table's are a param of their own, data_fingerprint);
+a training job's also holds the modules of its algorithms and, for a plugin's algorithm, the code outside
+hetfl that they import (outside_code: local files hashed, installed distributions by name and version).
+The workflow passes each job's fingerprint as a Snakemake param, so editing a file under src/hetfl reruns
+exactly the jobs whose closure holds it (Snakemake's `params` rerun trigger); run.json records it beside
+the git commit and a dirty flag, and a training checkpoint is reused only under the same fingerprint.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ DATA: dict[str, tuple[str, ...]] = {
     # data.traces reads Table 2's moments and the (mu, sigma) fitted to them (_REFERENCE_CSV, _FITS_CSV):
     # without the fits, an edited fit left every trace file and the runs trained on them in place
     "trace": ("reports/references/ruan2021_table2_traces.csv", "reports/references/ruan2021_table2_fits.csv"),
-    "table": ("reports/references/*.csv",),
+    # a table's reference CSVs are its rule's `references` param (data_fingerprint), each its own
     "figure": ("reports/references/*.csv",),
 }
 
@@ -295,6 +295,17 @@ def fingerprint(kind: str, algorithms: tuple[str, ...] = ()) -> str:
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     for dist, version in sorted(outside.distributions.items()):
         h.update(f"{dist}=={version}".encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def data_fingerprint(files: tuple[str, ...]) -> str:
+    """16 hex digits of sha256 over package files (paths relative to the package), each hashed with its
+    path: the data a job reads where the jobs of one kind read different files (a table's reference CSVs,
+    hetfl.reports.tables.reference_files), passed as a param of its own beside the code's."""
+    h = hashlib.sha256()
+    for rel in files:
+        h.update(rel.encode() + b"\0" + (PACKAGE / rel).read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 

@@ -5,13 +5,14 @@ import re
 import sys
 
 from hetfl.config import ConfigError, by_cell, expand_runs, read_config_file, specs_to_json, validate_config
-from hetfl.fingerprint import fingerprint, git_environ
+from hetfl.fingerprint import data_fingerprint, fingerprint, git_environ
 from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
 from hetfl.reports.catalog import has_class_labels
 from hetfl.reports.figures import DRAWN_WHEN as FIGURE_DRAWN_WHEN
 from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
 from hetfl.reports.tables import BUILDERS as TABLE_BUILDERS
 from hetfl.reports.tables import SOURCES as TABLE_SOURCES
+from hetfl.reports.tables import reference_files as table_reference_files
 from hetfl.scheduling import REPORT_PRIORITY, train_priorities
 
 try:
@@ -114,7 +115,7 @@ def all_targets():
     return tables + figures + runs + mirrors
 
 
-# ---- helpers of splits.smk, track.smk and report.smk (snakemake --lint wants functions apart from rules) ----
+# ---- helpers of splits.smk, tables.smk, track.smk and report.smk (snakemake --lint wants functions apart from rules) ----
 
 
 def trace_assignment(wc):
@@ -124,6 +125,12 @@ def trace_assignment(wc):
 def trace_p_inactive(wc):
     found = re.search(r"_pi([0-9.]+)", wc.opts)
     return found.group(1) if found else "0.05"
+
+
+def table_references(wc):
+    """The hash of the reference CSVs table wc.table reads (hetfl.reports.tables.REFERENCES): its rules'
+    `references` param, so an edit of one CSV rebuilds the tables that read it and no other."""
+    return data_fingerprint(table_reference_files(wc.table))
 
 
 def experiment_table(experiment):

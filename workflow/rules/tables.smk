@@ -11,6 +11,7 @@ rule table:
         table="|".join(TABLE_BUILDERS),
     params:
         code=fingerprint("table"),
+        references=table_references,
     priority: REPORT_PRIORITY
     shell:
         "hetfl table {wildcards.table} --out reports/tables/{wildcards.table} {input.runs} > {log} 2>&1"
@@ -29,6 +30,7 @@ rule table_readings:
         table="|".join(TABLE_BUILDERS),
     params:
         code=fingerprint("table"),
+        references=table_references,
     priority: REPORT_PRIORITY
     shell:
         "hetfl table {wildcards.table} --readings --out reports/tables/{wildcards.table}_readings {input.runs}"

@@ -12,7 +12,7 @@ from hetfl.reports import communication_cost as cc
 from hetfl.reports import efl_lambda, fairness, fedfor, ruan
 from hetfl.reports import objective_inconsistency as oi
 from hetfl.reports.multiple_arrivals import build_multiple_arrivals
-from hetfl.reports.references import PRINT_RESOLUTION, load_reference
+from hetfl.reports.references import PRINT_RESOLUTION, load_reference, package_file, reading_only
 from hetfl.reports.results import collect_runs
 
 
@@ -133,13 +133,30 @@ BUILDERS = {"accuracy_difference": ruan.build_accuracy_difference, "fast_reboot"
 SOURCES = {"fairness": "bmta"}
 #: tables with a readings axis: <table>_readings.{md,csv} (hetfl table NAME --readings)
 READINGS_BUILDERS = {name: ruan.build_readings for name in ruan.READING_COLUMNS}
+#: table -> the reference tables (reports/references/<name>.csv) its builder and its readings table read.
+#: A table's rules rerun when one of these changes and for no other (workflow/rules/tables.smk, the
+#: `references` param: every table held every CSV, and an edit of one rebuilt them all); build_table
+#: refuses the read of any other (references.reading_only), which an edit would leave stale.
+REFERENCES: dict[str, tuple[str, ...]] = {
+    "accuracy_difference": ("ruan2021_table3_accuracy_difference",),
+    "fast_reboot": ("ruan2021_table4_fast_reboot",), "crossing_epochs": ("ruan2021_table5_crossing_epochs",),
+    "bmta": ("ma2022_efl_table2_bmta",), "fairness": (), "efl_lambda": (), "objective_inconsistency": (),
+    "fedfor_by_e": tuple(name for name, _, _ in fedfor.PAPER_TABLES.values()),  # the one its runs reproduce
+    "communication_cost": (), "fedfor_concept_shift": ("tian2022_fedfor_table5_concept_shift",),
+    "multiple_arrivals": ()}
+
+
+def reference_files(table: str) -> tuple[str, ...]:
+    """The files of REFERENCES[table], relative to the hetfl package (hetfl.fingerprint.data_fingerprint)."""
+    return tuple(package_file(name) for name in REFERENCES[table])
 
 
 def build_table(name: str, run_dirs: list[Path], out_stem: Path, readings: bool = False) -> Path:
     if name not in BUILDERS:
         raise ValueError(f"table '{name}' is unknown; allowed: {', '.join(sorted(BUILDERS))}")
-    if readings:
-        if name not in READINGS_BUILDERS:
-            raise ValueError(f"table '{name}' has no readings table; allowed: {', '.join(READINGS_BUILDERS)}")
-        return READINGS_BUILDERS[name](name, run_dirs, out_stem)
-    return BUILDERS[name](run_dirs, out_stem)
+    if readings and name not in READINGS_BUILDERS:
+        raise ValueError(f"table '{name}' has no readings table; allowed: {', '.join(READINGS_BUILDERS)}")
+    with reading_only(f"table '{name}'", REFERENCES[name]):
+        if readings:
+            return READINGS_BUILDERS[name](name, run_dirs, out_stem)
+        return BUILDERS[name](run_dirs, out_stem)
