@@ -58,9 +58,9 @@ def test_an_edit_of_the_fingerprint_module_itself_reruns_no_job(package_copy):
     assert "pipeline.py" in {p.name for p in fp.closure(fp.ENTRIES["train"])}
 
 def test_a_reference_csv_reruns_the_tables_that_read_it_only(package_copy):
-    """Every table's code fingerprint held every reference CSV, so an edit of Table 4's rebuilt every table
-    (and each summary run mirroring one). A table rule's `references` param is the hash of the CSVs its
-    builder reads (tables.REFERENCES); the figures and the training are as they were."""
+    """Every table's and figure's code fingerprint held every reference CSV, so an edit of Table 4's rebuilt
+    every table and figure (and each summary run mirroring one). A table rule's `references` param is the
+    hash of the CSVs its builder reads (tables.REFERENCES); no figure reads one."""
     from hetfl.reports import tables
 
     def references():
@@ -73,8 +73,7 @@ def test_a_reference_csv_reruns_the_tables_that_read_it_only(package_copy):
     ref.write_text(ref.read_text() + "\n")
     fp.fingerprint.cache_clear()
     after = {kind: fp.fingerprint(kind) for kind in before}
-    assert after["figure"] != before["figure"]
-    assert after["table"] == before["table"] and after["train"] == before["train"]
+    assert after == before
     changed = {t for t, h in references().items() if h != refs[t]}
     assert changed == {"fast_reboot"}
     assert set(tables.REFERENCES) == set(tables.BUILDERS)
@@ -95,6 +94,20 @@ def test_a_table_reading_a_reference_it_does_not_declare_is_refused(monkeypatch,
     monkeypatch.setitem(tables.REFERENCES, "efl_lambda", ("ruan2021_table4_fast_reboot",))
     assert len(tables.build_table("efl_lambda", [], tmp_path / "t"))
     assert len(references.load_reference("ruan2021_table3_accuracy_difference"))  # outside a table build
+
+
+def test_a_figure_reading_a_reference_is_refused(monkeypatch, tmp_path):
+    """No figure reads a paper reference, so the figure rule hashes none: build_figure refuses a read."""
+    from hetfl.reports import figures, references
+
+    def draw(runs, out):
+        references.load_reference("ruan2021_table4_fast_reboot")
+
+    monkeypatch.setitem(figures.FIGURES, "scheme_curves", (figures.FIGURES["scheme_curves"][0], draw))
+    monkeypatch.setattr("hetfl.reports.tables.load_event_runs", lambda dirs: None)
+    monkeypatch.setattr("hetfl.reports.report_pages.write_figure_caption", lambda *args: None)
+    with pytest.raises(RuntimeError, match="figure 'scheme_curves' reads .*ruan2021_table4_fast_reboot"):
+        figures.build_figure("scheme_curves", [], tmp_path / "f")
 
 
 def test_the_trace_fits_csv_is_in_the_trace_fingerprint(package_copy):

@@ -1,7 +1,7 @@
 """Code fingerprints: the source files a job's output depends on, hashed.
 
 A job's code is the import closure of its entry module inside hetfl (imports inside functions included),
-plus the data files it reads (the paper references; a table's are a param of their own, data_fingerprint);
+plus the data files it reads (DATA; a table's paper references are a param of their own, data_fingerprint);
 a training job's also holds the modules of its algorithms and, for a plugin's algorithm, the code outside
 hetfl that they import (outside_code: local files hashed, installed distributions by name and version).
 The workflow passes each job's fingerprint as a Snakemake param, so editing a file under src/hetfl reruns
@@ -43,8 +43,8 @@ DATA: dict[str, tuple[str, ...]] = {
     # data.traces reads Table 2's moments and the (mu, sigma) fitted to them (_REFERENCE_CSV, _FITS_CSV):
     # without the fits, an edited fit left every trace file and the runs trained on them in place
     "trace": ("reports/references/ruan2021_table2_traces.csv", "reports/references/ruan2021_table2_fits.csv"),
-    # a table's reference CSVs are its rule's `references` param (data_fingerprint), each its own
-    "figure": ("reports/references/*.csv",),
+    # a table's reference CSVs are its rule's `references` param (data_fingerprint), each its own; no
+    # figure reads one (reports.figures.build_figure refuses the read)
 }
 
 

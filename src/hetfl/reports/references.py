@@ -27,9 +27,9 @@ PRINT_RESOLUTION = {"ruan2021_table3_accuracy_difference": 0.05, "ma2022_efl_tab
                     "tian2022_fedfor_table5_concept_shift": 0.005}
 
 
-#: (who, the names it may read) while a reading_only block runs
-_READABLE: ContextVar[tuple[str, tuple[str, ...]] | None] = ContextVar("hetfl_readable_references",
-                                                                       default=None)
+#: (who, the names it may read, where they are declared) while a reading_only block runs
+_READABLE: ContextVar[tuple[str, tuple[str, ...], str] | None] = ContextVar("hetfl_readable_references",
+                                                                            default=None)
 
 
 def package_file(name: str) -> str:
@@ -38,11 +38,11 @@ def package_file(name: str) -> str:
 
 
 @contextlib.contextmanager
-def reading_only(who: str, names: Iterable[str]) -> Iterator[None]:
-    """Within the block, load_reference refuses any name but `names`: what `who` declared it reads, and so
-    what reruns it (a table's rule: hetfl.reports.tables.REFERENCES). A read it did not declare would be
-    left stale by an edit of that file; refused, it says so instead."""
-    token = _READABLE.set((who, tuple(names)))
+def reading_only(who: str, names: Iterable[str], declared: str) -> Iterator[None]:
+    """Within the block, load_reference refuses any name but `names`: what `who` declared (in `declared`)
+    it reads, and so what reruns it (a table's rule: hetfl.reports.tables.REFERENCES). A read it did not
+    declare would be left stale by an edit of that file; refused, it says so instead."""
+    token = _READABLE.set((who, tuple(names), declared))
     try:
         yield
     finally:
@@ -72,9 +72,9 @@ def load_reference(name: str) -> pd.DataFrame:
         raise ValueError(f"unknown reference table {name!r}; available: {', '.join(available)}")
     readable = _READABLE.get()
     if readable is not None and name not in readable[1]:
-        who, names = readable
-        raise RuntimeError(f"{who} reads the reference table {name!r}, which hetfl.reports.tables.REFERENCES "
-                           f"does not give it (an edit of {package_file(name)} would not rebuild it); "
-                           f"allowed: {', '.join(names) or 'none'}")
+        who, names, declared = readable
+        raise RuntimeError(f"{who} reads the reference table {name!r}, which {declared} does not give it (an "
+                           f"edit of {package_file(name)} would not rebuild it); allowed: "
+                           f"{', '.join(names) or 'none'}")
     text = (_references_dir() / f"{name}.csv").read_text(encoding="utf-8")
     return pd.read_csv(io.StringIO(text))

@@ -156,7 +156,7 @@ def build_table(name: str, run_dirs: list[Path], out_stem: Path, readings: bool 
         raise ValueError(f"table '{name}' is unknown; allowed: {', '.join(sorted(BUILDERS))}")
     if readings and name not in READINGS_BUILDERS:
         raise ValueError(f"table '{name}' has no readings table; allowed: {', '.join(READINGS_BUILDERS)}")
-    with reading_only(f"table '{name}'", REFERENCES[name]):
+    with reading_only(f"table '{name}'", REFERENCES[name], "hetfl.reports.tables.REFERENCES"):
         if readings:
             return READINGS_BUILDERS[name](name, run_dirs, out_stem)
         return BUILDERS[name](run_dirs, out_stem)
