@@ -274,3 +274,51 @@ def test_a_plugins_installed_distributions_are_keyed_by_version_and_its_hetfl_mo
     monkeypatch.setattr(importlib.metadata, "version", lambda d: "0.0.test" if d == "PyYAML" else real(d))
     fp.fingerprint.cache_clear()
     assert fp.fingerprint("train", ("demo",)) != seen
+
+
+def test_the_git_state_is_read_in_one_git_call(monkeypatch):
+    """git_state read the commit (git rev-parse HEAD) and the dirty flag (git status) in two calls: two
+    reads of the checkout, which a commit between them made disagree (the new commit marked dirty by the
+    old one's changes). One `git status --porcelain=v2 --branch` gives both."""
+    import subprocess
+
+    expected_commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                                     cwd=fp.PACKAGE).stdout.strip()
+    expected_dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "."], capture_output=True,
+                                         text=True, check=True, cwd=fp.PACKAGE).stdout.strip())
+    calls = []
+    real = subprocess.run
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fp.subprocess, "run", counted)
+    assert fp.git_state() == (expected_commit, expected_dirty)
+    assert len(calls) == 1, calls
+
+
+def test_the_git_state_of_a_scratch_checkout(tmp_path, monkeypatch):
+    """The commit, and dirty = uncommitted changes under the package's folder only (untracked files
+    included); a checkout without a commit has no state to give (the workflow's, else unknown)."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("A = 1\n")
+    (tmp_path / "other.txt").write_text("x\n")
+    monkeypatch.setattr(fp, "PACKAGE", tmp_path / "pkg")
+    assert fp.git_state({}) == ("unknown", None)  # no commit yet
+    assert fp.git_state({"HETFL_GIT_COMMIT": "abc", "HETFL_GIT_DIRTY": "false"}) == ("abc", False)
+    git("add", "-A")
+    git("commit", "-q", "-m", "one")
+    head = git("rev-parse", "HEAD")
+    assert fp.git_state({}) == (head, False)
+    (tmp_path / "other.txt").write_text("y\n")  # outside the package: not dirty
+    assert fp.git_state({}) == (head, False)
+    (tmp_path / "pkg" / "new.py").write_text("B = 2\n")  # untracked inside it
+    assert fp.git_state({}) == (head, True)

@@ -316,17 +316,22 @@ GIT_ENV = ("HETFL_GIT_COMMIT", "HETFL_GIT_DIRTY")
 
 def git_state(environ: Mapping[str, str] | None = None) -> tuple[str, bool | None]:
     """(commit, dirty) of the checkout hetfl runs from: dirty = uncommitted changes under src/hetfl.
-    Where git cannot answer (no git on a cluster node, or no checkout), the state the workflow recorded in
-    ``GIT_ENV`` on its host; else ("unknown", None)."""
+    Where git cannot answer (no git on a cluster node, no checkout, no commit yet), the state the workflow
+    recorded in ``GIT_ENV`` on its host; else ("unknown", None)."""
     try:
-        run = functools.partial(subprocess.run, capture_output=True, text=True, check=True, cwd=PACKAGE)
-        commit = run(["git", "rev-parse", "HEAD"]).stdout.strip()
-        dirty = bool(run(["git", "status", "--porcelain", "--", "."]).stdout.strip())
-        return commit, dirty
+        # one read of the checkout for both (two, rev-parse and status, disagreed across a commit between
+        # them): the header "# branch.oid <commit>" ("(initial)" before the first commit), then a line per
+        # changed or untracked path under the package
+        lines = subprocess.run(["git", "status", "--porcelain=v2", "--branch", "--", "."],
+                               capture_output=True, text=True, check=True, cwd=PACKAGE).stdout.splitlines()
+        commit = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), "(initial)")
+        if commit != "(initial)":
+            return commit, any(not line.startswith("#") for line in lines)
     except (OSError, subprocess.CalledProcessError):
-        env = os.environ if environ is None else environ
-        dirty = {"true": True, "false": False}.get(env.get(GIT_ENV[1], ""))
-        return env.get(GIT_ENV[0]) or "unknown", dirty
+        pass
+    env = os.environ if environ is None else environ
+    dirty = {"true": True, "false": False}.get(env.get(GIT_ENV[1], ""))
+    return env.get(GIT_ENV[0]) or "unknown", dirty
 
 
 def git_environ() -> dict[str, str]:
