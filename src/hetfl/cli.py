@@ -17,10 +17,12 @@ from hetfl.tracking import MIRROR_ROUNDS
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from hetfl.config import expand_runs, load_config
+    from hetfl.config import check_data, expand_runs, load_config
 
     config = load_config(args.config)
     runs = list(expand_runs(config))
+    if not args.no_data:  # what the workflow's start refuses too (hetfl.config.check_data)
+        check_data(config, splits_root=args.splits_root)
     print(f"{args.config}: valid; {len(config['experiments'])} experiment(s), {len(runs)} run(s)")
     return 0
 
@@ -525,6 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="validate a workflow config and count its runs")
     p.add_argument("config")
+    p.add_argument("--no-data", action="store_true",
+                   help="do not check that the data its split jobs read is there (a prepared domainnet or "
+                        "digit5 copy; a local copy that is readable)")
+    p.add_argument("--splits-root", default="data_splits",
+                   help="experiments whose splits are all made here need no data (default: data_splits)")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("runs", help="list the runs a config expands to")

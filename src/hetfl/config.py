@@ -923,6 +923,44 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return validate_config(raw)
 
 
+def check_data(config: dict[str, Any], *, experiments: Iterable[str] | None = None,
+               splits_root: str | Path | None = None) -> None:
+    """Refuse, before any job starts, a (validated) config whose split jobs could not read their data: a
+    source that loads only from a local copy (FedBN's domainnet and digit5) with none under the data root,
+    or a local copy that is there but unreadable (hetfl.data.sources.check_available: file existence, the
+    save_to_disk JSON files and IDX headers only; no data is read and the network is not touched). A hub
+    source without a local copy passes: whether the hub or its cache answers is the split job's to find.
+
+    `experiments`: check only these (the workflow passes those whose split jobs will run); `splits_root`:
+    skip an experiment whose every split.npz is already there (nothing reads its data again). Not part of
+    validate_config: a config stays valid on a machine without its data (dry runs, `hetfl project`)."""
+    from hetfl.data.sources import SOURCES, SourceUnavailableError, check_available, has_split
+
+    wanted = None if experiments is None else set(experiments)
+    made: dict[str, bool] = {}
+    if splits_root is not None:
+        for spec in expand_runs(config):
+            done = (Path(splits_root) / spec.split_key / "split.npz").is_file()
+            made[spec.experiment] = made.get(spec.experiment, True) and done
+    users: dict[tuple[str, str | None], list[str]] = {}
+    for name, exp in config["experiments"].items():
+        if exp["dataset"] in SOURCES and (wanted is None or name in wanted) and not made.get(name, False):
+            users.setdefault((exp["dataset"], exp.get("data_dir")), []).append(name)
+    problems = []
+    for (dataset, data_dir), names in users.items():
+        domains = any(config["experiments"][n]["global_test_average"] == "domains" for n in names)
+        try:
+            splits = ("train", "test") if domains or has_split(dataset, "test", data_dir=data_dir) \
+                else ("train",)
+            check_available(dataset, data_dir=data_dir, splits=splits)
+        except (SourceUnavailableError, ValueError) as err:
+            also = f" (and in experiment(s) {', '.join(names[1:])})" if len(names) > 1 else ""
+            problems.append(f"config key 'experiments.{names[0]}.dataset'{also} has value \"{dataset}\", "
+                            f"whose data cannot be read, so its split jobs would fail (nothing ran): {err}")
+    if problems:
+        raise ConfigError("data not available:\n  " + "\n  ".join(problems))
+
+
 # The traces with inactive rounds (Ruan et al. Table 2): p_inactive only changes runs that use one of them.
 INACTIVE_TRACES = ("T_hi", "T_mi", "T_lo")
 DEFAULT_P_INACTIVE = 0.05

@@ -6,7 +6,9 @@ next run stops with LockException and, once unlocked, may stop with IncompleteFi
 point, before starting snakemake:
 
 1. validates the config with hetfl, so a YAML syntax error names its line and column (snakemake's own
-   message, "Config file is not valid JSON or YAML", does not);
+   message, "Config file is not valid JSON or YAML", does not), and checks the data of the splits it
+   still has to make (hetfl.config.check_data: a prepared domainnet/digit5 copy, a local copy that is
+   there but unreadable);
 2. looks for a lock. If a snakemake process is working in the directory, it stops and names it; if none
    is, the lock is stale: it says so and removes it (`snakemake --unlock`);
 3. runs snakemake with --rerun-incomplete (jobs cut off by the kill run again; finished jobs are kept)
@@ -31,7 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hetfl.config import ConfigError, load_config
+from hetfl.config import ConfigError, check_data, load_config
 
 #: what names a snakemake process in its first three arguments: `snakemake ...`, `python -m snakemake ...`,
 #: and `python -m hetfl.snakemake_main ...`, as make reproduce runs it
@@ -91,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     cwd = Path.cwd()
     try:
         os.chdir(directory)  # relative paths in the config (data_dir) are the workflow's
-        load_config(config)
+        # the data of the splits still to make (a prepared domainnet/digit5 copy, a readable local copy):
+        # refused here, not by the first split job after others ran (the Snakefile's onstart checks it too)
+        check_data(load_config(config), splits_root="data_splits")
     except ConfigError as err:
         print(f"hetfl reproduce: error: {err}", file=sys.stderr)
         return 2

