@@ -164,6 +164,121 @@ def test_shakespeare_local_test_windows_share_no_text_with_the_training_windows(
                 assert not any("".join(chars[x[:40]]) in t for t in train_text)
 
 
+def _speakers(n_speakers: int, n: int, seed: int = 1) -> list[tuple[str, list[str], list[str]]]:
+    """Speakers of random text (no 40-character repeat by chance): (id, 80-character windows, targets),
+    each window the one before shifted by a character, as LEAF's shake_utils.py makes them."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz ,.;'ABCDEFGHIJ"))
+    out = []
+    for s in range(n_speakers):
+        text = "".join(rng.choice(letters, n + 80))
+        out.append((f"THE_TEMPEST_{SPEAKERS[s].rsplit('_', 1)[1]}", [text[i:i + 80] for i in range(n)],
+                    [text[i + 80] for i in range(n)]))
+    return out
+
+
+def _hub_shakespeare(monkeypatch, tmp_path, rows) -> dict:
+    """flwrlabs/shakespeare as the hub holds it (one CSV: character_id, x, y), read through hetfl's hub path
+    with `datasets`' own CSV builder, offline; the split spec that reads it."""
+    import datasets
+
+    pd.DataFrame(rows, columns=["character_id", "x", "y"]).to_csv(tmp_path / "shakespeare.csv", index=False)
+    real = datasets.load_dataset
+
+    def load(hub_id, name=None, split=None, revision=None, cache_dir=None):
+        assert hub_id == "flwrlabs/shakespeare"
+        return real("csv", data_files={split: str(tmp_path / "shakespeare.csv")}, split=split,
+                    cache_dir=cache_dir)
+
+    monkeypatch.setattr(datasets, "load_dataset", load)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # past hetfl's own offline guard
+    return {"dataset": "shakespeare", "num_devices": 2, "test_fraction": 0.1,
+            "sizes": {"distribution": "equal"}, "partition": {"label_skew": "natural"},
+            "data_dir": str(tmp_path / "root"), "global_test": False}
+
+
+def _leaks(npz: Path) -> bool:
+    """Whether some local test window's first 40 characters lie in a training window of its device."""
+    chars = np.array(list(LEAF_LETTERS))
+    with np.load(npz) as z:
+        for k in range(len(z["train_offsets"]) - 1):
+            tr = slice(z["train_offsets"][k], z["train_offsets"][k + 1])
+            te = slice(z["test_offsets"][k], z["test_offsets"][k + 1])
+            train_text = ["".join(chars[x]) + chars[y] for x, y in zip(z["x_train"][tr], z["y_train"][tr],
+                                                                       strict=True)]
+            if any("".join(chars[x[:40]]) in t for x in z["x_test"][te] for t in train_text):
+                return True
+    return False
+
+
+def test_the_hub_csvs_speakers_interleaved_in_text_order_still_split_without_a_leak(tmp_path, monkeypatch):
+    """The temporal holdout drops the 79 rows before a speaker's test part, which are 79 of its windows only
+    when no other speaker's rows sit between them. The flwrlabs CSV's row order is not stated (its card:
+    columns character_id, x, y, "the data is temporal"): with two speakers' rows alternating, 79 rows were
+    40 windows and the local test windows lay in the training ones. The loader now keeps each speaker's
+    rows together, in file order."""
+    (a, xa, ya), (b, xb, yb) = _speakers(2, 300)
+    rows = [r for i in range(300) for r in ((a, xa[i], ya[i]), (b, xb[i], yb[i]))]
+    spec = _hub_shakespeare(monkeypatch, tmp_path, rows)
+    from hetfl.data.sources import load_source
+
+    data = load_source("shakespeare", data_dir=tmp_path / "root")
+    assert data.client_ids.tolist() == [a] * 300 + [b] * 300 and "rows grouped by client" in data.source
+    make_split(tmp_path / "s/split.npz", spec, seed=0)
+    assert not _leaks(tmp_path / "s/split.npz")
+
+
+def test_the_hub_csvs_rows_out_of_text_order_are_refused(tmp_path, monkeypatch):
+    """Nothing in the flwrlabs copy guarantees a speaker's rows in text order, and nothing in it (no position
+    column) can restore the order; the temporal holdout assumed it. A speaker whose windows do not follow
+    one another is now refused, naming the speaker, the sample and what to use instead."""
+    (a, xa, ya), (b, xb, yb) = _speakers(2, 300)
+    order = np.random.default_rng(0).permutation(300)  # e.g. a copy sorted by another column
+    rows = [(a, xa[i], ya[i]) for i in range(300)] + [(b, xb[i], yb[i]) for i in order]
+    spec = _hub_shakespeare(monkeypatch, tmp_path, rows)
+    with pytest.raises(ValueError) as err:
+        make_split(tmp_path / "s/split.npz", spec, seed=0)
+    msg = str(err.value)
+    assert (f"shakespeare: the windows of client '{b}' in hf://datasets/flwrlabs/shakespeare [train] are not "
+            "in text order: its sample 1 (row 301) does not continue the one before it") in msg
+    assert "flwrlabs/shakespeare card states no row order" in msg and "-t sample" in msg
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_text_order_check_follows_each_client_whatever_the_row_order():
+    """Each window is compared with the one before it of the same client, not with the row above: speakers
+    interleaved in text order pass, a speaker with two windows swapped does not, a speaker no split deals
+    is not looked at."""
+    from hetfl.data.leaf import encode_chars
+    from hetfl.data.sources import SourceData, check_text_order
+
+    (a, xa, ya), (b, xb, yb) = _speakers(2, 100)
+    xb[40], xb[41], yb[40], yb[41] = xb[41], xb[40], yb[41], yb[40]
+    rows = [r for i in range(100) for r in ((a, xa[i], ya[i]), (b, xb[i], yb[i]))]
+    data = SourceData(encode_chars([r[1] for r in rows], length=80),
+                      encode_chars([r[2] for r in rows], length=1)[:, 0], len(LEAF_LETTERS),
+                      np.array([r[0] for r in rows]), (80,), "shakespeare", "fixture")
+    check_text_order(data, np.arange(0, 200, 2))  # a's rows only
+    with pytest.raises(ValueError, match=f"client '{b}' in fixture are not in text order: its sample 40 "
+                                         r"\(row 81\) does not continue .* at samples 40, 41, 42\)"):
+        check_text_order(data, np.arange(200))
+
+
+def test_leafs_line_by_line_windows_pass_the_text_order_check(tmp_path):
+    """LEAF's older shake_utils.py windows every line apart, starting each line from 80 spaces: such a
+    window does not continue the one before it, and is not a break of text order."""
+    (a, xa, ya), (b, xb, yb) = _speakers(2, 200)
+    pad = " " * 80
+    line = [pad[i:] + xa[0][:i] for i in range(80)] + xa[:150]  # a new line: 80 spaces, then its text
+    targets = [xa[0][i] for i in range(80)] + ya[:150]
+    _write_leaf(tmp_path / "shakespeare/data/train/all_data_niid_0_keep_0_train_9.json", [a, b],
+                [xb[:50] + line, xb], [yb[:50] + targets, yb])
+    spec = {"dataset": "shakespeare", "num_devices": 2, "test_fraction": 0.1,
+            "sizes": {"distribution": "equal"}, "partition": {"label_skew": "natural"},
+            "data_dir": str(tmp_path), "global_test": False}
+    make_split(tmp_path / "s/split.npz", spec, seed=0)
+
+
 def test_a_shakespeare_split_made_with_the_random_holdout_is_made_again(leaf_dir, tmp_path):
     """Splits made before the temporal holdout have no 'holdout' in their manifest; a run refuses them
     rather than training on a split whose local test windows overlap its training windows."""

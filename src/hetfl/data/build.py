@@ -63,7 +63,7 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
     """
     from hetfl.data import sizes as sizes_mod
     from hetfl.data.partition import PartitionSpec, local_holdout, partition, temporal_holdout
-    from hetfl.data.sources import SOURCES, has_split, load_source
+    from hetfl.data.sources import SOURCES, check_text_order, has_split, load_source
 
     holdout = holdout or default_holdout(name)
     if holdout not in HOLDOUTS:
@@ -87,6 +87,7 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
     spec = PartitionSpec(**partition_spec, sizes=size_spec)
     parts = partition(src.y, spec, num_devices, seed, client_ids=src.client_ids)
     if holdout == "temporal":
+        check_text_order(src, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
         gap = SOURCES[name].input_shape[0] - 1  # LEAF's split_data.py: test from n_train + seq_len - 1
         train_parts, test_parts = temporal_holdout(parts, test_fraction, gap)
     else:

@@ -606,8 +606,9 @@ def temporal_holdout(
     windows whose inputs and targets sit in the training windows next to them. LEAF's
     ``data/utils/split_data.py`` (``-t sample``) keeps a user's first samples for training and starts
     the test part ``seq_len − 1`` = 79 samples after them; ``gap=79`` does the same. Sample order must
-    be text order within a client (LEAF's JSON files are). No randomness: the split is the same for
-    every seed.
+    be text order within a client, its samples together (LEAF's JSON files are; ``hetfl split`` checks
+    it with ``sources.check_text_order`` and the loader keeps a client's rows together). No randomness:
+    the split is the same for every seed.
     """
     if not _is_int(gap) or gap < 0:
         raise ValueError(f"gap={gap!r} must be an integer >= 0")

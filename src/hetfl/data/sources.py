@@ -45,6 +45,7 @@ __all__ = [
     "SourceInfo",
     "SourceUnavailableError",
     "check_available",
+    "check_text_order",
     "data_root",
     "fetch_source",
     "list_sources",
@@ -361,6 +362,11 @@ def _finish(
     if info.task == "next-char":
         x = encode_chars(list(x), length=shape[0])
         y = encode_chars([str(c)[:1] for c in y], length=1)[:, 0]
+        if clients is not None:
+            order = _grouped(clients)
+            if order is not None:
+                x, y, clients = x[order], y[order], clients[order]
+                where += " (rows grouped by client, file order kept within each)"
     elif info.task == "sentiment":
         keep, y = _sentiment_labels(np.asarray(y), info.name)
         texts = [t for t, k in zip(x, keep, strict=True) if k]
@@ -370,6 +376,71 @@ def _finish(
         clients = None if clients is None else clients[keep]
     return SourceData(np.asarray(x), np.asarray(y).astype(np.int64), info.num_classes, clients,
                       tuple(shape), info.name, where)
+
+
+def _grouped(clients: np.ndarray) -> np.ndarray | None:
+    """The row order that puts every client's rows together, each client where its first row is and its
+    rows in file order (a stable sort by the row of the client's first appearance); None when they are
+    together already. Sliding-window text needs it: the temporal holdout keeps the windows of a client
+    more than 79 rows before its test part, which is 79 of its own windows only when no other client's rows
+    sit between them (LEAF's files hold a user's samples together; the flwrlabs CSV's order is not
+    stated). check_text_order does not rely on it."""
+    ids = np.asarray(clients)
+    if len(ids) < 2:
+        return None
+    starts = np.concatenate([[0], np.flatnonzero(ids[1:] != ids[:-1]) + 1])
+    if len(set(ids[starts].tolist())) == len(starts):
+        return None
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return np.argsort(first[inverse], kind="stable")
+
+
+#: the text-order check stops naming breaks after this many
+_BREAKS_SHOWN = 3
+
+
+def check_text_order(data: SourceData, rows: np.ndarray) -> None:
+    """Refuse next-character data whose windows, client by client, are not in text order: a window must be
+    the one before it (of the same client) shifted by one character, ending in that one's target
+    (x[i+1] = x[i][1:] + y[i]), except where a text starts again (80 spaces: LEAF's line-by-line windows
+    begin every line so). The temporal holdout (``holdout: temporal``, every client's last samples test,
+    the 79 before them dropped) is leak-free only then. Checked for the clients of ``rows`` (the indices a
+    split deals out), on the encoded arrays, in chunks."""
+    if data.client_ids is None or len(data) < 2:
+        return
+    ids = np.asarray(data.client_ids)
+    involved = np.isin(ids, np.unique(ids[np.asarray(rows, dtype=np.int64)]))
+    order = np.arange(len(ids)) if _grouped(ids) is None else np.argsort(ids, kind="stable")
+    order = order[involved[order]]  # each involved client's rows in file order, clients one after another
+    space = LEAF_LETTERS.index(" ")
+    bad: list[int] = []
+    for lo in range(0, len(order) - 1, 1 << 16):
+        prev, cur = order[lo:lo + (1 << 16)], order[lo + 1:lo + 1 + (1 << 16)]
+        prev = prev[:len(cur)]
+        x0, x1 = data.x[prev], data.x[cur]
+        same = ids[cur] == ids[prev]
+        follows = (x1[:, :-1] == x0[:, 1:]).all(axis=1) & (x1[:, -1] == data.y[prev])
+        fresh = (x1 == space).all(axis=1)
+        bad.extend(cur[same & ~follows & ~fresh].tolist())
+        if len(bad) > _BREAKS_SHOWN:
+            break
+    if not bad:
+        return
+    row = bad[0]
+    client = str(ids[row])
+    position = np.cumsum(ids == client) - 1  # a row's place among its client's samples
+    mine = [int(position[r]) for r in bad if ids[r] == client]
+    shown = ", ".join(map(str, mine[:_BREAKS_SHOWN])) + (", ..." if len(bad) > _BREAKS_SHOWN else "")
+    raise ValueError(
+        f"{data.name}: the windows of client {client!r} in {data.source} are not in text order: its "
+        f"sample {mine[0]} (row {row}) does not continue the one before it (each window is the one "
+        f"before shifted by a character, ending in that one's target; breaks of this client at samples "
+        f"{shown}). The temporal local holdout (split key holdout 'temporal': a client's last samples "
+        "test, the 79 before them dropped) would then put test text into training windows. The "
+        "flwrlabs/shakespeare card states no row order and its CSV has no position column to sort by, so "
+        "hetfl cannot restore it: use LEAF's own JSON files (preprocess.sh -s niid ... -t sample, in text "
+        f"order by construction; a copy made with -s iid mixes speakers' windows) under "
+        f"<data_dir>/{data.name}/data/{{train,test}} (docs/datasets.md, 'Text data end to end')")
 
 
 #: what LEAF's own preprocessing writes into user_data[user]["x"] / ["y"], per task
