@@ -217,3 +217,25 @@ def test_the_workflow_refuses_before_any_job_and_a_dry_run_still_plans(tmp_path)
         run.stderr, run.stderr[-3000:]
     assert not (work / "data_splits").exists() and not (work / "logs").exists()  # no job ran
     assert not any((work / ".snakemake" / "locks").glob("*"))  # and the next run is not locked out
+
+
+def test_a_run_whose_splits_are_made_needs_no_data(tmp_path):
+    """Only the experiments whose split jobs Snakemake will run are checked: once the splits are made (here,
+    or on another machine), a run that only reads them starts without the data."""
+    import shutil
+
+    data = tmp_path / "data"
+    fedbn_copy(data)
+    cfg = tmp_path / "d5.yaml"
+    cfg.write_text(yaml.safe_dump({"experiments": {"d5": {**DIGIT5, "data_dir": str(data)}}}))
+    work = tmp_path / "wf"
+    work.mkdir()
+    made = _snakemake(work, cfg, "data_splits/d5/E1/seed0/split.npz")
+    assert made.returncode == 0, made.stderr[-3000:]
+    shutil.rmtree(data / "digit5")
+    figure = _snakemake(work, cfg, "reports/figures/splits/d5.png")
+    assert figure.returncode == 0, figure.stderr[-3000:]
+    assert (work / "reports/figures/splits/d5.png").is_file()
+    (work / "data_splits/d5/E1/seed0/split.npz").unlink()
+    again = _snakemake(work, cfg, "data_splits/d5/E1/seed0/split.npz")
+    assert again.returncode != 0 and "hetfl: data not available:" in again.stderr

@@ -30,24 +30,6 @@ os.environ.update(git_environ())
 
 RUNS = {(s.experiment, s.run): s for s in expand_runs(config)}
 
-
-def split_experiments():
-    """The experiments whose split jobs this run starts, from Snakemake's plan (None, meaning all of them,
-    where this Snakemake's DAG has no needrun_jobs)."""
-    plan = getattr(workflow.dag, "needrun_jobs", None)
-    return None if plan is None else {j.wildcards.experiment for j in plan() if j.rule.name == "split"}
-
-
-# The data those split jobs read (a prepared copy of domainnet or digit5, a local copy that is there but
-# unreadable), checked before any job starts: a split job found it only after other jobs had run. onstart
-# runs once the plan is made and never in a dry run (-n), so a dry run and a run whose splits are already
-# made need no data (hetfl.config.check_data; docs/datasets.md).
-onstart:
-    try:
-        check_data(config, experiments=split_experiments())
-    except ConfigError as _err:
-        sys.exit(f"hetfl: {_err}")
-
 _RUN_TABLES = {s.table for s in RUNS.values()} - {"none"}
 # plus the tables built from another table's runs (hetfl.reports.tables.SOURCES: fairness from bmta)
 TABLES = sorted(_RUN_TABLES | {t for t, src in TABLE_SOURCES.items() if src in _RUN_TABLES})
@@ -179,3 +161,21 @@ def reports_of_experiment(experiment):
 def report_targets():
     tables = [f"reports/report/tables/{n}.html" for n in REPORT_TABLES]
     return ["reports/report/fidelity.html", *tables] if tables else []
+
+
+def split_experiments():
+    """The experiments whose split jobs this run starts, from Snakemake's plan (None, meaning all of them,
+    where this Snakemake's DAG has no needrun_jobs)."""
+    plan = getattr(workflow.dag, "needrun_jobs", None)
+    return None if plan is None else {j.wildcards.experiment for j in plan() if j.rule.name == "split"}
+
+
+# The data those split jobs read (a prepared copy of domainnet or digit5, a local copy that is there but
+# unreadable), checked before any job starts: a split job found it only after other jobs had run. onstart
+# runs once the plan is made and never in a dry run (-n), so a dry run and a run whose splits are already
+# made need no data (hetfl.config.check_data; docs/datasets.md).
+onstart:
+    try:
+        check_data(config, experiments=split_experiments())
+    except ConfigError as _err:
+        sys.exit(f"hetfl: {_err}")
