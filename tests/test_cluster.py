@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -293,3 +294,47 @@ def test_fedfor_table2_estimate_is_the_group_norm_models():
     spec = next(iter(expand_runs(load_config(config))))
     assert spec.model_params == {"norm": "batch"}
     assert cluster.estimate_run(spec) == cluster.estimate_run(dataclasses.replace(spec, model_params={}))
+
+
+def test_splits_of_large_sources_are_cluster_jobs():
+    """`hetfl split` loads its whole source: EMNIST-byclass needs ~10 GB, more than a login node should
+    carry, while SYNTHETIC and the small sources need a few hundred MB. The rule: a split whose estimated
+    peak memory is above HETFL_SLURM_LOCAL_SPLIT_MB (1,024 MB) is a cluster job (docs/cluster.md)."""
+    from hetfl.data.sources import SOURCES
+
+    options = ClusterOptions()
+    names = ["synthetic", "quadratic", *SOURCES]
+    assert {n for n in names if cluster.split_on_cluster(n, options)} == {
+        "emnist-balanced", "emnist-byclass", "emnist-letters", "cifar10", "cifar100", "femnist",
+        "shakespeare", "sent140", "domainnet", "digit5"}
+    # by hand: the base + copies × the source's arrays (float32 pixels, int64 token ids), in MB
+    assert cluster.split_mem_mb("synthetic") == cluster.SPLIT_BASE_MB == 120
+    assert cluster.split_mem_mb("mnist") == pytest.approx(120 + 4 * 70_000 * 784 * 4 / 2**20)  # 957 MB
+    assert cluster.split_mem_mb("sent140") == pytest.approx(120 + 12 * 1_600_359 * 25 * 8 / 2**20)
+    assert cluster.split_mem_mb("domainnet") == cluster.UNSIZED_SPLIT_MB  # size of the prepared copy
+    byclass = 120 + 4 * 814_255 * 784 * 4 / 2**20  # 9,860 MB
+    assert cluster.split_resources("emnist-byclass", options) == {
+        "mem_mb": 256 * math.ceil(2 * byclass / 256), "runtime": cluster.SPLIT_MINUTES}
+    retry = cluster.split_resources("emnist-byclass", options, attempt=2)
+    assert retry == {"mem_mb": 256 * math.ceil(4 * byclass / 256), "runtime": 2 * cluster.SPLIT_MINUTES}
+    placed = ClusterOptions(partition="cpu", account="lab", max_runtime=30, max_mem_mb=4096, gpus=1)
+    assert cluster.split_resources("cifar100", placed) == {"mem_mb": 4096, "runtime": 30,
+                                                           "slurm_partition": "cpu", "slurm_account": "lab"}
+
+
+def test_where_splits_run_is_the_environments_to_change():
+    """HETFL_SLURM_LOCAL_SPLIT_MB moves the line: a large value keeps every split on the submitting host
+    (compute nodes that cannot read the data), 0 sends every split to the cluster."""
+    experiments = {"syn": {"dataset": "synthetic"}, "em": {"dataset": "emnist-letters"},
+                   "m": {"dataset": "mnist"}}
+    assert cluster.split_placement(experiments, ClusterOptions()) == (["m", "syn"], ["em"])
+    keep = ClusterOptions.from_environ({"HETFL_SLURM_LOCAL_SPLIT_MB": "100000"})
+    assert keep.local_split_mb == 100_000
+    assert cluster.split_placement(experiments, keep) == (["em", "m", "syn"], [])
+    spread = ClusterOptions.from_environ({"HETFL_SLURM_LOCAL_SPLIT_MB": "0"})
+    assert cluster.split_placement(experiments, spread) == ([], ["em", "m", "syn"])
+    with pytest.raises(ValueError, match=r"HETFL_SLURM_LOCAL_SPLIT_MB has value '1G'.*>= 0 \(MB"):
+        ClusterOptions.from_environ({"HETFL_SLURM_LOCAL_SPLIT_MB": "1G"})
+    # a wildcard constraint of those experiments' names; none: a pattern that matches nothing
+    assert cluster.alternatives(["a.b", "c"]) == r"a\.b|c"
+    assert not re.fullmatch(cluster.alternatives([]), "")

@@ -20,10 +20,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "workflow/config/tiny.yaml"
 PROFILE = ROOT / "workflow/profiles/slurm"
-CLUSTER_RULES = {"train"}  # the generated train_<experiment> rules (a job per cell); the rest is local
+# the generated train_<experiment> rules (a job per cell) and the splits of large sources; the rest is local
+CLUSTER_RULES = {"train", "split_large"}
 
 HETFL_ENV = ("HETFL_SLURM_PARTITION", "HETFL_SLURM_GPU_PARTITION", "HETFL_SLURM_ACCOUNT", "SLURM_ACCOUNT",
-             "HETFL_GPUS", "HETFL_SLURM_MAX_RUNTIME", "MLFLOW_TRACKING_URI")
+             "HETFL_GPUS", "HETFL_SLURM_MAX_RUNTIME", "HETFL_SLURM_LOCAL_SPLIT_MB", "MLFLOW_TRACKING_URI")
 
 
 def _snakemake(workdir: Path, configfile: Path, *extra: str, env: dict[str, str] | None = None):
@@ -88,6 +89,38 @@ def test_training_jobs_ask_for_their_scale_and_the_environments_placement(tmp_pa
     grouped, cnn = _train_jobs(proc.stdout + proc.stderr)["img"]
     assert not grouped and re.search(r"resources:.*\bgpu=0\b", cnn) and "--device cpu" in cnn  # hours: alone
     assert "slurm_partition" not in cnn and "slurm_account" not in cnn
+
+
+def _split_jobs(dry_run_output: str) -> dict[str, tuple[str, str]]:
+    """The dry run's split jobs by experiment: (rule, its job's lines)."""
+    jobs = {}
+    for m in re.finditer(r"^rule (split|split_large):\n((?:    .*\n)+)", dry_run_output, flags=re.M):
+        experiment = re.search(r"output: data_splits/([^/]+)/", m.group(2)).group(1)
+        jobs[experiment] = (m.group(1), m.group(2))
+    return jobs
+
+
+def test_splits_of_large_sources_are_cluster_jobs(tmp_path):
+    """EMNIST's split loads 145,600 images (1.9 GB at its peak by the estimate): split_large, a cluster job
+    with its memory; SYNTHETIC's stays in the local rule split. HETFL_SLURM_LOCAL_SPLIT_MB moves the line."""
+    config = {"experiments": {
+        "syn": {"table": "none", "dataset": "synthetic", "settings": {"N": {"alpha": 1.0, "beta": 1.0}},
+                "num_devices": 8, "schemes": ["A"], "num_traces": [1], "rounds": 3, "seeds": [0]},
+        "em": {"table": "none", "dataset": "emnist-letters", "model": "cnn", "num_devices": 10,
+               "settings": {"N": {"partition": {"label_skew": "iid"}}}, "schemes": ["A"], "num_traces": [1],
+               "rounds": 2, "seeds": [0]},
+    }}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = _snakemake(tmp_path / "wd", path, "-n", "-p", "--cores", "2",
+                      env={"HETFL_SLURM_PARTITION": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _split_jobs(proc.stdout + proc.stderr)
+    assert jobs["syn"][0] == "split" and jobs["em"][0] == "split_large"
+    assert re.search(r"resources:.*\bmem_mb=3840\b", jobs["em"][1]) and "slurm_partition=cpu" in jobs["em"][1]
+    proc = _snakemake(tmp_path / "wd", path, "-n", "--cores", "2", env={"HETFL_SLURM_LOCAL_SPLIT_MB": "4096"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {rule for rule, _ in _split_jobs(proc.stdout + proc.stderr).values()} == {"split"}
 
 
 def test_bad_cluster_environment_stops_before_any_job(tmp_path):

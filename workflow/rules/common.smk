@@ -120,6 +120,14 @@ def all_targets():
 # ---- helpers of splits.smk, tables.smk, track.smk and report.smk (snakemake --lint wants functions apart from rules) ----
 
 
+def split_job_resources():
+    """split_large's resources (hetfl.cluster.split_resources: memory for its experiment's source, a time
+    limit, the CPU partition); CLUSTER and the functions come from cluster.smk, included after this file."""
+    return {name: (lambda wc, attempt, name=name: split_resources(
+        config["experiments"][wc.experiment]["dataset"], CLUSTER, attempt)[name])
+            for name in split_resource_names(CLUSTER)}
+
+
 def trace_assignment(wc):
     return "stratified" if "_stratified" in wc.opts else "random"
 
