@@ -92,11 +92,42 @@ def test_cnn_job_by_hand():
     # 2 × 1,775.5 MB → 14 × 256; 2 × (30 s start + 229.7 s) → 9 min
     assert cpu == {"mem_mb": 3584, "runtime": 9, "gpu": 0}
     gpu = ClusterOptions(partition="cpu", gpu_partition="gpu", account="fl", gpus=1)
-    assert cluster.train_resources([spec], gpu) == {"mem_mb": 3584, "runtime": 9, "gpu": 1,
+    # the GPU job's time limit is the GPU estimate's (test_a_gpu_jobs_time_is_the_gpu_models): 2 × 30.5 s
+    assert cluster.train_resources([spec], gpu) == {"mem_mb": 3584, "runtime": 2, "gpu": 1,
                                                      "slurm_partition": "gpu", "slurm_account": "fl"}
     assert cluster.train_device([spec], gpu) == "cuda"
     assert cluster.train_group([spec], gpu) is None  # a GPU job is never grouped
     assert cluster.train_group([spec], ClusterOptions()) == cluster.GROUP_SHORT  # 260 s on a CPU
+
+
+def test_a_gpu_jobs_time_is_the_gpu_models():
+    """A job given a GPU asked for the time a CPU core would take (hours where the GPU takes minutes). Its
+    time is now a rough GPU model: the FLOPs at the engine's share of the card's float32 matmul rate (H100,
+    64 clients a round: the CNN 20.7 %, docs/engine.md) of HETFL_SLURM_GPU_GFLOPS (default the H100's
+    43,400), plus 60 ms a local step for the launch-bound block step, 10 ms a round, 30 s to start."""
+    (spec,) = _cnn()
+    rate = 0.207 * 43_400e9
+    # 200 sample steps × 3 × 24.5 MFLOP; 2 evaluations × 70,000 samples × 24.5 MFLOP; 2 rounds of E = 1 step
+    train_s, eval_s = 200 * 3 * 24.5e6 / rate, 2 * 70_000 * 24.5e6 / rate
+    gpu = cluster.gpu_estimate([spec], ClusterOptions(gpus=1))
+    assert gpu.seconds == pytest.approx(30 + train_s + eval_s + 2 * (0.01 + 0.06))
+    assert gpu.mem_mb == cluster.estimate([spec]).mem_mb  # host memory: the same data and state
+    assert cluster.train_resources([spec], ClusterOptions(gpus=1))["runtime"] == 2  # CPU: 9 min
+    # a slower card (hetfl bench --device cuda prints its matmul GFLOP/s) asks for more: the EMNIST grid
+    emnist = _runs(dataset="emnist-byclass", settings={"N": {"partition": {"label_skew": "iid"}}},
+                   num_devices=62, model="cnn", local_epochs=5, rounds=200, batch_size=10)
+    h100 = cluster.train_resources(emnist, ClusterOptions(gpus=1))["runtime"]
+    a100 = cluster.train_resources(emnist, ClusterOptions(gpus=1, gpu_gflops=19_000))["runtime"]
+    cpu = cluster.train_resources(emnist, ClusterOptions())["runtime"]
+    assert h100 < a100 < cpu / 50
+    assert ClusterOptions.from_environ({"HETFL_SLURM_GPU_GFLOPS": "19000"}).gpu_gflops == 19_000
+    assert ClusterOptions.from_environ({}).gpu_gflops == cluster.GPU_GFLOPS == 43_400
+    with pytest.raises(ValueError, match=r"HETFL_SLURM_GPU_GFLOPS has value '19T'.*>= 1 \(GFLOP/s"):
+        ClusterOptions.from_environ({"HETFL_SLURM_GPU_GFLOPS": "19T"})
+    # every model that may get a GPU has a share of the matmul rate; a dense run keeps its CPU time
+    assert all(c.gpu_share > 0 for c in cluster.MODEL_COSTS.values() if c.gpu)
+    (dense,) = _synthetic()
+    assert cluster.gpu_seconds_run(dense, 43_400) == cluster.estimate_run(dense).seconds
 
 
 def test_equal_sizes_on_a_real_dataset_count_the_whole_split():

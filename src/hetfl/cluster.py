@@ -5,7 +5,9 @@ setting or of an experiment when they are short (``cells_per_job``). ``estimate`
 RunSpec fields alone — model, dataset, devices, sizes, epochs, rounds, evaluation cadence — without
 importing torch or reading data, so that Snakemake can call it for every job while it builds the DAG.
 ``train_resources`` and ``train_group`` turn the estimate into the SLURM executor's resources (``mem_mb``,
-``runtime`` in minutes, ``gpu``, partition and account) and a job group for the short runs.
+``runtime`` in minutes, ``gpu``, partition and account) and a job group for the short runs. A job given a
+GPU asks for the time of ``gpu_estimate``, a rough GPU model (the engine's measured share of a card's
+float32 matmul rate, plus a launch-bound floor per local step), not a CPU core's.
 docs/cluster.md gives every constant's source; the estimates are requests, meant to err on the large side,
 not predictions.
 
@@ -33,16 +35,31 @@ from hetfl.data.sources import SOURCES
 @dataclass(frozen=True)
 class ModelCost:
     """A model at its reference input: trainable parameters, forward FLOPs per sample (multiply-add =
-    2), floats kept per sample for the backward pass, whether a GPU is worth asking for, and the FLOP/s
-    one CPU core sustains on it in the batched engine."""
+    2), floats kept per sample for the backward pass, whether a GPU is worth asking for, the FLOP/s
+    one CPU core sustains on it in the batched engine, and on a GPU the share of the card's float32
+    matmul rate the batched engine sustains (``gpu_estimate``; 0 for a model never given a GPU)."""
 
     params: int
     flops: float
     activations: int
     gpu: bool
     rate: float
+    gpu_share: float = 0.0
 
 
+# On a GPU: the batched engine's share of the card's float32 matmul rate ("% matmul"), `hetfl bench --device
+# cuda` on one H100 at 64 clients a round, IEEE float32 and deterministic mode as `hetfl train` runs
+# (docs/engine.md, "On a GPU: one H100, the third lease"): CNN 20.7 %, CNN + BN 19.0, VGG-11 48.6,
+# ResNet-20 11.0, char-LSTM 19.1, sent-LSTM 2.9. Unmeasured there: the CIFAR CNN taken at the CNN's share,
+# the EMNIST ResNet at ResNet-20's.
+GPU_SHARES = {"cnn": 0.207, "cnn_bn": 0.190, "cnn_cifar": 0.207, "vgg11": 0.486, "resnet20": 0.110,
+              "resnet_emnist": 0.110, "char_lstm": 0.191, "sent_lstm": 0.029}
+#: HETFL_SLURM_GPU_GFLOPS's default: that H100's float32 matmul rate (43.4-43.8 TFLOP/s measured)
+GPU_GFLOPS = 43_400
+#: a block's local step on a GPU is launch-bound in small rounds: 25-60 ms at up to 64 clients
+#: (docs/engine.md, the second H200 lease); counted for every local step of a round on top of its FLOPs,
+#: at the upper end
+GPU_STEP_SECONDS = 0.06
 # One CPU core in the batched engine (`hetfl bench --threads 1` on the project's 2-core AMD EPYC, 35 GFLOP/s
 # matmul): the McMahan CNN trains at 18.7 GFLOP/s, the 2NN at 5.6; rounded down. Unmeasured models (VGG,
 # ResNet, LSTM) are taken at the CNN's rate.
@@ -55,15 +72,15 @@ DENSE_FLOPS = 5e9
 # (FedFOR Table 2) trains the same parameters and convolutions: its running statistics (2 per channel,
 # 0.5 % of ResNet-20's entries) are not counted, as cnn_bn's are not.
 MODEL_COSTS: dict[str, ModelCost] = {
-    "cnn": ModelCost(1_663_370, 24.5e6, 90_000, True, CONV_FLOPS),
-    "cnn_bn": ModelCost(1_663_562, 24.5e6, 127_000, True, CONV_FLOPS),
-    "cnn_cifar": ModelCost(797_962, 29.4e6, 133_000, True, CONV_FLOPS),
-    "vgg11": ModelCost(9_750_922, 306.6e6, 336_000, True, CONV_FLOPS),
-    "resnet20": ModelCost(269_722, 81.1e6, 377_000, True, CONV_FLOPS),
-    "resnet_emnist": ModelCost(171_038, 108.8e6, 351_000, True, CONV_FLOPS),
+    "cnn": ModelCost(1_663_370, 24.5e6, 90_000, True, CONV_FLOPS, GPU_SHARES["cnn"]),
+    "cnn_bn": ModelCost(1_663_562, 24.5e6, 127_000, True, CONV_FLOPS, GPU_SHARES["cnn_bn"]),
+    "cnn_cifar": ModelCost(797_962, 29.4e6, 133_000, True, CONV_FLOPS, GPU_SHARES["cnn_cifar"]),
+    "vgg11": ModelCost(9_750_922, 306.6e6, 336_000, True, CONV_FLOPS, GPU_SHARES["vgg11"]),
+    "resnet20": ModelCost(269_722, 81.1e6, 377_000, True, CONV_FLOPS, GPU_SHARES["resnet20"]),
+    "resnet_emnist": ModelCost(171_038, 108.8e6, 351_000, True, CONV_FLOPS, GPU_SHARES["resnet_emnist"]),
     # LSTM activations: sequence length × layers × hidden × 6 (four gates, cell and hidden state)
-    "char_lstm": ModelCost(819_920, 127.2e6, 80 * 2 * 256 * 6, True, CONV_FLOPS),
-    "sent_lstm": ModelCost(1_141_802, 7.0e6, 25 * 2 * 100 * 6, True, CONV_FLOPS),
+    "char_lstm": ModelCost(819_920, 127.2e6, 80 * 2 * 256 * 6, True, CONV_FLOPS, GPU_SHARES["char_lstm"]),
+    "sent_lstm": ModelCost(1_141_802, 7.0e6, 25 * 2 * 100 * 6, True, CONV_FLOPS, GPU_SHARES["sent_lstm"]),
     "quadratic": ModelCost(1, 4.0, 1, False, DENSE_FLOPS),
 }
 
@@ -121,7 +138,8 @@ SPLIT_MINUTES = 60
 
 @dataclass(frozen=True)
 class Estimate:
-    """A job's estimated cost: seconds on one CPU core, peak memory in MB, and whether it wants a GPU."""
+    """A job's estimated cost: seconds (on one CPU core, or on a GPU for ``gpu_estimate``), peak memory in
+    MB, and whether it wants a GPU."""
 
     seconds: float
     mem_mb: float
@@ -209,19 +227,38 @@ def round_sample_steps(spec: RunSpec, n_train: float) -> float:
     return share * n_train * spec.local_epochs
 
 
+def round_local_steps(spec: RunSpec, n_train: float) -> float:
+    """Local steps (minibatches) one after another in a round: the largest given local_steps, else E
+    (local_work steps), else E passes over a training device's mean n_k samples in B-sample steps (epochs;
+    a device above the mean takes more, which the GPU estimate does not count)."""
+    if spec.local_steps is not None:
+        return float(max(spec.local_steps, default=0))
+    if spec.local_work == "steps":
+        return float(spec.local_epochs)
+    return spec.local_epochs * math.ceil(n_train / spec.num_devices / spec.batch_size)
+
+
+def _work(spec: RunSpec) -> tuple[float, float, float]:
+    """(sample steps of local training, samples evaluated, samples in the federation's training split) of
+    a run: round_sample_steps every round; train, local test and global test samples at every evaluated
+    round."""
+    n = total_samples(spec)
+    n_train = n * (1 - spec.test_fraction)
+    n_global = SOURCE_SIZES.get(spec.dataset, (0, 0))[1] if spec.global_test else 0
+    return round_sample_steps(spec, n_train) * spec.rounds, spec.evaluated_rounds * (n + n_global), n_train
+
+
 def estimate_run(spec: RunSpec) -> Estimate:
     """One run: local training 3 × forward FLOPs (forward + backward) per sample step (round_sample_steps
     every round), plus a forward pass over train, local test and global test samples at every evaluated
     round."""
     cost = model_cost(spec)
     n = total_samples(spec)
-    n_train = n * (1 - spec.test_fraction)
     n_global = SOURCE_SIZES.get(spec.dataset, (0, 0))[1] if spec.global_test else 0
-    sample_steps = round_sample_steps(spec, n_train) * spec.rounds
-    evals = spec.evaluated_rounds
+    sample_steps, evaluated, _ = _work(spec)
     per_step = max(3 * cost.flops / cost.rate, MIN_SAMPLE_SECONDS)
     per_eval = max(cost.flops / cost.rate, MIN_SAMPLE_SECONDS / 3)  # forward only: a third of a step
-    seconds = sample_steps * per_step + evals * (n + n_global) * per_eval + spec.rounds * ROUND_SECONDS
+    seconds = sample_steps * per_step + evaluated * per_eval + spec.rounds * ROUND_SECONDS
     # memory: the data (twice: as read from split.npz and as tensors), client-stacked model state (every
     # device: a stateful algorithm keeps one per device), and one minibatch of activations with their
     # gradients per device that trains in a round (engine.runner stacks only those: K of N under
@@ -243,6 +280,22 @@ def estimate(specs: Sequence[RunSpec]) -> Estimate:
                     any(r.gpu for r in runs))
 
 
+def gpu_seconds_run(spec: RunSpec, gpu_gflops: float) -> float:
+    """One run on a GPU of ``gpu_gflops`` float32 matmul GFLOP/s, a rough model: the FLOPs of
+    ``estimate_run`` at the model's GPU_SHARES of that rate, plus GPU_STEP_SECONDS for every local step
+    of every round (round_local_steps) and ROUND_SECONDS a round. Measured rates are at 64 clients a round;
+    smaller rounds are slower per client, which the step floor stands in for. A model without a measured
+    share (the dense ones, never given a GPU of their own) keeps its CPU time."""
+    cost = model_cost(spec)
+    if not cost.gpu_share:
+        return estimate_run(spec).seconds
+    rate = cost.gpu_share * gpu_gflops * 1e9
+    sample_steps, evaluated, n_train = _work(spec)
+    steps = round_local_steps(spec, n_train)
+    return ((3 * sample_steps + evaluated) * cost.flops / rate
+            + spec.rounds * (ROUND_SECONDS + steps * GPU_STEP_SECONDS))
+
+
 @dataclass(frozen=True)
 class ClusterOptions:
     """Where jobs go, from the environment (docs/cluster.md). ``partition``: HETFL_SLURM_PARTITION (else
@@ -257,7 +310,9 @@ class ClusterOptions:
     workflow checkpoints runs); ``max_mem_mb``: HETFL_SLURM_MAX_MEM_MB, a cap on the memory asked for (the
     estimate doubles with each attempt, and a request above every node's memory is refused or pends for
     ever: an audit); ``local_split_mb``: HETFL_SLURM_LOCAL_SPLIT_MB, the largest estimated peak memory
-    of a split that runs on the submitting host (``split_on_cluster``; 0: every split is a cluster job)."""
+    of a split that runs on the submitting host (``split_on_cluster``; 0: every split is a cluster job);
+    ``gpu_gflops``: HETFL_SLURM_GPU_GFLOPS, the float32 matmul GFLOP/s of the cluster's GPUs as `hetfl bench
+    --device cuda` prints it, which ``gpu_estimate`` scales its rates by (default GPU_GFLOPS, an H100's)."""
 
     partition: str | None = None
     gpu_partition: str | None = None
@@ -267,6 +322,7 @@ class ClusterOptions:
     max_mem_mb: int | None = None
     gres: str | None = None
     local_split_mb: int = LOCAL_SPLIT_MB
+    gpu_gflops: int = GPU_GFLOPS
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> ClusterOptions:
@@ -296,7 +352,18 @@ class ClusterOptions:
                    max_mem_mb=whole("HETFL_SLURM_MAX_MEM_MB", 256, "MB"),
                    gres=gres, local_split_mb=whole("HETFL_SLURM_LOCAL_SPLIT_MB", 0, "MB of estimated "
                                                    "peak memory; larger splits are cluster jobs")
-                   if env.get("HETFL_SLURM_LOCAL_SPLIT_MB", "").strip() else LOCAL_SPLIT_MB)
+                   if env.get("HETFL_SLURM_LOCAL_SPLIT_MB", "").strip() else LOCAL_SPLIT_MB,
+                   gpu_gflops=whole("HETFL_SLURM_GPU_GFLOPS", 1, "GFLOP/s, the GPUs' float32 matmul rate "
+                                    "as `hetfl bench --device cuda` prints it") or GPU_GFLOPS)
+
+
+def gpu_estimate(specs: Sequence[RunSpec], options: ClusterOptions) -> Estimate:
+    """``estimate`` of a job given a GPU: the runs' gpu_seconds_run at ``options.gpu_gflops`` plus one
+    process start; the same host memory. A rough model (docs/cluster.md), for the time limit only: the
+    job's bundling and grouping keep the CPU estimate, so that every run of a config plans the same jobs."""
+    cpu = estimate(specs)
+    return Estimate(START_SECONDS + sum(gpu_seconds_run(s, options.gpu_gflops) for s in specs), cpu.mem_mb,
+                    cpu.gpu)
 
 
 def gpus_for(specs: Sequence[RunSpec], options: ClusterOptions) -> int:
@@ -319,15 +386,16 @@ def resource_names(options: ClusterOptions) -> list[str]:
 
 def train_resources(specs: Sequence[RunSpec], options: ClusterOptions, attempt: int = 1) -> dict[str, object]:
     """The executor resources (``resource_names``) of a job training ``specs``: mem_mb and runtime
-    (minutes) are SAFETY × the estimate, rounded up (mem_mb to 256 MB, runtime to whole minutes, at most
-    ``options.max_runtime``) and scaled by the attempt, so that a retry after an out-of-memory or
-    time-limit kill asks for more; gpu is
+    (minutes) are SAFETY × the estimate (runtime: ``gpu_estimate``'s for a job given a GPU), rounded up
+    (mem_mb to 256 MB, runtime to whole minutes, at most ``options.max_runtime``) and scaled by the
+    attempt, so that a retry after an out-of-memory or time-limit kill asks for more; gpu is
     ``gpus_for`` (0 under ``options.gres``, whose jobs ask ``gres`` "<gres>:<gpus>" instead, None for a
     CPU job); slurm_partition is the GPU partition for a job given a GPU, else the partition (None,
     which Snakemake drops, for a CPU job when only a GPU partition is named: the cluster's default)."""
     est = estimate(specs)
     gpus = gpus_for(specs, options)
-    runtime = max(1, math.ceil(attempt * SAFETY * est.seconds / 60))
+    seconds = gpu_estimate(specs, options).seconds if gpus else est.seconds
+    runtime = max(1, math.ceil(attempt * SAFETY * seconds / 60))
     mem_mb = 256 * math.ceil(attempt * SAFETY * est.mem_mb / 256)
     values: dict[str, object] = {
         "mem_mb": min(mem_mb, options.max_mem_mb) if options.max_mem_mb else mem_mb,

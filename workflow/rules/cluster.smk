@@ -1,8 +1,8 @@
 # Cluster placement (issue 15): which rules stay on the submitting host, and what a training job (or the
 # split of a large source) asks a scheduler for. The estimates live in hetfl.cluster; where jobs go comes
 # from the environment (HETFL_SLURM_PARTITION, HETFL_SLURM_GPU_PARTITION, HETFL_SLURM_ACCOUNT or
-# SLURM_ACCOUNT, HETFL_GPUS, HETFL_SLURM_GPU_GRES, HETFL_SLURM_MAX_RUNTIME, HETFL_SLURM_MAX_MEM_MB,
-# HETFL_SLURM_LOCAL_SPLIT_MB; docs/cluster.md). Without an executor (local runs) every job runs here, groups
+# SLURM_ACCOUNT, HETFL_GPUS, HETFL_SLURM_GPU_GRES, HETFL_SLURM_GPU_GFLOPS, HETFL_SLURM_MAX_RUNTIME,
+# HETFL_SLURM_MAX_MEM_MB, HETFL_SLURM_LOCAL_SPLIT_MB; docs/cluster.md). Without an executor (local runs) every job runs here, groups
 # are ignored and the resources constrain nothing unless --resources names them (e.g. --resources gpu=1).
 import os
 import sys
