@@ -183,6 +183,28 @@ def test_ref_threads_times_the_reference_loop_on_its_own_thread_count(capsys, mo
         bench.run_bench(["logreg-synthetic"], device="cpu", ref_threads=0)
 
 
+def test_cpu_workers_times_the_engine_under_the_chosen_executor(capsys):
+    """--cpu-workers off|on: the batched engine's blocks on workers or not, whatever the model's rule, so
+    that a new CPU can measure both (the rule was measured on a 2-core Zen 3); each record says its
+    executor, and the process's setting is the rule's again after."""
+    from hetfl.engine import executor
+
+    before = torch.get_num_threads()
+    try:
+        for mode, workers in (("auto", "2 workers"), ("off", "1 worker")):
+            assert bench.main(["--workloads", "cnn-mnist", "--steps", "1", "--repeat", "1", "--clients", "4",
+                               "--device", "cpu", "--threads", "2", "--no-reference", "--cpu-workers", mode,
+                               "--json"]) == 0
+            (record,) = json.loads(capsys.readouterr().out)
+            assert record["executor"].endswith(workers) and record["cpu_workers"] == mode
+            assert executor.cpu_workers() == "auto"
+    finally:
+        torch.set_num_threads(before)
+    # --profile and --count-ops time no executor choice: refused, as --tf32 is there
+    assert bench.main(["--workloads", "cnn-mnist", "--profile", "--cpu-workers", "off"]) == 2
+    assert "--cpu-workers is given with --count-ops or --profile" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value,message", [
     ('{"channels_last": false}', "model 'mlp' (workload mlp-mnist) does not take them"),
     ("[1]", "has value '[1]', which is not allowed; allowed: a JSON object"),

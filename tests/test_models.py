@@ -469,6 +469,32 @@ def test_executor_rule():
     assert executor.assign([3.0], 4) == [[0], [], [], []]
 
 
+def test_cpu_workers_override_the_rule():
+    """The rule's choice of models whose blocks go to CPU workers (client_parallel) was measured on one
+    2-core Zen 3 (docs/engine.md); another CPU may decide otherwise. `--cpu-workers` (hetfl train, hetfl
+    bench) sets it per process: "auto" the rule, "on" every model's blocks on workers, "off" none."""
+    cnn = make_model("cnn", (1, 28, 28), 10)
+    pc, xc = [t.unsqueeze(0) for t in cnn.init_params(torch.Generator())], torch.zeros(1, 10, 1, 28, 28)
+    mlp = make_model("mlp", 784, 10)
+    pm, xm = [t.unsqueeze(0) for t in mlp.init_params(torch.Generator())], torch.zeros(1, 10, 784)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert executor.cpu_workers() == "auto"
+        assert executor.make_plan(cnn, pc, xc, 20).workers == 2
+        assert executor.make_plan(mlp, pm, xm, 10_000).workers == 1
+        executor.set_cpu_workers("off")
+        assert executor.make_plan(cnn, pc, xc, 20).workers == 1
+        executor.set_cpu_workers("on")
+        assert executor.make_plan(mlp, pm, xm, 10_000).workers == 2
+        assert executor.make_plan(cnn, pc, xc, 20).workers == 2
+        with pytest.raises(ValueError, match=r"--cpu-workers has value '2'.*allowed: auto, on, off"):
+            executor.set_cpu_workers("2")
+    finally:
+        torch.set_num_threads(threads)
+        executor.set_cpu_workers("auto")
+
+
 @pytest.mark.parametrize("clients,block,workers", [(10, 2, 2), (6, 2, 2), (20, 2, 2), (15, 2, 2), (7, 3, 2),
                                                     (100, 14, 1), (3, 1, 2), (1, 2, 1), (0, 2, 2)])
 def test_blocks_cover_the_clients_and_balance_the_workers(clients, block, workers):

@@ -377,6 +377,30 @@ def test_a_checkpoint_made_under_other_threads_or_device_is_not_continued(tmp_pa
     assert info["torch_threads"] == 1 and info["resumed_from_round"] is None  # trained again, not restored
 
 
+def test_cpu_workers_is_recorded_and_a_checkpoint_key_of_its_own(tmp_path):
+    """`hetfl train --cpu-workers off|on` changes how a CNN's blocks are trained, and with it the last bits
+    of its numbers (as --threads does): run.json records it, and a checkpoint made under another setting is
+    not continued. The rule ("auto") keeps the key it had."""
+    args = (SPEC, "a" * 64, "b" * 64, "code")
+    key = pipeline.checkpoint_key(*args)
+    assert pipeline.checkpoint_key(*args, cpu_workers="auto") == key
+    assert len({key, pipeline.checkpoint_key(*args, cpu_workers="off"),
+                pipeline.checkpoint_key(*args, cpu_workers="on")}) == 3
+    run = dataclasses.replace(SPEC, rounds=2)
+    split, trace = _inputs(tmp_path, run)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(run.to_dict()))
+    try:
+        for flag, mode in (([], "auto"), (["--cpu-workers", "off"], "off")):
+            out = tmp_path / f"run-{mode}"
+            assert cli.main(["train", "--spec", str(spec), "--split", str(split), "--traces", str(trace),
+                             "--out", str(out), "--no-mlflow", *flag]) == 0
+            assert json.loads((out / "run.json").read_text())["cpu_workers"] == mode
+    finally:
+        from hetfl.engine import executor
+        executor.set_cpu_workers("auto")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="--device auto would train on CUDA")
 @pytest.mark.parametrize("flag,expect", [([], None), (["--graphs"], True), (["--no-graphs"], False)])
 def test_hetfl_train_passes_its_graphs_option_down(flag, expect, tmp_path, monkeypatch):

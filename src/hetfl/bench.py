@@ -514,7 +514,8 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
               ref_clients: int | None = None, batch: int | None = None,
               model_params: dict[str, Any] | None = None, eval_samples: int | None = None,
               graphs: bool | None = None, ref_threads: int | None = None, keep_graphs: bool = False,
-              reference: bool = True, tf32: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              reference: bool = True, tf32: bool = False, cpu_workers: str = "auto"
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """All measurements: (records, machine facts). model_params: keyword arguments for every workload's
     model on top of its own (e.g. {"channels_last": False} for the convolutional models). eval_samples:
     also time evaluation on that many samples per workload (run_eval; records with mode "evaluate",
@@ -523,11 +524,27 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
     each record says its engine's). keep_graphs: see run_workload. reference: also time the per-client
     loop (False: the batched engine only, whose records then carry no speed-up). tf32: on CUDA, both
     engines and the matmul rate with TF32 products (engine.reproducible; `hetfl train --tf32`), each
-    record saying so; refused on another device."""
+    record saying so; refused on another device. cpu_workers: which models' blocks train on CPU workers
+    while the bench runs (engine.executor.set_cpu_workers; the process's setting is restored after), each
+    record saying so."""
     if ref_threads is not None and ref_threads < 1:
         raise ValueError(f"--ref-threads has value {ref_threads}, which is not allowed; allowed: 1 or more "
                          f"torch threads for the reference loop")
     check_workloads(workloads, model_params)
+    before = executor.cpu_workers()
+    executor.set_cpu_workers(cpu_workers)
+    try:
+        return _run_bench(workloads, steps, device, threads, repeat, clients, ref_clients, batch,
+                          model_params, eval_samples, graphs, ref_threads, keep_graphs, reference, tf32)
+    finally:
+        executor.set_cpu_workers(before)
+
+
+def _run_bench(workloads: Sequence[str], steps: int | None, device: str, threads: int | None, repeat: int,
+               clients: int | None, ref_clients: int | None, batch: int | None,
+               model_params: dict[str, Any] | None, eval_samples: int | None, graphs: bool | None,
+               ref_threads: int | None, keep_graphs: bool, reference: bool, tf32: bool
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     dev = resolve_device(device)
     check_tf32(tf32, dev, "the bench runs")
     if dev.type == "cuda":
@@ -536,7 +553,7 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
     if threads:
         torch.set_num_threads(threads)
     machine = {"device": dev.type, "device_name": device_name(dev), "tf32": tf32,
-               "threads": torch.get_num_threads(),
+               "threads": torch.get_num_threads(), "cpu_workers": executor.cpu_workers(),
                "cpus": os.cpu_count(), "torch": torch.__version__,
                "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
     records = [r for name in workloads
@@ -550,7 +567,7 @@ def run_bench(workloads: Sequence[str], steps: int | None = None, device: str = 
         records += [r for name in workloads for r in run_eval(WORKLOADS[name], eval_samples, dev, repeat,
                                                                model_params)]
     for r in records:
-        r["device_name"], r["tf32"] = machine["device_name"], tf32
+        r["device_name"], r["tf32"], r["cpu_workers"] = machine["device_name"], tf32, machine["cpu_workers"]
         r.setdefault("threads", machine["threads"])  # evaluation records: the machine's
     return records, machine
 
@@ -662,6 +679,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tf32", action="store_true",
                         help="on CUDA, both engines (and the matmul rate) with TF32 products, as `hetfl "
                              "train --tf32` (default: IEEE float32); every record says tf32")
+    parser.add_argument("--cpu-workers", default="auto", choices=["auto", "on", "off"],
+                        help="the batched engine's blocks on separate CPU workers (on) or not (off), "
+                             "whatever the model's rule (default auto: the rule, measured on a 2-core Zen 3; "
+                             "engine.executor): time both on a new CPU")
     parser.add_argument("--no-reference", action="store_true",
                         help="time the batched engine only, where another run timed the loop on the same "
                              "workload (its records then carry no speed-up)")
@@ -687,6 +708,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.tf32 and (args.count_ops or args.profile):
             raise ValueError("--tf32 is given with --count-ops or --profile; allowed: --tf32 with the timed "
                              "bench only")
+        if args.cpu_workers != "auto" and (args.count_ops or args.profile):
+            raise ValueError("--cpu-workers is given with --count-ops or --profile; allowed: --cpu-workers "
+                             "with the timed bench only")
         if args.count_ops and args.profile:
             raise ValueError("--count-ops and --profile are both given; allowed: one of them (--count-ops "
                              "counts on the meta device, --profile runs on --device)")
@@ -697,12 +721,14 @@ def main(argv: list[str] | None = None) -> int:
             return _print_profile(names, args, model_params)
         records, m = run_bench(names, args.steps, args.device, args.threads, args.repeat, args.clients,
                                args.ref_clients or None, args.batch, model_params, args.eval, args.graphs,
-                               args.ref_threads, args.keep_graphs, not args.no_reference, args.tf32)
+                               args.ref_threads, args.keep_graphs, not args.no_reference, args.tf32,
+                               args.cpu_workers)
     except ValueError as err:  # bad arguments (unknown workload, no CUDA): said before any work
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2
-    print(f"{m['device_name']} ({m['device']}{', TF32' if m['tf32'] else ''}, {m['threads']} threads, "
-          f"torch {m['torch']}): "
+    workers = "" if m["cpu_workers"] == "auto" else f", CPU workers {m['cpu_workers']}"
+    print(f"{m['device_name']} ({m['device']}{', TF32' if m['tf32'] else ''}, {m['threads']} threads"
+          f"{workers}, torch {m['torch']}): "
           f"matmul {m['matmul_gflops']:.0f} GFLOP/s, copy {m['copy_gbps']:.1f} GB/s; "
           f"median of {args.repeat} runs per engine"
           + (f"; the reference loop on {args.ref_threads} thread(s)" if args.ref_threads else ""),

@@ -278,9 +278,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from hetfl import paths
     from hetfl.config import RunSpec, by_cell, expand_runs, load_config, specs_from_data
+    from hetfl.engine import executor
     from hetfl.pipeline import run_cell, run_training
 
     torch.set_num_threads(args.threads)
+    executor.set_cpu_workers(args.cpu_workers)
     for on, flag, what in ((args.graphs, "--graphs", "replays local steps from CUDA graphs"),
                            (args.tf32, "--tf32", "trains with TF32 products on CUDA")):
         if on and args.device == "cpu":
@@ -624,6 +626,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_positive, default=1, help="torch threads (Snakemake passes {threads})")
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"],
                    help="where to train (default: cpu; the workflow passes cuda to jobs given a GPU)")
+    p.add_argument("--cpu-workers", default="auto", choices=["auto", "on", "off"],
+                   help="with --threads above 1 on the CPU: train blocks of clients on separate cores "
+                        "(on), or split every kernel over the threads (off); default auto: the rule per "
+                        "model measured on a 2-core Zen 3 (the CNNs, VGG, ResNets and LSTMs on workers; "
+                        "engine.executor, docs/engine.md); run.json says cpu_workers")
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="on CUDA, replay local steps from CUDA graphs (engine.graphs), or not (--no-graphs); "
                         "default: the engine's rule per model (no model yet); --graphs needs --device cuda "

@@ -156,14 +156,16 @@ def _user() -> str | None:
 
 
 def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str, tf32: bool = False,
-                   threads: int = 1, device: str = "cpu") -> str:
+                   threads: int = 1, device: str = "cpu", cpu_workers: str = "auto") -> str:
     """A checkpoint continues a run only if nothing that decides its numbers has changed. tf32: trained
     with TF32 products on CUDA (engine.reproducible), a key of its own; IEEE runs keep the key they had.
     threads (torch's intra-op threads, `hetfl train --threads`) and device (its type): the CNNs' blocks
     of clients train on as many CPU workers as threads (engine.executor) and end a few ulps apart from
     one thread, and CUDA equals the CPU to rounding only, so a checkpoint made under other threads or on
     another device type is not continued (an audit: --threads 2 killed, resumed with 1, matched
-    neither). The workflow's one thread on the CPU keeps the key it had."""
+    neither). The workflow's one thread on the CPU keeps the key it had. cpu_workers (`hetfl train
+    --cpu-workers`, engine.executor.set_cpu_workers) other than the rule's "auto" moves blocks on or off the
+    CPU workers, as threads do: a key of its own."""
     key = {"spec": spec.to_dict(), "split": split_sha, "traces": traces_sha, "code": code,
            "torch": torch.__version__, "numpy": np.__version__}
     if tf32:
@@ -172,6 +174,8 @@ def checkpoint_key(spec: RunSpec, split_sha: str, traces_sha: str, code: str, tf
         key["threads"] = int(threads)
     if device != "cpu":
         key["device"] = device
+    if cpu_workers != "auto":
+        key["cpu_workers"] = cpu_workers
     blob = json.dumps(key, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -252,7 +256,7 @@ class RunJob:
         self.split_sha, self.traces_sha = file_sha256(split_npz), file_sha256(traces_npz)
         self.participation = participation(tr, spec, fed.train_sizes)
         self.key = checkpoint_key(spec, self.split_sha, self.traces_sha, self.prov.code, self.tf32,
-                                  torch.get_num_threads(), self.device.type)
+                                  torch.get_num_threads(), self.device.type, executor.cpu_workers())
         self.ckpt_path = self.out_dir / CHECKPOINT
         ckpt = _load_checkpoint(self.ckpt_path, self.key)
         self.restored: TrainResult | None = None
@@ -337,6 +341,8 @@ class RunJob:
             # TF32 products on CUDA (engine.reproducible; hetfl train --tf32), else IEEE float32
             "cuda_tf32": self.tf32,
             "torch_threads": torch.get_num_threads(),
+            # which models' blocks train on CPU workers (engine.executor; hetfl train --cpu-workers)
+            "cpu_workers": executor.cpu_workers(),
             "user": _user(),  # the MLflow mirror's mlflow.user (the UI's User column)
             # a run trained stacked with others shares their wall time (engine.runner.train_stacked)
             "stacked_runs": self.stacked_with,

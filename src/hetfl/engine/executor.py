@@ -18,7 +18,9 @@ timing taken during a run, so a run is reproduced by the same executor), docs/en
   splitting every small kernel over the cores: the zoo's models and the CNNs of models.cnn (their
   convolutions at FL minibatch sizes), not the MLP or the logistic regression (their small GEMMs gain
   from intra-op threads). Blocks go to workers longest first, to the least loaded worker (a fixed order:
-  the assignment depends only on the step counts).
+  the assignment depends only on the step counts). That choice was measured on one 2-core Zen 3 only:
+  `set_cpu_workers` (`hetfl train` and `hetfl bench --cpu-workers`) overrides it for the process, "on"
+  putting every model's blocks on workers, "off" none, "auto" the rule.
 
 Beside the plan, on CUDA only: whether a block's runs of local steps are replayed from CUDA graphs
 (engine.graphs; `graphs_rule`), for the models whose `cuda_graphs` says so. No zoo model says so yet: the
@@ -41,6 +43,26 @@ from torch import Tensor
 CUDA_MEMORY_SHARE = 0.5
 
 _threads_lock = threading.Lock()
+
+#: whether blocks train on CPU workers: "auto" the models that set `client_parallel`, "on" every model,
+#: "off" none (blocks in turn, every kernel over the intra-op threads)
+CPU_WORKER_MODES = ("auto", "on", "off")
+_cpu_workers = "auto"
+
+
+def set_cpu_workers(mode: str) -> None:
+    """For this process, as torch.set_num_threads is (`hetfl train --cpu-workers`, `hetfl bench
+    --cpu-workers`): which models' blocks train on CPU workers (CPU_WORKER_MODES)."""
+    global _cpu_workers
+    if mode not in CPU_WORKER_MODES:
+        raise ValueError(f"--cpu-workers has value {mode!r}, which is not allowed; allowed: "
+                         f"{', '.join(CPU_WORKER_MODES)}")
+    _cpu_workers = mode
+
+
+def cpu_workers() -> str:
+    """This process's setting (set_cpu_workers; "auto" unless told)."""
+    return _cpu_workers
 
 
 @dataclass(frozen=True)
@@ -70,7 +92,8 @@ def make_plan(model, params: list[Tensor], x: Tensor, clients: int) -> Plan:
     if hasattr(model, "client_block"):
         block = max(1, min(clients, int(model.client_block(params, x))))
     workers = 1
-    if x.device.type == "cpu" and getattr(model, "client_parallel", False):
+    parallel = {"auto": getattr(model, "client_parallel", False), "on": True, "off": False}[_cpu_workers]
+    if x.device.type == "cpu" and parallel:
         workers = max(1, min(torch.get_num_threads(), -(-clients // block)))
     return Plan(block, workers)
 
