@@ -171,11 +171,15 @@ def report_targets():
     return ["reports/report/fidelity.html", *tables] if tables else []
 
 
+#: the rules that make a split (workflow/rules/splits.smk): split on this host, split_large as a cluster job
+SPLIT_RULES = ("split", "split_large")
+
+
 def split_experiments():
     """The experiments whose split jobs this run starts, from Snakemake's plan (None, meaning all of them,
     where this Snakemake's DAG has no needrun_jobs)."""
     plan = getattr(workflow.dag, "needrun_jobs", None)
-    return None if plan is None else {j.wildcards.experiment for j in plan() if j.rule.name == "split"}
+    return None if plan is None else {j.wildcards.experiment for j in plan() if j.rule.name in SPLIT_RULES}
 
 
 # The data those split jobs read (a prepared copy of domainnet or digit5, a local copy that is there but
