@@ -189,3 +189,23 @@ def test_global_test_average_is_validated_naming_key_value_and_allowed():
     _refused(quick, f"'experiments.{name}.global_test_average' has value \"domains\", which is not "
                     "allowed with dataset \"mnist5k\"",
                     "allowed: \"pooled\", or \"domains\" only for a source with a domain column")
+
+
+# ---- which images: FedBN keeps the first ones of every domain --------------------------------------------
+
+
+def test_equal_counts_pick_reaches_the_split_spec_and_is_refused_where_it_cannot_apply():
+    cfg = copy.deepcopy(TABLE3)
+    exp = cfg["experiments"][EXP3]
+    exp["settings"] = {"E1": {"partition": {"label_skew": "natural", "equal_counts": True,
+                                            "equal_counts_pick": "first"}, "local_epochs": 1, "rounds": 2}}
+    runs = list(expand_runs(validate_config(cfg)))
+    assert runs and all(r.split_spec()["partition"]["equal_counts_pick"] == "first" for r in runs)
+    bad = copy.deepcopy(cfg)
+    bad["experiments"][EXP3]["settings"]["E1"]["partition"]["equal_counts_pick"] = "last"
+    _refused(bad, f"experiments.{EXP3}.settings.E1.partition.equal_counts_pick", "last", "random", "first")
+    bad["experiments"][EXP3]["settings"]["E1"]["partition"] = {"label_skew": "natural",
+                                                               "equal_counts_pick": "first"}
+    _refused(bad, f"'experiments.{EXP3}.settings.E1.partition.equal_counts_pick' has value \"first\", "
+                  "which is not allowed with label_skew \"natural\" and equal_counts false; allowed: "
+                  "\"first\" only with label_skew \"natural\" and equal_counts true")

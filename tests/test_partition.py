@@ -590,3 +590,26 @@ def test_natural_equal_counts_fraction_keeps_fedbns_share_of_the_smallest_domain
     with pytest.raises(ValueError, match="equal_counts_fraction=0.5 applies to label_skew='natural' with "
                                          "equal_counts=True only"):
         PartitionSpec("natural", equal_counts_fraction=0.5)
+
+
+def test_natural_equal_counts_pick_first_keeps_each_domains_first_samples_as_fedbn():
+    """FedBN's code keeps the first samples of every domain (fed_domainnet.py:161,
+    Subset(trainset, list(range(min_data_len)))), not a random subset. Domains interleaved in sample order,
+    a (indices 0, 3, 6, ...), b (1, 4, ...), c (2, 5, ...), 10 each: fraction 0.3 with pick "first" keeps
+    each domain's first 3 in sample order, whatever the seed; "random" (the default) keeps a seeded subset."""
+    ids = np.array(["a", "b", "c"] * 10)
+    y = np.arange(len(ids)) % 4
+    spec = PartitionSpec("natural", equal_counts=True, equal_counts_fraction=0.3, equal_counts_pick="first")
+    want = [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
+    for seed in (0, 1, 7):
+        assert [p.tolist() for p in partition(y, spec, 3, seed=seed, client_ids=ids)] == want
+    random = [partition(y, PartitionSpec("natural", equal_counts=True, equal_counts_fraction=0.3), 3, seed=s,
+                        client_ids=ids) for s in (0, 1, 7)]
+    assert any(p.tolist() != w for parts in random for p, w in zip(parts, want, strict=True))
+    assert all([set(ids[p]) for p in parts] == [{"a"}, {"b"}, {"c"}] for parts in random)
+    with pytest.raises(ValueError,
+                       match=r"equal_counts_pick='last' is unknown; allowed: \('random', 'first'\)"):
+        PartitionSpec("natural", equal_counts=True, equal_counts_pick="last")
+    with pytest.raises(ValueError, match="equal_counts_pick='first' applies to label_skew='natural' with "
+                                         "equal_counts=True only"):
+        PartitionSpec("iid", equal_counts=True, equal_counts_pick="first")

@@ -138,3 +138,16 @@ def test_save_png_keeps_a_title_wider_than_the_figure(tmp_path):
     out = save_png(fig, tmp_path / "t.png")
     width = int.from_bytes(out.read_bytes()[16:20], "big")  # the PNG header's IHDR width
     assert width > 2 * 100
+
+
+def test_a_natural_split_states_what_equal_counts_kept():
+    """FedFOR Tables 3-5's natural splits are trimmed (FedBN's set-up): the caption named only min_samples,
+    so a chart of the first 5 % of every domain read as the whole domains."""
+    from hetfl.reports.split_figures import _spec_text
+
+    manifest = {"dataset": "domainnet", "sizes": {"distribution": "equal"},
+                "partition": {"label_skew": "natural", "equal_counts": True, "equal_counts_fraction": 0.05,
+                              "equal_counts_pick": "first"}}
+    text = _spec_text(manifest)
+    assert ("partition natural (equal_counts true, equal_counts_fraction 0.05, equal_counts_pick first); "
+            "sizes equal (trimmed to one count)") in text

@@ -779,6 +779,14 @@ def _check_global_test_average(name: str, exp: dict[str, Any]) -> None:
                 "domain column (domainnet, digit5, ...), label_skew \"natural\" and global_test true")
 
 
+#: the options of a natural split with equal_counts (data.partition.PartitionSpec): their defaults, and what
+#: a value other than the default is
+_NATURAL_EQUAL_COUNTS = {
+    "equal_counts_fraction": (1, "a share of the smallest domain's count"),
+    "equal_counts_pick": ("random", "\"first\""),
+}
+
+
 def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
     """partition.equal_counts trims an iid, pathological or natural split with no size skew
     (data.partition)."""
@@ -787,14 +795,13 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
     for label, setting in exp["settings"].items():
         part = setting.get("partition")
         key = f"experiments.{name}.settings.{label}.partition"
-        if isinstance(part, dict) and part.get("equal_counts_fraction", 1) != 1 and not (
-                part.get("label_skew") == "natural" and part.get("equal_counts")):
-            raise ConfigError(f"config key '{key}.equal_counts_fraction' has value "
-                              f"{part['equal_counts_fraction']}, which is not allowed with label_skew "
-                              f"\"{part.get('label_skew')}\" and equal_counts "
-                              f"{str(bool(part.get('equal_counts'))).lower()}; allowed: a share of the "
-                              "smallest domain's count only with label_skew \"natural\" and equal_counts "
-                              "true")
+        for option, (default, what) in _NATURAL_EQUAL_COUNTS.items():
+            if isinstance(part, dict) and part.get(option, default) != default and not (
+                    part.get("label_skew") == "natural" and part.get("equal_counts")):
+                raise ConfigError(f"config key '{key}.{option}' has value {json.dumps(part[option])}, which "
+                                  f"is not allowed with label_skew \"{part.get('label_skew')}\" and "
+                                  f"equal_counts {str(bool(part.get('equal_counts'))).lower()}; allowed: "
+                                  f"{what} only with label_skew \"natural\" and equal_counts true")
         if not isinstance(part, dict) or not part.get("equal_counts"):
             continue
         if part.get("label_skew") not in EQUAL_COUNT_SKEWS:

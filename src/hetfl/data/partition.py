@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "EQUAL_COUNT_PICKS",
     "EQUAL_COUNT_SKEWS",
     "LABEL_CHOICES",
     "LABEL_SKEWS",
@@ -72,6 +73,9 @@ LABEL_CHOICES: tuple[str, ...] = ("cyclic", "random")  # pathological: NIID-Benc
 LONGTAIL_DRAWS: tuple[str, ...] = ("disjoint", "independent")  # longtail: hetfl's dealing | FedFOR's draws
 _NO_SIZE_SKEW = ("shards", "natural")  # their sizes are part of the definition
 EQUAL_COUNT_SKEWS: tuple[str, ...] = ("iid", "pathological", "natural")  # the skews equal_counts can trim
+#: natural with equal_counts: which of its samples a domain keeps, a seeded random subset (hetfl) or the
+#: first ones in sample order (FedBN's Subset(trainset, range(min_data_len)), federated/fed_domainnet.py)
+EQUAL_COUNT_PICKS: tuple[str, ...] = ("random", "first")
 _MAX_DIRICHLET_DRAWS = 1000  # NIID-Bench loops forever; hetfl gives up with an error instead
 
 
@@ -109,6 +113,9 @@ class PartitionSpec:
     ``equal_counts_fraction``: natural with ``equal_counts`` only; every client keeps
     ``int(fraction · smallest)`` samples instead of the smallest count (FedBN's DomainNet code,
     ``federated/fed_domainnet.py``: ``int(min_data_len * 0.05)`` per domain). 1 keeps the smallest count.
+    ``equal_counts_pick``: natural with ``equal_counts`` only, one of :data:`EQUAL_COUNT_PICKS`: which
+    samples a client keeps, ``"random"`` (a seeded uniform subset) or ``"first"`` (the first ones in
+    sample order, the source's file order: FedBN's ``Subset(trainset, range(min_data_len))``).
     """
 
     label_skew: str = "iid"
@@ -124,6 +131,7 @@ class PartitionSpec:
     draw: str = "disjoint"
     equal_counts: bool = False
     equal_counts_fraction: float = 1.0
+    equal_counts_pick: str = "random"
 
     def __post_init__(self) -> None:
         if self.label_skew not in LABEL_SKEWS:
@@ -178,6 +186,13 @@ class PartitionSpec:
             raise ValueError(f"PartitionSpec.equal_counts_fraction={self.equal_counts_fraction!r} applies to "
                              "label_skew='natural' with equal_counts=True only; here label_skew="
                              f"{self.label_skew!r}, equal_counts={self.equal_counts!r} allow 1")
+        if not isinstance(self.equal_counts_pick, str) or self.equal_counts_pick not in EQUAL_COUNT_PICKS:
+            raise ValueError(f"PartitionSpec.equal_counts_pick={self.equal_counts_pick!r} is unknown; "
+                             f"allowed: {EQUAL_COUNT_PICKS}")
+        if self.equal_counts_pick != "random" and not (self.equal_counts and self.label_skew == "natural"):
+            raise ValueError(f"PartitionSpec.equal_counts_pick={self.equal_counts_pick!r} applies to "
+                             "label_skew='natural' with equal_counts=True only; here label_skew="
+                             f"{self.label_skew!r}, equal_counts={self.equal_counts!r} allow 'random'")
         if not isinstance(self.label_choice, str) or self.label_choice not in LABEL_CHOICES:
             raise ValueError(
                 f"PartitionSpec.label_choice={self.label_choice!r} is unknown; allowed: {LABEL_CHOICES}"
@@ -567,7 +582,9 @@ def partition(
                                      f"int({spec.equal_counts_fraction!r} * "
                                      f"{min(len(p) for p in parts)}) = 0 "
                                      "samples per device; allowed: a fraction that keeps at least one")
-            parts = [rng.permutation(p)[:smallest] for p in parts]
+            # natural groups are in sample order (a stable sort by id): "first" is the source's file order
+            parts = [p[:smallest] if spec.equal_counts_pick == "first" else rng.permutation(p)[:smallest]
+                     for p in parts]
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
