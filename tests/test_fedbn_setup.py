@@ -209,3 +209,88 @@ def test_equal_counts_pick_reaches_the_split_spec_and_is_refused_where_it_cannot
     _refused(bad, f"'experiments.{EXP3}.settings.E1.partition.equal_counts_pick' has value \"first\", "
                   "which is not allowed with label_skew \"natural\" and equal_counts false; allowed: "
                   "\"first\" only with label_skew \"natural\" and equal_counts true")
+
+
+# ---- the local holdout: FedBN validates on images apart from the ones it trains on -----------------------
+
+
+def _split(tmp_path, name, partition, test_fraction=0.5, seed=0):
+    from hetfl.data.build import make_split
+    from hetfl.data.federation import load_federation
+
+    spec = {"dataset": "domainnet", "num_devices": 3, "test_fraction": test_fraction,
+            "sizes": {"distribution": "equal"}, "partition": partition, "data_dir": str(tmp_path),
+            "global_test": True}
+    make_split(tmp_path / name / "split.npz", spec, seed=seed)
+    return load_federation(tmp_path / name / "split.npz")
+
+
+def test_rest_holdout_trains_on_fedbns_first_images_and_tests_on_its_validation_images(tmp_path):
+    """A fake DomainNet of three domains with 20, 10 and 16 training images in that order (clipart 0..19,
+    infograph 20..29, painting 30..45). FedBN (fed_domainnet.py:156-161): m = int(0.5 · 10) = 5 here, train
+    on each domain's first 5, validate on its last 5. With pick "first", holdout "rest" and test_fraction
+    0.5 the split is exactly that; holdout "kept" (hetfl before) cuts the test part out of the 5 kept, so
+    every domain trains on 3 (n_test = round(0.5 · 5) = 2)."""
+    import numpy as np
+
+    from hetfl.data.sources import load_source
+
+    _fake_domainnet(tmp_path, train=(20, 10, 16))
+    src = load_source("domainnet", data_dir=tmp_path)
+    first = {"label_skew": "natural", "equal_counts": True, "equal_counts_fraction": 0.5,
+             "equal_counts_pick": "first"}
+    rest = {**first, "equal_counts_holdout": "rest"}
+    fed = _split(tmp_path, "rest", rest)
+    starts, ends = (0, 20, 30), (20, 30, 46)
+    want_train = np.concatenate([np.arange(s, s + 5) for s in starts])
+    want_test = np.concatenate([np.arange(e - 5, e) for e in ends])
+    assert fed.train_sizes.tolist() == [5, 5, 5] and fed.test_sizes.tolist() == [5, 5, 5]
+    np.testing.assert_array_equal(fed.x_train, src.x[want_train])
+    np.testing.assert_array_equal(fed.x_test, src.x[want_test])
+    for seed in (1, 2):  # FedBN's images whatever the seed
+        again = _split(tmp_path, f"rest{seed}", rest, seed=seed)
+        np.testing.assert_array_equal(again.x_test, src.x[want_test])
+    kept = _split(tmp_path, "kept", first)
+    assert kept.train_sizes.tolist() == [3, 3, 3] and kept.test_sizes.tolist() == [2, 2, 2]
+    rows = {r.tobytes() for r in np.concatenate([kept.x_train, kept.x_test])}
+    assert rows == {r.tobytes() for r in src.x[want_train]}  # FedBN's 15 training images, cut in two
+    rand = _split(tmp_path, "random", {**rest, "equal_counts_pick": "random"})
+    assert rand.train_sizes.tolist() == [5, 5, 5] and rand.test_sizes.tolist() == [5, 5, 5]
+    train_rows = {r.tobytes() for r in rand.x_train}
+    assert not train_rows & {r.tobytes() for r in rand.x_test}  # apart from the training images
+
+
+def test_equal_counts_holdout_is_validated_naming_key_value_and_allowed():
+    cfg = copy.deepcopy(TABLE3)
+    exp = cfg["experiments"][EXP3]
+    exp["settings"] = {"E1": {"partition": {"label_skew": "natural", "equal_counts": True,
+                                            "equal_counts_fraction": 0.05, "equal_counts_holdout": "rest"},
+                              "local_epochs": 1, "rounds": 2}}
+    runs = list(expand_runs(validate_config(cfg)))
+    assert runs and all(r.split_spec()["partition"]["equal_counts_holdout"] == "rest" for r in runs)
+    key = f"experiments.{EXP3}.settings.E1.partition.equal_counts_holdout"
+    bad = copy.deepcopy(cfg)
+    bad["experiments"][EXP3]["settings"]["E1"]["partition"]["equal_counts_holdout"] = "apart"
+    _refused(bad, key, "apart", "kept", "rest")
+    del bad["experiments"][EXP3]["settings"]["E1"]["partition"]["equal_counts_fraction"]
+    bad["experiments"][EXP3]["settings"]["E1"]["partition"]["equal_counts_holdout"] = "rest"
+    _refused(bad, f"'{key}' has value \"rest\", which is not allowed with equal_counts_fraction 1 (the "
+                  "smallest domain keeps all of its samples and has none left to hold out); allowed: "
+                  "\"rest\" with equal_counts_fraction below 1, or \"kept\"")
+    bad["experiments"][EXP3]["settings"]["E1"]["partition"] = {"label_skew": "natural",
+                                                               "equal_counts_holdout": "rest"}
+    _refused(bad, f"'{key}' has value \"rest\", which is not allowed with label_skew \"natural\" and "
+                  "equal_counts false; allowed: \"rest\" only with label_skew \"natural\" and equal_counts "
+                  "true")
+
+
+def test_a_rest_holdout_is_refused_where_the_local_test_part_is_each_devices_last_samples():
+    cfg = copy.deepcopy(TABLE3)
+    exp = cfg["experiments"][EXP3]
+    exp.update(dataset="shakespeare", global_test_average="pooled", model="char_lstm", num_devices=3,
+               settings={"E1": {"partition": {"label_skew": "natural", "equal_counts": True,
+                                              "equal_counts_fraction": 0.5, "equal_counts_holdout": "rest"},
+                                "local_epochs": 1, "rounds": 2}})
+    _refused(cfg, f"'experiments.{EXP3}.settings.E1.partition.equal_counts_holdout' has value \"rest\", "
+                  "which is not allowed with dataset \"shakespeare\" (its local test part is each device's "
+                  "last samples); allowed: \"kept\"")

@@ -613,3 +613,33 @@ def test_natural_equal_counts_pick_first_keeps_each_domains_first_samples_as_fed
     with pytest.raises(ValueError, match="equal_counts_pick='first' applies to label_skew='natural' with "
                                          "equal_counts=True only"):
         PartitionSpec("iid", equal_counts=True, equal_counts_pick="first")
+
+
+def test_rest_holdout_tests_on_samples_the_trim_left_out_as_fedbns_validation_set():
+    """FedBN's DomainNet code trains a domain on its first m images and validates on its last m
+    (fed_domainnet.py:157-161): val apart from train. Domains a = 0..9 and b = 10..15 (sample order), m = 3
+    kept ("first": 0..2, 10..12). test_fraction 0.5 holds out as many as are kept (3 / (3 + 3)): the last 3
+    of each domain, 7..9 and 13..15; test_fraction 0.25 holds out round(3 · 0.25 / 0.75) = 1. "random"
+    draws them from the samples left out. Too few left is an error naming the device."""
+    from hetfl.data.partition import rest_holdout
+
+    kept = [np.arange(0, 3), np.arange(10, 13)]
+    whole = [np.arange(0, 10), np.arange(10, 16)]
+    train, test = rest_holdout(kept, whole, 0.5, "first", seed=0)
+    assert [t.tolist() for t in train] == [[0, 1, 2], [10, 11, 12]]
+    assert [t.tolist() for t in test] == [[7, 8, 9], [13, 14, 15]]
+    _, one = rest_holdout(kept, whole, 0.25, "first", seed=0)
+    assert [t.tolist() for t in one] == [[9], [15]]
+    for seed in range(5):
+        train, test = rest_holdout(kept, whole, 0.5, "random", seed=seed)
+        assert [t.tolist() for t in train] == [[0, 1, 2], [10, 11, 12]]
+        assert [len(t) for t in test] == [3, 3]
+        assert set(test[0]) <= set(range(3, 10)) and set(test[1]) <= set(range(13, 16))
+    with pytest.raises(ValueError, match="device 1 keeps 3 samples and has 3 left, fewer than the 7 its "
+                                         "local test part needs"):
+        rest_holdout(kept, whole, 0.7, "first", seed=0)  # round(3 · 0.7 / 0.3) = 7: device 0 has 7 left
+    with pytest.raises(ValueError, match="equal_counts_holdout='rest' needs equal_counts_fraction < 1"):
+        PartitionSpec("natural", equal_counts=True, equal_counts_holdout="rest")
+    with pytest.raises(ValueError, match="equal_counts_holdout='rest' applies to label_skew='natural' with "
+                                         "equal_counts=True only"):
+        PartitionSpec("natural", equal_counts_holdout="rest")

@@ -784,7 +784,24 @@ def _check_global_test_average(name: str, exp: dict[str, Any]) -> None:
 _NATURAL_EQUAL_COUNTS = {
     "equal_counts_fraction": (1, "a share of the smallest domain's count"),
     "equal_counts_pick": ("random", "\"first\""),
+    "equal_counts_holdout": ("kept", "\"rest\""),
 }
+
+
+def _check_rest_holdout(key: str, dataset: str, part: dict[str, Any]) -> None:
+    """equal_counts_holdout "rest" holds out what the trim leaves: with equal_counts_fraction 1 the smallest
+    domain keeps everything, and a temporal holdout (Shakespeare) keeps each device's last samples."""
+    from hetfl.data.build import default_holdout
+
+    if part.get("equal_counts_fraction", 1) == 1:
+        raise ConfigError(f"config key '{key}' has value \"rest\", which is not allowed with "
+                          "equal_counts_fraction 1 (the smallest domain keeps all of its samples and has "
+                          "none left to hold out); allowed: \"rest\" with equal_counts_fraction below 1, or "
+                          "\"kept\"")
+    if default_holdout(dataset) == "temporal":
+        raise ConfigError(f"config key '{key}' has value \"rest\", which is not allowed with dataset "
+                          f"\"{dataset}\" (its local test part is each device's last samples); allowed: "
+                          "\"kept\"")
 
 
 def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
@@ -804,6 +821,8 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
                                   f"{what} only with label_skew \"natural\" and equal_counts true")
         if not isinstance(part, dict) or not part.get("equal_counts"):
             continue
+        if part.get("equal_counts_holdout") == "rest":
+            _check_rest_holdout(f"{key}.equal_counts_holdout", exp["dataset"], part)
         if part.get("label_skew") not in EQUAL_COUNT_SKEWS:
             raise ConfigError(f"config key '{key}.equal_counts' has value true, which is not allowed with "
                               f"label_skew \"{part.get('label_skew')}\"; allowed: true only with label_skew "

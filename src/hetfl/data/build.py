@@ -7,6 +7,7 @@ existing split was made for it (issue: a stale split must never be trained on in
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,11 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
     and drops the input length − 1 samples before them, as LEAF does for Shakespeare.
     `global_test_average` "domains" also records, for every global test sample, the device that holds its
     domain (client id), or -1 when no device does: the runner then averages per-domain accuracies.
+    A natural split with `partition.equal_counts_holdout` "rest" trains every device on all of its kept
+    samples and takes its local test part from the samples the trim left out (data.partition.rest_holdout).
     """
     from hetfl.data import sizes as sizes_mod
-    from hetfl.data.partition import PartitionSpec, local_holdout, partition, temporal_holdout
+    from hetfl.data.partition import PartitionSpec, local_holdout, partition, rest_holdout, temporal_holdout
     from hetfl.data.sources import SOURCES, check_text_order, has_split, load_source
 
     holdout = holdout or default_holdout(name)
@@ -86,10 +89,18 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
     size_spec = None if not sizes or sizes.get("distribution") == "equal" else sizes_mod.SizeSpec(**sizes)
     spec = PartitionSpec(**partition_spec, sizes=size_spec)
     parts = partition(src.y, spec, num_devices, seed, client_ids=src.client_ids)
+    if spec.equal_counts_holdout == "rest" and holdout == "temporal":
+        raise ValueError(f"split key 'partition.equal_counts_holdout' has value 'rest', which is not allowed "
+                         f"for {name} (its local test part is each device's last samples); allowed: kept")
     if holdout == "temporal":
         check_text_order(src, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
         gap = SOURCES[name].input_shape[0] - 1  # LEAF's split_data.py: test from n_train + seq_len - 1
         train_parts, test_parts = temporal_holdout(parts, test_fraction, gap)
+    elif spec.equal_counts_holdout == "rest":  # test parts from what the trim left out (FedBN's validation)
+        whole = partition(src.y, replace(spec, equal_counts=False, equal_counts_fraction=1.0,
+                                         equal_counts_pick="random", equal_counts_holdout="kept"),
+                          num_devices, seed, client_ids=src.client_ids)
+        train_parts, test_parts = rest_holdout(parts, whole, test_fraction, spec.equal_counts_pick, seed)
     else:
         train_parts, test_parts = local_holdout(parts, test_fraction, seed)
     devices = None

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "EQUAL_COUNT_HOLDOUTS",
     "EQUAL_COUNT_PICKS",
     "EQUAL_COUNT_SKEWS",
     "LABEL_CHOICES",
@@ -65,6 +66,7 @@ __all__ = [
     "local_holdout",
     "longtail_profile",
     "partition",
+    "rest_holdout",
     "temporal_holdout",
 ]
 
@@ -76,6 +78,9 @@ EQUAL_COUNT_SKEWS: tuple[str, ...] = ("iid", "pathological", "natural")  # the s
 #: natural with equal_counts: which of its samples a domain keeps, a seeded random subset (hetfl) or the
 #: first ones in sample order (FedBN's Subset(trainset, range(min_data_len)), federated/fed_domainnet.py)
 EQUAL_COUNT_PICKS: tuple[str, ...] = ("random", "first")
+#: natural with equal_counts: where a domain's local test part comes from, its kept samples (hetfl's
+#: local_holdout) or the samples the trim left out (FedBN's DomainNet validation images, rest_holdout)
+EQUAL_COUNT_HOLDOUTS: tuple[str, ...] = ("kept", "rest")
 _MAX_DIRICHLET_DRAWS = 1000  # NIID-Bench loops forever; hetfl gives up with an error instead
 
 
@@ -116,6 +121,11 @@ class PartitionSpec:
     ``equal_counts_pick``: natural with ``equal_counts`` only, one of :data:`EQUAL_COUNT_PICKS`: which
     samples a client keeps, ``"random"`` (a seeded uniform subset) or ``"first"`` (the first ones in
     sample order, the source's file order: FedBN's ``Subset(trainset, range(min_data_len))``).
+    ``equal_counts_holdout``: natural with ``equal_counts`` only, one of :data:`EQUAL_COUNT_HOLDOUTS`:
+    ``"kept"`` (a client's local test part is cut from its kept samples, :func:`local_holdout`) or
+    ``"rest"`` (it trains on all of them and its test part comes from the samples the trim left out,
+    :func:`rest_holdout`; needs ``equal_counts_fraction`` < 1, else the smallest domain has none left).
+    :func:`partition` itself ignores it.
     """
 
     label_skew: str = "iid"
@@ -132,6 +142,7 @@ class PartitionSpec:
     equal_counts: bool = False
     equal_counts_fraction: float = 1.0
     equal_counts_pick: str = "random"
+    equal_counts_holdout: str = "kept"
 
     def __post_init__(self) -> None:
         if self.label_skew not in LABEL_SKEWS:
@@ -193,6 +204,19 @@ class PartitionSpec:
             raise ValueError(f"PartitionSpec.equal_counts_pick={self.equal_counts_pick!r} applies to "
                              "label_skew='natural' with equal_counts=True only; here label_skew="
                              f"{self.label_skew!r}, equal_counts={self.equal_counts!r} allow 'random'")
+        holdouts = EQUAL_COUNT_HOLDOUTS
+        if not isinstance(self.equal_counts_holdout, str) or self.equal_counts_holdout not in holdouts:
+            raise ValueError(f"PartitionSpec.equal_counts_holdout={self.equal_counts_holdout!r} is unknown; "
+                             f"allowed: {EQUAL_COUNT_HOLDOUTS}")
+        if self.equal_counts_holdout != "kept" and not (self.equal_counts and self.label_skew == "natural"):
+            raise ValueError(f"PartitionSpec.equal_counts_holdout={self.equal_counts_holdout!r} applies to "
+                             "label_skew='natural' with equal_counts=True only; here label_skew="
+                             f"{self.label_skew!r}, equal_counts={self.equal_counts!r} allow 'kept'")
+        if self.equal_counts_holdout == "rest" and self.equal_counts_fraction == 1:
+            raise ValueError("PartitionSpec.equal_counts_holdout='rest' needs equal_counts_fraction < 1 "
+                             "(with 1 the smallest domain keeps all of its samples and has none left to hold "
+                             "out); "
+                             "allowed: a fraction below 1, or equal_counts_holdout='kept'")
         if not isinstance(self.label_choice, str) or self.label_choice not in LABEL_CHOICES:
             raise ValueError(
                 f"PartitionSpec.label_choice={self.label_choice!r} is unknown; allowed: {LABEL_CHOICES}"
@@ -609,6 +633,46 @@ def local_holdout(
         tr, te = holdout_split(len(idx), test_fraction, rng)
         train.append(np.sort(idx[tr]))
         test.append(np.sort(idx[te]))
+    return train, test
+
+
+def rest_holdout(
+    kept: list[np.ndarray], whole: list[np.ndarray], test_fraction: float, pick: str, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """A local (train, test) pair per client for ``equal_counts_holdout="rest"``: client k trains on all of
+    ``kept[k]`` (its trimmed samples) and its test part comes from the samples of ``whole[k]`` (the same
+    client untrimmed) that the trim left out, as FedBN's DomainNet code validates on images apart from
+    those it trains on (``federated/fed_domainnet.py:157-161``).
+
+    ``n_test = max(1, round(test_fraction / (1 − test_fraction) · n_kept))``: ``test_fraction`` stays the
+    test part's share of the client's samples, so 0.5 holds out as many as it trains on (FedBN's
+    ``val_len`` = ``min_data_len``). ``pick`` "first": the last ``n_test`` samples of the client in sample
+    order (FedBN's ``list(range(len(trainset)))[-val_len:]``); "random": a uniform subset of the samples
+    left out, one ``default_rng(seed)`` serving the clients in order. A client with fewer samples left
+    than ``n_test`` is an error naming it.
+    """
+    if not isinstance(test_fraction, int | float | np.floating) or not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction={test_fraction!r} must be a number in (0, 1)")
+    if pick not in EQUAL_COUNT_PICKS:
+        raise ValueError(f"pick={pick!r} is unknown; allowed: {EQUAL_COUNT_PICKS}")
+    if len(kept) != len(whole):
+        raise ValueError(f"rest_holdout: {len(kept)} trimmed clients but {len(whole)} untrimmed ones")
+    rng = np.random.default_rng(int(seed))
+    train, test = [], []
+    for k, (tight, full) in enumerate(zip(kept, whole, strict=True)):
+        tight = np.sort(np.asarray(tight, dtype=np.int64))
+        rest = np.setdiff1d(np.asarray(full, dtype=np.int64), tight)  # sorted: sample order
+        if len(rest) + len(tight) != len(full):
+            raise ValueError(f"rest_holdout: client {k}'s kept samples are not all among its untrimmed ones")
+        n_test = max(1, round(test_fraction / (1 - test_fraction) * len(tight)))
+        if len(rest) < n_test:
+            raise ValueError(f"partition equal_counts_holdout 'rest': device {k} keeps {len(tight)} samples "
+                             f"and has {len(rest)} left, fewer than the {n_test} its local test part needs "
+                             f"(test_fraction {test_fraction:g}); allowed: a smaller test_fraction or "
+                             "equal_counts_fraction, or equal_counts_holdout 'kept'")
+        part = rest[-n_test:] if pick == "first" else np.sort(rng.choice(rest, n_test, replace=False))
+        train.append(tight)
+        test.append(part)
     return train, test
 
 

@@ -167,7 +167,8 @@ def _min_median_max(values) -> str:
 _SKEW_KEYS = {"iid": ("equal_counts",), "dirichlet": ("alpha", "min_size"),
               "pathological": ("m", "label_choice", "equal_counts"),
               "shards": ("shards_per_client",), "longtail": ("imbalance_ratio", "client_fraction", "draw"),
-              "natural": ("min_samples", "equal_counts", "equal_counts_fraction", "equal_counts_pick")}
+              "natural": ("min_samples", "equal_counts", "equal_counts_fraction", "equal_counts_pick",
+                          "equal_counts_holdout")}
 _SIZE_KEYS = {"equal": ("size",), "pareto": ("size", "index", "min_size", "max_size"),
               "lognormal": ("size", "sigma", "min_size", "max_size")}
 
