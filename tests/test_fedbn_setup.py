@@ -294,3 +294,28 @@ def test_a_rest_holdout_is_refused_where_the_local_test_part_is_each_devices_las
     _refused(cfg, f"'experiments.{EXP3}.settings.E1.partition.equal_counts_holdout' has value \"rest\", "
                   "which is not allowed with dataset \"shakespeare\" (its local test part is each device's "
                   "last samples); allowed: \"kept\"")
+
+
+# ---- which accuracy the tables report: FedBN's DomainNet validates, its Digits tests ----------------------
+
+
+def test_validation_accuracy_reaches_the_runs_and_is_refused_where_it_cannot_apply():
+    cfg = copy.deepcopy(TABLE3)
+    cfg["experiments"][EXP3]["validation_accuracy"] = "test_at_best_holdout"
+    runs = list(expand_runs(validate_config(cfg)))
+    assert runs and all(r.validation_accuracy == "test_at_best_holdout"
+                        and r.to_dict()["validation_accuracy"] == "test_at_best_holdout" for r in runs)
+    key = f"'experiments.{EXP3}.validation_accuracy'"
+    bad = copy.deepcopy(cfg)
+    bad["experiments"][EXP3]["validation_accuracy"] = "validation"
+    _refused(bad, key.strip("'"), "validation", "test_split", "holdout", "test_at_best_holdout")
+    bad["experiments"][EXP3].update(validation_accuracy="test_at_best_holdout", global_test=False,
+                                    global_test_average="pooled")
+    _refused(bad, f"{key} has value \"test_at_best_holdout\", which is not allowed with global_test false "
+                  "(no test split is scored); allowed: \"holdout\", or global_test true")
+    quick = yaml.safe_load((ROOT / "workflow/config/quick.yaml").read_text())
+    name = next(n for n, e in quick["experiments"].items() if e["table"] == "bmta")
+    quick["experiments"][name]["validation_accuracy"] = "holdout"
+    _refused(quick, f"'experiments.{name}.validation_accuracy' has value \"holdout\", which is not allowed "
+                    "with table bmta (it does not read it); allowed: \"holdout\" only with table fedfor_by_e "
+                    "or fedfor_concept_shift")

@@ -148,3 +148,79 @@ def test_the_caption_gives_the_reason_of_each_not_comparable_cell(tmp_path):
     (tmp_path / "none").mkdir()
     runs = _fake_runs(tmp_path / "none", CURVES)  # no target: no ACC_x cell, nothing to explain
     assert "not comparable:" not in fedfor.caption(fedfor.fedfor_by_e(runs), runs)
+
+
+# ---- which accuracy "best validation accuracy" is (validation_accuracy, docs/fedfor.md) ------------------
+
+
+def test_the_test_split_at_the_best_holdout_round_by_hand():
+    """FedBN's fed_domainnet.py:343 keeps a round as its best when its mean validation accuracy is strictly
+    better than the best so far, and prints the test accuracy of that round. Validation 0.3, 0.5, 0.5, 0.4,
+    0.6 (rounds 1-5) and test 0.2, 0.45, 0.7, 0.9, 0.55: the best validation rounds so far are 1, 2, 2, 2,
+    5 (round 3 ties round 2, and round 2 stays), so the reported test accuracy runs 0.2, 0.45, 0.45, 0.45,
+    0.55 — never the test split's own best, 0.9."""
+    val = pd.Series([0.3, 0.5, 0.5, 0.4, 0.6], index=[1, 2, 3, 4, 5])
+    test = pd.Series([0.2, 0.45, 0.7, 0.9, 0.55], index=[1, 2, 3, 4, 5])
+    assert fedfor.running_best(test, val).tolist() == [0.2, 0.45, 0.45, 0.45, 0.55]
+    assert fedfor.best_up_to(test, 4, val) == pytest.approx(45.0)
+    assert fedfor.best_up_to(test, 5, val) == pytest.approx(55.0)
+    assert fedfor.best_up_to(test, 4) == pytest.approx(90.0)  # the test split's own best
+    assert fedfor.rounds_to_reach(test, 50, val) == 5  # 0.55 at round 5; the test split alone: round 3
+    assert fedfor.rounds_to_reach(test, 50) == 3
+    assert fedfor.rounds_to_reach(test, 60, val) is None
+    from hetfl.reports.fedfor import segment_best_mean
+
+    # stretches [1, 3) and [3, ∞): round 2 (0.45), then round 5 (0.55)
+    assert segment_best_mean(test, [3], val) == pytest.approx(100 * (0.45 + 0.55) / 2)
+    assert segment_best_mean(test, [3]) == pytest.approx(100 * (0.45 + 0.9) / 2)
+
+
+def _fake_runs_two_curves(tmp_path, how):
+    """Runs of the _config grid recording a test-split curve and a holdout curve (mean_client_accuracy)."""
+    cfg = _config()
+    if how is not None:
+        cfg["experiments"]["ff"]["validation_accuracy"] = how
+    dirs = []
+    for spec in expand_runs(validate_config(cfg)):
+        d = tmp_path / spec.run
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({"spec": spec.to_dict(), "status": "ok"}))
+        test, val = TWO[(spec.algorithm, spec.seed)]
+        frames = [pd.DataFrame({"round": np.arange(1, 5), "metric": m, "value": v})
+                  for m, v in (("global_test_accuracy", test), ("mean_client_accuracy", val))]
+        pd.concat(frames).to_parquet(d / "metrics.parquet")
+        dirs.append(d)
+    return collect_runs(dirs).assign(dataset_name="mnist5k")
+
+
+TWO = {  # (test split, holdout) per round 1-4
+    ("fedavg", 0): ([0.40, 0.50, 0.55, 0.60], [0.30, 0.60, 0.50, 0.40]),
+    ("fedfor", 0): ([0.45, 0.60, 0.62, 0.70], [0.40, 0.50, 0.70, 0.60]),
+    ("fedavg", 1): ([0.42, 0.52, 0.57, 0.58], [0.35, 0.45, 0.55, 0.65]),
+    ("fedfor", 1): ([0.50, 0.58, 0.66, 0.69], [0.60, 0.50, 0.40, 0.30]),
+    ("fedavg", 2): ([0.41, 0.49, 0.56, 0.59], [0.50, 0.50, 0.50, 0.50]),
+    ("fedfor", 2): ([0.44, 0.61, 0.60, 0.72], [0.20, 0.30, 0.40, 0.80]),
+}
+
+
+def test_each_validation_accuracy_reads_its_curve(tmp_path):
+    """best@full of FedFOR per seed under each value: test_split the test split's best (70, 69, 72);
+    holdout the holdout's best (70, 60, 80); test_at_best_holdout the test accuracy at the best holdout
+    round (round 3: 62; round 1: 50; round 4: 72). The spec records the key only when it is not the
+    default."""
+    want = {None: [70, 69, 72], "holdout": [70, 60, 80], "test_at_best_holdout": [62, 50, 72]}
+    for i, (how, values) in enumerate(want.items()):
+        (tmp_path / str(i)).mkdir()
+        runs = _fake_runs_two_curves(tmp_path / str(i), how)
+        spec = json.loads((tmp_path / str(i) / runs["run"].iloc[0] / "run.json").read_text())["spec"]
+        assert ("validation_accuracy" in spec) == (how is not None)
+        cell = fedfor.fedfor_by_e(runs).set_index(["method", "measure"]).loc[("FedFOR", "best@full")]
+        assert cell["reproduced_mean"] == pytest.approx(np.mean(values)), how
+        assert fedfor.validation_text(runs) in fedfor.caption(fedfor.fedfor_by_e(runs), runs)
+    # a value for every run instead of each run's own (the readings table's other values)
+    over = fedfor.fedfor_by_e(runs, how="test_split").set_index(["method", "measure"])
+    assert over.loc[("FedFOR", "best@full"), "reproduced_mean"] == pytest.approx(np.mean([70, 69, 72]))
+    (tmp_path / "plain").mkdir()
+    plain = _fake_runs(tmp_path / "plain", CURVES)  # the caption make reproduce's table has
+    assert "validation accuracy = the source's own test split. Cells:" in fedfor.caption(
+        fedfor.fedfor_by_e(plain), plain)

@@ -460,6 +460,25 @@ def _check_synthetic_iid(name: str, exp: dict[str, Any]) -> None:
 ONE_ALGORITHM_TABLES = ("accuracy_difference", "fast_reboot", "crossing_epochs", "multiple_arrivals")
 
 
+#: the tables that read validation_accuracy (reports.fedfor): FedFOR's "best validation accuracy"
+VALIDATION_TABLES = ("fedfor_by_e", "fedfor_concept_shift")
+
+
+def _check_validation_accuracy(name: str, exp: dict[str, Any]) -> None:
+    """validation_accuracy is read by FedFOR's tables only; the test split at the best holdout round needs
+    the test split."""
+    value = exp.get("validation_accuracy", "test_split")
+    key = f"experiments.{name}.validation_accuracy"
+    if value != "test_split" and exp["table"] not in VALIDATION_TABLES:
+        raise ConfigError(f"config key '{key}' has value \"{value}\", which is not allowed with table "
+                          f"{exp['table']} (it does not read it); allowed: \"{value}\" only with table "
+                          + " or ".join(VALIDATION_TABLES))
+    if value == "test_at_best_holdout" and not exp["global_test"]:
+        raise ConfigError(f"config key '{key}' has value \"{value}\", which is not allowed with "
+                          "global_test false (no test split is scored); allowed: \"holdout\", or global_test "
+                          "true")
+
+
 def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
     """A table that reads what only some runs have: objective_inconsistency the quadratic bed's closed
     forms, efl_lambda EFL's λ. Other runs trained, then the table failed (an audit)."""
@@ -886,6 +905,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_synthetic_iid(name, exp)
         _check_equal_counts(name, exp)
         _check_global_test_average(name, exp)
+        _check_validation_accuracy(name, exp)
         _check_test_fraction(name, exp)
         _check_table_fits(name, exp)
         _check_source_fits(name, exp)
@@ -1042,11 +1062,18 @@ class RunSpec:
     sampling_weights: str = "sampled"  # the scheme's weights over the sampled set (engine.sampling)
     acc_x: float | None = None  # FedFOR's ACC_x target (%), read by reports.fedfor; None = the paper's
     concept_shift: dict[str, Any] | None = None  # {probability}: FedFOR's label shifts (data.concept_shift)
+    # FedFOR's "best validation accuracy" (reports.fedfor): the test split, the local holdouts, or the test
+    # split at the best holdout round
+    validation_accuracy: str = "test_split"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["trace_order"] = list(self.trace_order)
         d["local_steps"] = list(self.local_steps) if self.local_steps is not None else None
+        # only where it is not the default: every other run's spec (its checkpoint key, its cell's params,
+        # its run.json) stays what it was before the key existed
+        if d["validation_accuracy"] == "test_split":
+            del d["validation_accuracy"]
         return d
 
     @classmethod
@@ -1315,4 +1342,5 @@ def _grid(exp_name: str, exp: dict[str, Any]) -> Iterator[RunSpec]:
                 sampling_weights=exp["sampling_weights"],
                 acc_x=exp.get("acc_x"),
                 concept_shift=dict(exp["concept_shift"]) if exp.get("concept_shift") else None,
+                validation_accuracy=exp.get("validation_accuracy", "test_split"),
             )

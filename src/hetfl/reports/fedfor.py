@@ -6,11 +6,15 @@ The paper: "The table reports the best validation accuracy up to the specified g
 performance" and "the global training steps required to achieve X performance (given as 'Accx')".
 
 Per run (hetfl's reading, docs/fedfor.md):
-- validation accuracy = `global_test_accuracy` (the source's own test split), else `test_accuracy`;
-- best@half = its maximum over the evaluated rounds up to the paper's halfway round when the run has the
-  paper's R rounds (Table 4, E = 16: 15 of 25), else up to ⌊R/2⌋; best@full over all R rounds;
-- ACC_x = the first evaluated round whose accuracy is ≥ x % (computed here from the curve, for the x of
-  the run's `acc_x`, else the paper table's own x), or censored "> R" when it never gets there.
+- validation accuracy = as the run's `validation_accuracy` says (`reported_curves`): `test_split` (the
+  default) `global_test_accuracy`, the source's own test split, else `test_accuracy`; `holdout` the mean
+  over devices of each one's accuracy on its local holdout (`mean_client_accuracy`, FedBN's DomainNet
+  validation); `test_at_best_holdout` the test split's accuracy at the round of the best holdout accuracy;
+- best@half = the best up to the paper's halfway round when the run has the paper's R rounds (Table 4,
+  E = 16: 15 of 25), else up to ⌊R/2⌋; best@full over all R rounds ("the best": the maximum, or under
+  `test_at_best_holdout` the test accuracy of the earliest round with the best holdout accuracy);
+- ACC_x = the first evaluated round whose best-so-far accuracy is ≥ x % (computed here from the curve, for
+  the x of the run's `acc_x`, else the paper table's own x), or censored "> R" when it never gets there.
 Over seeds: mean ± sample std (as the paper), and the paired difference to the table's baseline (FedAvg in
 Table 2, FedBN, the paper's backbone, in Tables 3-4) with its 95 % Student-t interval and a verdict
 against the paper's difference of means (`reports.verdicts`); a censored ACC_x uses the bounds rule.
@@ -70,20 +74,75 @@ def is_stand_in(dataset: str) -> bool:
 
 
 def validation_curve(run_dir: str | Path) -> pd.Series:
-    """The run's validation accuracy per evaluated round (global test split if the source has one)."""
+    """The run's test-split accuracy per evaluated round (the pooled local holdouts if the source has no
+    test split)."""
     acc = curve(run_dir, "global_test_accuracy")
     return (acc if len(acc) else curve(run_dir, "test_accuracy")).dropna()
 
 
-def best_up_to(acc: pd.Series, rounds: int) -> float:
-    """Best accuracy (%) over the evaluated rounds ≤ `rounds`; NaN when none was evaluated."""
-    seen = acc[acc.index <= rounds]
-    return 100.0 * float(seen.max()) if len(seen) else math.nan
+#: what FedFOR's "best validation accuracy" is (the runs' validation_accuracy; docs/fedfor.md)
+VALIDATION_ACCURACIES = {
+    "test_split": "the source's own test split",
+    "holdout": "the mean over devices of each one's accuracy on its local holdout, scored by its own model "
+               "(FedBN's DomainNet validation images under equal_counts_holdout rest)",
+    "test_at_best_holdout": "the test split's accuracy at the round of the best holdout accuracy so far (the "
+                            "holdout: each device's local holdout, scored by its own model, averaged)",
+}
 
 
-def rounds_to_reach(acc: pd.Series, x_pct: float) -> int | None:
-    """FedFOR's ACC_x: the first evaluated round with accuracy ≥ x %, or None if the run never gets there."""
-    hit = acc[acc.to_numpy() >= x_pct / 100.0 - 1e-12]
+def validation_of(run: pd.Series) -> str:
+    """A run's validation_accuracy (absent from the specs of runs under the default: test_split)."""
+    value = run.get("validation_accuracy")
+    return "test_split" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def validation_text(runs: pd.DataFrame) -> str:
+    """What the runs' validation accuracy is, as a caption says it."""
+    return "; ".join(VALIDATION_ACCURACIES[h] for h in sorted({validation_of(r) for _, r in runs.iterrows()}))
+
+
+def reported_curves(run_dir: str | Path, how: str = "test_split") -> tuple[pd.Series, pd.Series | None]:
+    """(acc, select) per evaluated round: the accuracy the table reports and, where another accuracy picks
+    the round (test_at_best_holdout), that one (else None: the best of acc itself)."""
+    if how not in VALIDATION_ACCURACIES:
+        raise ValueError(f"validation_accuracy has value {how!r}, which is not allowed; allowed: "
+                         + ", ".join(VALIDATION_ACCURACIES))
+    if how == "test_split":
+        return validation_curve(run_dir), None
+    holdout = curve(run_dir, "mean_client_accuracy").dropna()
+    if how == "holdout":
+        return holdout, None
+    both = pd.concat([validation_curve(run_dir), holdout], axis=1, join="inner").dropna()
+    return both.iloc[:, 0], both.iloc[:, 1]
+
+
+def running_best(acc: pd.Series, select: pd.Series | None = None) -> pd.Series:
+    """At every evaluated round t, the accuracy reported for the rounds up to t: the best of acc so far, or,
+    with select, acc at the earliest round with the best select so far (FedBN's fed_domainnet.py:343 keeps
+    a new best only when it is strictly better)."""
+    if select is None:
+        return acc.cummax().ffill()  # a NaN round reports the best before it
+    out, best, value = [], -math.inf, math.nan
+    for t in acc.index:
+        if select[t] > best:
+            best, value = select[t], acc[t]
+        out.append(value)
+    return pd.Series(out, index=acc.index, dtype=float)
+
+
+def best_up_to(acc: pd.Series, rounds: int, select: pd.Series | None = None) -> float:
+    """Best accuracy (%) over the evaluated rounds ≤ `rounds` (with select: acc at the best select round);
+    NaN when none was evaluated."""
+    seen = running_best(acc, select)
+    seen = seen[seen.index <= rounds]
+    return 100.0 * float(seen.iloc[-1]) if len(seen) else math.nan
+
+
+def rounds_to_reach(acc: pd.Series, x_pct: float, select: pd.Series | None = None) -> int | None:
+    """FedFOR's ACC_x: the first evaluated round whose reported accuracy (running_best) is ≥ x %, or None if
+    the run never gets there; without select, the first round whose accuracy is."""
+    best = running_best(acc, select)
+    hit = best[best.to_numpy() >= x_pct / 100.0 - 1e-12]
     return None if hit.empty else int(hit.index[0])
 
 
@@ -128,22 +187,24 @@ def halfway(ref: pd.DataFrame, e: int, rounds: int) -> int:
     return rounds // 2
 
 
-def _per_seed(g: pd.DataFrame, acc_x: float | None, half: int) -> pd.DataFrame:
-    """One row per run: seed, best@half, best@full and ACC_x bounds [lo, hi] (hi = ∞ when censored)."""
+def _per_seed(g: pd.DataFrame, acc_x: float | None, half: int, how: str | None = None) -> pd.DataFrame:
+    """One row per run: seed, best@half, best@full and ACC_x bounds [lo, hi] (hi = ∞ when censored); `how`
+    overrides the runs' own validation_accuracy (the readings table's other values)."""
     rows = []
     for _, r in g.iterrows():
-        acc = validation_curve(r["run_dir"])
+        acc, select = reported_curves(r["run_dir"], how or validation_of(r))
         total = int(r["rounds"])
-        reached = rounds_to_reach(acc, acc_x) if acc_x is not None else None
+        reached = rounds_to_reach(acc, acc_x, select) if acc_x is not None else None
         lo = float(reached) if reached is not None else (float(total + 1) if acc_x is not None else math.nan)
         hi = float(reached) if reached is not None else (math.inf if acc_x is not None else math.nan)
-        rows.append({"seed": int(r["seed"]), "best@half": best_up_to(acc, half),
-                     "best@full": best_up_to(acc, total), "ACC_x_lo": lo, "ACC_x_hi": hi})
+        rows.append({"seed": int(r["seed"]), "best@half": best_up_to(acc, half, select),
+                     "best@full": best_up_to(acc, total, select), "ACC_x_lo": lo, "ACC_x_hi": hi})
     return pd.DataFrame(rows).set_index("seed").sort_index()
 
 
-def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True) -> pd.DataFrame:
-    """One tidy row per (dataset, E, measure, method); see the module docstring."""
+def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True, how: str | None = None) -> pd.DataFrame:
+    """One tidy row per (dataset, E, measure, method); see the module docstring. `how`: a
+    validation_accuracy for every run instead of each run's own."""
     table = paper_table(runs)
     ref = reference_cells(table) if table else pd.DataFrame(columns=["method", "local_epochs", "measure"])
     baseline_name = PAPER_TABLES[table][2] if table else "FedAvg"
@@ -160,7 +221,7 @@ def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True) -> pd.DataFrame:
         acc_x = float(x.iloc[0]) if len(x) else paper_x
         total = int(cell["rounds"].max())
         half = halfway(ref, int(e), total) if len(ref) else total // 2
-        seeds = {m: _per_seed(g, acc_x, half) for m, g in cell.groupby("method")}
+        seeds = {m: _per_seed(g, acc_x, half, how) for m, g in cell.groupby("method")}
         base = seeds.get(baseline_name)
         for method, per in sorted(seeds.items()):
             for measure in MEASURES:
@@ -283,11 +344,12 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
              f"client_fraction {first.get('partition.client_fraction', 0.1):g}, draw "
              f"{first.get('partition.draw', 'disjoint')}" if skew == "longtail" else f"label skew {skew}")
     stand_in = is_stand_in(dataset)
+    validation = validation_text(runs)
     return (f"Reproduction of Tian, Smith and Kira (2022), FedFOR {table}: best validation accuracy (%) up "
             "to the halfway round t (the paper's when the run has its R rounds, else ⌊R/2⌋) and all R of the "
             "rounds and, where a target is set, ACC_x = the first round whose "
-            "validation accuracy reaches x % ('> R' when it never does); validation accuracy = the "
-            "source's own test split. Cells: mean ± sample std over seeds (the paper: mean (std) over 3 "
+            "validation accuracy reaches x % ('> R' when it never does); validation accuracy = "
+            f"{validation}. Cells: mean ± sample std over seeds (the paper: mean (std) over 3 "
             "runs); Δ = the paired per-seed difference to the baseline with its 95 % Student-t interval "
             "(bounds rule for censored ACC_x), verdict against the paper's difference of means. "
             f"Here: {dataset}, {split}; {sampled}; model {first['model']}, B = {int(first['batch_size'])}, "
@@ -347,18 +409,25 @@ def _num_classes(dataset: str) -> int:
     return SOURCES[dataset].num_classes if dataset in SOURCES else 10
 
 
-def segment_best_mean(acc: pd.Series, shifts: list[int]) -> float:
-    """Mean over the stretches between concept shifts of each stretch's best accuracy (%)."""
+def segment_best_mean(acc: pd.Series, shifts: list[int], select: pd.Series | None = None) -> float:
+    """Mean over the stretches between concept shifts of each stretch's best accuracy (%) (with select: acc
+    at the stretch's earliest round with the best select)."""
     edges = [int(acc.index.min()) if len(acc) else 1, *shifts, math.inf]
-    bests = [acc[(acc.index >= lo) & (acc.index < hi)].max()
-             for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    bests = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        inside = (acc.index >= lo) & (acc.index < hi)
+        if not inside.any():
+            continue
+        best = running_best(acc[inside], None if select is None else select[inside])
+        bests.append(best.iloc[-1])
     bests = [b for b in bests if not pd.isna(b)]
     return 100.0 * float(np.mean(bests)) if bests else math.nan
 
 
-def concept_shift_table(runs: pd.DataFrame) -> pd.DataFrame:
+def concept_shift_table(runs: pd.DataFrame, how: str | None = None) -> pd.DataFrame:
     """One tidy row per (dataset, E, method): the average per-stretch best accuracy over seeds, the paired
-    difference to FedBN and the verdict against the paper's Table 5."""
+    difference to FedBN and the verdict against the paper's Table 5. `how`: a validation_accuracy for every
+    run instead of each run's own."""
     from hetfl.data.concept_shift import label_maps, shift_rounds
 
     name = "tian2022_fedfor_table5_concept_shift"
@@ -367,12 +436,12 @@ def concept_shift_table(runs: pd.DataFrame) -> pd.DataFrame:
     dataset_col = "dataset_name" if "dataset_name" in runs else "dataset"
     per = []
     for _, r in runs.iterrows():
-        acc = validation_curve(r["run_dir"])
+        acc, select = reported_curves(r["run_dir"], how or validation_of(r))
         prob = r.get("concept_shift.probability", math.nan)
         shifts = [] if pd.isna(prob) else shift_rounds(
             label_maps(_num_classes(r[dataset_col]), int(r["rounds"]), float(prob), int(r["seed"])))
         per.append({"dataset": r[dataset_col], "local_epochs": int(r["local_epochs"]), "method": r["method"],
-                    "seed": int(r["seed"]), "value": segment_best_mean(acc, shifts),
+                    "seed": int(r["seed"]), "value": segment_best_mean(acc, shifts, select),
                     "round_mean": 100.0 * float(acc.mean()) if len(acc) else math.nan, "shifts": len(shifts)})
     per = pd.DataFrame(per)
     rows = []
@@ -435,7 +504,9 @@ def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
                "class takes a new label on every client and in the test sets (data.concept_shift). Cell: the "
                "validation accuracy's best within each stretch between shifts, averaged over the stretches "
                "(hetfl's reading of 'the average best validation accuracy'; the mean over all rounds beside "
-               "it), mean ± sample std over seeds; Δ = paired difference to FedBN with its 95 % Student-t "
+               "it), mean ± sample std over seeds; validation accuracy = "
+               + validation_text(runs)
+               + "; Δ = paired difference to FedBN with its 95 % Student-t "
                "interval. The paper runs every method on the FedBN backbone (local batch norm); hetfl's "
                "FedProx, FedDyn and FedFOR share every entry, so their verdicts are 'not comparable'. "
                f"Here: {first['dataset']}, model {first['model']}, {int(runs['rounds'].max())} rounds, "
