@@ -113,3 +113,31 @@ def test_table5_by_hand(tmp_path):
     moving = concept_shift_table(_table5_runs(tmp_path, 1.0)).set_index("method")
     assert moving.loc["FedBN", "reproduced_mean"] == pytest.approx(100 * (1.4 / 4 + 1.2 / 4) / 2)
     assert moving.loc["FedBN", "shifts_mean"] == 3
+
+
+def test_table5_readings_table_reads_each_validation_accuracy(tmp_path):
+    """Table 5's readings table (rule table_readings) with no reading run: the cells under the experiment's
+    own validation accuracy (the test split) and under the other two, read from the same runs. No shift:
+    FedBN's holdout curves 0.1, 0.3, 0.2, 0.25 and 0.4, 0.1, 0.1, 0.1 → holdout 30 and 40 (mean 35); the
+    test split at those rounds (2 and 1): 0.4 and 0.1 → 25."""
+    import json
+
+    from hetfl.reports.tables import build_table
+
+    _table5_runs(tmp_path, 0.0)
+    holdout = {("fedbn", 0): [0.1, 0.3, 0.2, 0.25], ("fedbn", 1): [0.4, 0.1, 0.1, 0.1],
+               ("fedfor", 0): [0.2, 0.2, 0.2, 0.2], ("fedfor", 1): [0.2, 0.2, 0.2, 0.2]}
+    dirs = sorted(d for d in tmp_path.iterdir() if d.is_dir())
+    for d in dirs:
+        spec = json.loads((d / "run.json").read_text())["spec"]
+        test = pd.read_parquet(d / "metrics.parquet")
+        val = pd.DataFrame({"round": [1, 2, 3, 4], "metric": "mean_client_accuracy",
+                            "value": holdout[(spec["algorithm"], spec["seed"])]})
+        pd.concat([test, val]).to_parquet(d / "metrics.parquet")
+    out = build_table("fedfor_concept_shift", dirs, tmp_path / "readings", readings=True)
+    tidy = pd.read_csv(f"{out}.csv")
+    fedbn = tidy[tidy["method"] == "FedBN"].set_index("reading")["reproduced_mean"]
+    assert list(fedbn.index) == ["paper/default", "validation_accuracy=holdout",
+                                 "validation_accuracy=test_at_best_holdout"]
+    assert fedbn.tolist() == pytest.approx([50.0, 35.0, 25.0])
+    assert "| validation_accuracy=test_at_best_holdout " in (tmp_path / "readings.md").read_text()

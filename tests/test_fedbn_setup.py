@@ -319,3 +319,128 @@ def test_validation_accuracy_reaches_the_runs_and_is_refused_where_it_cannot_app
     _refused(quick, f"'experiments.{name}.validation_accuracy' has value \"holdout\", which is not allowed "
                     "with table bmta (it does not read it); allowed: \"holdout\" only with table fedfor_by_e "
                     "or fedfor_concept_shift")
+
+
+# ---- the readings axis of FedFOR's tables: every reading above in one table ------------------------------
+
+
+def test_the_readings_axis_varies_one_fedbn_reading_at_a_time_and_is_validated():
+    cfg = copy.deepcopy(TABLE3)
+    exp = cfg["experiments"][EXP3]
+    exp["settings"] = {"E1": {"partition": {"label_skew": "natural", "equal_counts": True,
+                                            "equal_counts_fraction": 0.05}, "local_epochs": 1, "rounds": 2}}
+    exp["algorithms"] = ["fedbn", "fedfor"]
+    exp["readings"] = {"equal_counts_fraction": [1], "equal_counts_pick": ["first"],
+                       "equal_counts_holdout": ["rest"], "global_test_average": ["pooled"]}
+    runs = list(expand_runs(validate_config(cfg)))
+    own = [r for r in runs if not r.reading]
+    assert len(own) == 2 * 3 and len(runs) == 5 * len(own)
+    by = {r.reading: r for r in runs if r.reading and r.algorithm == "fedbn" and r.seed == 0}
+    base = next(r for r in own if r.algorithm == "fedbn" and r.seed == 0)
+    assert by["equal_counts_fraction=1"].partition == {**base.partition, "equal_counts_fraction": 1}
+    assert by["equal_counts_pick=first"].partition["equal_counts_pick"] == "first"
+    assert by["equal_counts_holdout=rest"].partition["equal_counts_holdout"] == "rest"
+    assert by["global_test_average=pooled"].global_test_average == "pooled"
+    assert by["global_test_average=pooled"].partition == base.partition
+    for reading, spec in by.items():  # each changes the data (or what the split records): a split of its own
+        assert spec.run == f"{base.run}__{reading.replace('=', '-')}"
+        assert spec.split_key == f"{EXP3}/E1__{reading.replace('=', '-')}/seed0" != base.split_key
+    key = f"'experiments.{EXP3}.readings."
+    bad = copy.deepcopy(cfg)
+    bad["experiments"][EXP3]["readings"] = {"equal_counts_pick": ["random"]}
+    _refused(bad, f"{key}equal_counts_pick' has value \"random\", which changes no run")
+    bad["experiments"][EXP3]["settings"]["E1"]["partition"]["equal_counts_holdout"] = "rest"
+    bad["experiments"][EXP3]["readings"] = {"equal_counts_fraction": [1]}
+    _refused(bad, f"{key}equal_counts_fraction' has value 1, which is not allowed with setting E1's "
+                  "partition", "needs equal_counts_fraction < 1",
+             "allowed: a fraction below 1, or equal_counts_holdout='kept'")
+    bad["experiments"][EXP3]["readings"] = {"equal_counts_pick": ["last"]}
+    _refused(bad, "equal_counts_pick", "last", "random", "first")
+    quick = yaml.safe_load((ROOT / "workflow/config/quick.yaml").read_text())
+    name = next(n for n, e in quick["experiments"].items() if e["table"] == "bmta")
+    quick["experiments"][name]["readings"] = {"local_work": ["epochs"]}
+    _refused(quick, f"'experiments.{name}.readings' is not allowed with table bmta (it has no readings "
+                    "table); allowed: readings only with table accuracy_difference, fast_reboot, "
+                    "crossing_epochs, fedfor_by_e, fedfor_concept_shift or none")
+
+
+def test_every_table_with_readings_has_a_readings_builder():
+    from hetfl.config import READINGS_TABLES
+    from hetfl.reports.tables import READINGS_BUILDERS
+
+    assert set(READINGS_TABLES) == set(READINGS_BUILDERS)
+
+
+def _train(cfg, root):
+    """Every run of a config, trained as the workflow does (split per split key, traces per trace key)."""
+    from hetfl.data.build import make_split
+    from hetfl.data.traces import make_traces
+    from hetfl.pipeline import run_training
+
+    dirs = []
+    for spec in expand_runs(validate_config(cfg)):
+        split = root / "data_splits" / spec.split_key / "split.npz"
+        if not split.exists():
+            make_split(split, spec.split_spec(), spec.seed)
+        traces = root / "traces" / f"{spec.trace_key}.npz"
+        if not traces.exists():
+            make_traces(traces, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
+                        seed=spec.seed)
+        out = root / "results" / spec.experiment / spec.run
+        run_training(spec, split, traces, out, progress=False, checkpoint_every=0)
+        dirs.append(out)
+    return dirs
+
+
+def test_the_fedfor_readings_table_shows_every_reading_of_fedbns_setup_in_one_table(tmp_path):
+    """Table 3's set-up on a fake DomainNet (three domains, 20, 10 and 16 training images), two rounds,
+    FedBN and FedFOR, two seeds, with each FedBN reading on the readings axis: `hetfl table fedfor_by_e
+    --readings` shows every cell under each, and under the two other validation accuracies read from the
+    same runs; the main table reads only the runs under the experiment's own readings."""
+    import numpy as np
+    import pandas as pd
+
+    from hetfl.reports.event_tables import curve
+    from hetfl.reports.tables import build_table
+
+    _fake_domainnet(tmp_path, train=(20, 10, 16), test=(4, 4, 4))
+    cfg = copy.deepcopy(TABLE3)
+    exp = cfg["experiments"][EXP3]
+    exp.update(data_dir=str(tmp_path), num_devices=3, algorithms=["fedbn", "fedfor"], seeds=[0, 1],
+               batch_size=4, test_fraction=0.5,
+               settings={"E1": {"partition": {"label_skew": "natural", "equal_counts": True,
+                                              "equal_counts_fraction": 0.5}, "local_epochs": 1, "rounds": 2}},
+               readings={"equal_counts_fraction": [0.8], "equal_counts_pick": ["first"],
+                         "equal_counts_holdout": ["rest"], "global_test_average": ["pooled"]})
+    dirs = _train(cfg, tmp_path)
+    out = build_table("fedfor_by_e", dirs, tmp_path / "fedfor_by_e_readings", readings=True)
+    tidy = pd.read_csv(f"{out}.csv")
+    assert list(dict.fromkeys(tidy["reading"])) == [
+        "paper/default", "equal_counts_fraction=0.8", "equal_counts_holdout=rest", "equal_counts_pick=first",
+        "global_test_average=pooled", "validation_accuracy=holdout",
+        "validation_accuracy=test_at_best_holdout"]
+    assert (tidy["n_seeds"] == 2).all()  # each reading's cells read two seeds, not every run of the method
+    cell = tidy[(tidy["method"] == "FedBN") & (tidy["measure"] == "best@full")].set_index("reading")
+
+    def best(metric, reading=""):
+        suffix = f"__{reading.replace('=', '-')}" if reading else ""
+        runs = tmp_path / "results" / EXP3
+        return np.mean([100 * curve(runs / f"fedbn_E1_T1_B_s{s}{suffix}", metric).max() for s in (0, 1)])
+
+    assert cell.loc["paper/default", "reproduced_mean"] == pytest.approx(best("global_test_accuracy"))
+    assert cell.loc["validation_accuracy=holdout", "reproduced_mean"] == pytest.approx(
+        best("mean_client_accuracy"))
+    # the pooled reading's own runs give what the default runs record beside the domain mean
+    assert cell.loc["global_test_average=pooled", "reproduced_mean"] == pytest.approx(
+        best("global_test_pooled_accuracy"))
+    assert cell.loc["equal_counts_pick=first", "reproduced_mean"] == pytest.approx(
+        best("global_test_accuracy", "equal_counts_pick=first"))
+    md = Path(f"{out}.md").read_text()
+    assert "Sensitivity of fedfor_by_e (FedFOR Tables 3-5)" in md and "| equal_counts_holdout=rest " in md
+    from hetfl.reports.report_pages import verdict_line
+
+    # the report's page counts it per reading, as the Ruan tables' readings tables
+    line = verdict_line("fedfor_by_e_readings", Path(f"{out}.csv"))
+    assert line.startswith("per reading, paper/default: ") and "; equal_counts_pick=first: " in line
+    main = build_table("fedfor_by_e", dirs, tmp_path / "fedfor_by_e")
+    assert (pd.read_csv(f"{main}.csv")["n_seeds"] == 2).all()

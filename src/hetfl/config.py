@@ -417,14 +417,37 @@ def _check_readings(name: str, exp: dict[str, Any]) -> None:
     readings = exp.get("readings") or {}
     if not readings:
         return
+    if exp["table"] not in (*READINGS_TABLES, "none"):  # "none": runs without a table (no table built)
+        raise ConfigError(f"config key 'experiments.{name}.readings' is not allowed with table "
+                          f"{exp['table']} (it has no readings table); allowed: readings only with table "
+                          + ", ".join(READINGS_TABLES) + " or none")
     defaults = [s for s in _grid(name, exp) if _in_readings_grid(s, grid)]
     for key, values in readings.items():
         for value in values:
-            if not any(_variant(s, key, value) is not None for s in defaults):
+            variants = [v for v in (_variant(s, key, value) for s in defaults) if v is not None]
+            if not variants:
                 raise ConfigError(f"config key 'experiments.{name}.readings.{key}' has value "
                                   f"{json.dumps(value)}, which changes no run of this experiment (it is the "
                                   "experiment's own value, or the reading does not apply to its runs: see "
                                   "docs/readings.md); allowed: a value that changes a run")
+            if key in _NATURAL_EQUAL_COUNTS:
+                _check_partition_variants(f"experiments.{name}.readings.{key}", value, variants)
+
+
+def _check_partition_variants(key: str, value: Any, variants: list[RunSpec]) -> None:
+    """A reading of the partition is one change to each setting's own partition: the result must be a split
+    hetfl can make (e.g. equal_counts_fraction 1 leaves equal_counts_holdout "rest" nothing to hold out)."""
+    from hetfl.data.partition import PartitionSpec
+
+    for spec in variants:
+        try:
+            PartitionSpec(**spec.partition)
+        except ValueError as err:
+            raise ConfigError(f"config key '{key}' has value {json.dumps(value)}, which is not allowed with "
+                              f"setting {spec.setting}'s partition {json.dumps(spec.partition)}: "
+                              f"{err}") from None
+        if spec.partition.get("equal_counts_holdout") == "rest":
+            _check_rest_holdout(key, spec.dataset, spec.partition)
 
 
 def _check_traces(name: str, exp: dict[str, Any]) -> None:
@@ -1010,8 +1033,13 @@ def check_data(config: dict[str, Any], *, experiments: Iterable[str] | None = No
 # The traces with inactive rounds (Ruan et al. Table 2): p_inactive only changes runs that use one of them.
 INACTIVE_TRACES = ("T_hi", "T_mi", "T_lo")
 DEFAULT_P_INACTIVE = 0.05
-# readings that change the data split (a variant with one of them gets its own split)
-SPLIT_READINGS = ("iid", "label_choice")
+# readings that change the data split (a variant with one of them gets its own split); global_test_average
+# "domains" records every global test sample's device in the split
+SPLIT_READINGS = ("iid", "label_choice", "equal_counts_fraction", "equal_counts_pick", "equal_counts_holdout",
+                  "global_test_average")
+#: the tables with a readings table (<table>_readings; reports.tables.READINGS_BUILDERS builds them)
+READINGS_TABLES = ("accuracy_difference", "fast_reboot", "crossing_epochs", "fedfor_by_e",
+                   "fedfor_concept_shift")
 
 
 @dataclass(frozen=True)
@@ -1245,6 +1273,17 @@ def _variant(spec: RunSpec, key: str, value: Any) -> RunSpec | None:
         if part.get("label_skew") != "pathological" or part.get("label_choice", "cyclic") == value:
             return None
         changes = {"partition": {**part, "label_choice": value}}
+    elif key in _NATURAL_EQUAL_COUNTS:  # FedFOR Tables 3-5: what FedBN's code keeps of every domain
+        part = spec.partition or {}
+        if (part.get("label_skew") != "natural" or not part.get("equal_counts")
+                or part.get(key, _NATURAL_EQUAL_COUNTS[key][0]) == value):
+            return None
+        changes = {"partition": {**part, key: value}}
+    elif key == "global_test_average":
+        if spec.global_test_average == value or (
+                value == "domains" and not _domains_allowed(spec.dataset, spec.partition, spec.global_test)):
+            return None
+        changes = {"global_test_average": value}
     elif key in ("departure_test_set", "boost", "boost_decay"):
         ev = spec.event
         kind = "departure" if key == "departure_test_set" else "arrival"

@@ -382,14 +382,22 @@ def _not_comparable_text(tidy: pd.DataFrame, table: str) -> str:
     return "; not comparable: " + "; ".join(reasons)
 
 
-def build(run_dirs: list[Path], out_stem: Path) -> Path:
-    """The table from run directories (reports.tables.BUILDERS)."""
+def _ok_runs(run_dirs: list[Path]) -> pd.DataFrame:
+    """The runs that finished, with dataset_name (the source's name)."""
     from hetfl.reports.results import collect_runs
-    from hetfl.reports.ruan import provenance_note
-    from hetfl.reports.writers import write_frame_tables
 
     runs = collect_runs(run_dirs)
-    runs = runs[runs["status"] == "ok"].assign(dataset_name=runs["dataset"])
+    runs = runs[runs["status"] == "ok"]
+    return runs.assign(dataset_name=runs["dataset"])
+
+
+def build(run_dirs: list[Path], out_stem: Path) -> Path:
+    """The table from run directories (reports.tables.BUILDERS), of the runs under their experiments' own
+    readings (a by-hand glob may include readings variants: build_readings shows those)."""
+    from hetfl.reports.ruan import own_readings, provenance_note
+    from hetfl.reports.writers import write_frame_tables
+
+    runs = own_readings(_ok_runs(run_dirs))
     tidy = fedfor_by_e(runs)
     rounds = {int(e): int(g["rounds"].max()) for e, g in runs.groupby("local_epochs")}
     write_frame_tables(tidy, layout(tidy, rounds), out_stem,
@@ -475,13 +483,11 @@ def concept_shift_table(runs: pd.DataFrame, how: str | None = None) -> pd.DataFr
 
 def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
     """Table 5 from run directories (reports.tables.BUILDERS)."""
-    from hetfl.reports.results import collect_runs
-    from hetfl.reports.ruan import provenance_note
+    from hetfl.reports.ruan import own_readings, provenance_note
     from hetfl.reports.verdicts import Interval
     from hetfl.reports.writers import write_frame_tables
 
-    runs = collect_runs(run_dirs)
-    runs = runs[runs["status"] == "ok"]
+    runs = own_readings(_ok_runs(run_dirs))
     tidy = concept_shift_table(runs)
     out = pd.DataFrame({
         "E": tidy["local_epochs"], "method": tidy["method"],
@@ -513,4 +519,101 @@ def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
                f"{runs['seed'].nunique()} seed(s). Verdicts: "
                f"{counts_text([v for v in tidy['verdict'] if v != '—'])}. " + provenance_note(runs))
     write_frame_tables(tidy, out, out_stem, caption)
+    return out_stem
+
+
+# ---- readings tables (Tables 3-5: what FedFOR leaves to FedBN's code) -----------------------------------
+#: what FedBN's code does for each reading of FedFOR's Tables 3-5 (docs/fedfor.md quotes it with file:line)
+READING_BASIS = {
+    "equal_counts_fraction": "FedBN's fed_domainnet.py trains every domain on int(0.05 · min_data_len)",
+    "equal_counts_pick": "FedBN keeps the first images, Subset(trainset, range(min_data_len))",
+    "equal_counts_holdout": "FedBN's DomainNet validates on the last images of a domain, apart from its "
+                            "training images; its Digits has no validation split",
+    "global_test_average": "FedBN tests every domain with its client's model and averages the accuracies",
+    "validation_accuracy": "FedFOR: 'the best validation accuracy'; FedBN's DomainNet picks its best round "
+                           "on the validation images, its Digits tests on the test split every round",
+}
+_READINGS_COMPUTE = {"fedfor_by_e": fedfor_by_e, "fedfor_concept_shift": concept_shift_table}
+
+
+def readings_table(table: str, run_dirs: list[Path]) -> pd.DataFrame:
+    """Every cell under every reading the runs hold ('' = the experiments' own: 'paper/default'), tidy, with
+    a `reading` column; then the cells under each other validation_accuracy, read from the runs under the
+    experiments' own readings (those need no runs of their own)."""
+    from hetfl.reports.ruan import own_readings, runs_under
+
+    if table not in _READINGS_COMPUTE:
+        raise ValueError(f"table '{table}' has no FedFOR readings table; allowed: "
+                         + ", ".join(_READINGS_COMPUTE))
+    compute = _READINGS_COMPUTE[table]
+    runs = _ok_runs(run_dirs)
+    readings = [""] + sorted(r for r in runs["reading"].fillna("").unique() if r)
+    parts = [compute(runs_under(runs, r)).assign(reading=r or "paper/default") for r in readings]
+    own = own_readings(runs)
+    used = {validation_of(r) for _, r in own.iterrows()}
+    parts += [compute(own, how=how).assign(reading=f"validation_accuracy={how}")
+              for how in VALIDATION_ACCURACIES if used != {how}]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _reading_cell(r: pd.Series, rounds: dict[int, int]) -> str:
+    """A cell under one reading: its level (mean ± std over seeds) and, for a method, its Δ to the baseline
+    with the 95 % CI and the verdict."""
+    from hetfl.reports.verdicts import Interval
+
+    if "measure" in r:
+        level = _reproduced_text(r, rounds.get(int(r["local_epochs"]), 0))
+    else:
+        std = "" if pd.isna(r["reproduced_std"]) else f" ± {r['reproduced_std']:.2f}"
+        level = "—" if pd.isna(r["reproduced_mean"]) else f"{r['reproduced_mean']:.2f}{std}"
+    if r["method"] == r["baseline"]:
+        return level
+    n = 0 if pd.isna(r["diff_mean"]) and pd.isna(r["ci_low"]) else int(r["n_seeds"])
+    censored = int(r["diff_n_censored"]) if "diff_n_censored" in r and pd.notna(r["diff_n_censored"]) else 0
+    diff = interval_text(Interval(r["diff_mean"], math.nan, r["ci_low"], r["ci_high"], n, censored), digits=2)
+    return f"{level}; Δ {diff} · {r['verdict']}"
+
+
+def _readings_md(tidy: pd.DataFrame, rounds: dict[int, int]) -> str:
+    from hetfl.reports.verdicts import VERDICTS, verdict_counts
+    from hetfl.reports.writers import markdown
+
+    cells = tidy.assign(E=tidy["local_epochs"].astype(int),
+                        text=[_reading_cell(r, rounds) for _, r in tidy.iterrows()])
+    keys = ["dataset", "E", "method"]
+    if "measure" in tidy:
+        cells = cells.assign(measure=[_measure_text(r) for _, r in tidy.iterrows()])
+        keys = ["dataset", "E", "measure", "method"]
+    order = list(dict.fromkeys(cells["reading"]))
+    wide = cells.pivot_table(index=keys, columns="reading", values="text", aggfunc="first")[order]
+    wide = wide.fillna("— (not run)")  # a cell the readings grid did not run under a reading
+    summary = pd.DataFrame([{"reading": r, "what FedBN's code does": READING_BASIS.get(r.split("=")[0], "—"),
+                             **verdict_counts([str(v) for v in cells.loc[cells["reading"] == r, "verdict"]
+                                               if str(v) != "—"])}
+                            for r in order], columns=["reading", "what FedBN's code does", *VERDICTS])
+    return ("Verdict counts per reading (each changes one thing from the experiments' own readings):\n\n"
+            + markdown(summary) + "\n\nEvery cell under every reading (mean ± std over seeds; for a method, "
+            "Δ to the baseline [95 % CI] · verdict):\n\n" + markdown(wide.reset_index()) + "\n")
+
+
+def build_readings(table: str, run_dirs: list[Path], out_stem: Path) -> Path:
+    """<stem>.csv (tidy: every cell under every reading) and <stem>.md (a column per reading)
+    (reports.tables.READINGS_BUILDERS)."""
+    from hetfl.io import atomic_write_text
+    from hetfl.reports.ruan import provenance_note
+
+    tidy = readings_table(table, run_dirs)
+    runs = _ok_runs(run_dirs)
+    rounds = {int(e): int(g["rounds"].max()) for e, g in runs.groupby("local_epochs")}
+    caption = (f"Sensitivity of {table} (FedFOR Tables 3-5) to the readings FedFOR leaves to FedBN's code "
+               "(docs/fedfor.md): each column changes one reading from the experiments' own, on the same "
+               "seeds and grid; 'paper/default' is the main table. Where a reading cannot change a run (a "
+               "split it does not apply to) the default run stands in. The validation_accuracy columns read "
+               "the same runs another way and train nothing: "
+               + "; ".join(f"{k} = {v}" for k, v in VALIDATION_ACCURACIES.items()) + ". "
+               + provenance_note(runs))
+    out_stem = Path(out_stem)
+    atomic_write_text(out_stem.with_name(out_stem.name + ".csv"), tidy.to_csv(index=False))
+    atomic_write_text(out_stem.with_name(out_stem.name + ".md"),
+                      caption + "\n\n" + _readings_md(tidy, rounds))
     return out_stem

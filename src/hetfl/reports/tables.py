@@ -132,7 +132,8 @@ BUILDERS = {"accuracy_difference": ruan.build_accuracy_difference, "fast_reboot"
 #: whenever the config has `bmta` runs (workflow/rules/common.smk), from those runs
 SOURCES = {"fairness": "bmta"}
 #: tables with a readings axis: <table>_readings.{md,csv} (hetfl table NAME --readings)
-READINGS_BUILDERS = {name: ruan.build_readings for name in ruan.READING_COLUMNS}
+READINGS_BUILDERS = {**{name: ruan.build_readings for name in ruan.READING_COLUMNS},
+                     "fedfor_by_e": fedfor.build_readings, "fedfor_concept_shift": fedfor.build_readings}
 #: table -> the reference tables (reports/references/<name>.csv) its builder and its readings table read.
 #: A table's rules rerun when one of these changes and for no other (workflow/rules/tables.smk, the
 #: `references` param: every table held every CSV, and an edit of one rebuilt them all); build_table
