@@ -423,9 +423,11 @@ def test_a_key_given_twice_is_refused_by_hetfl_and_by_snakemake(tmp_path):
     ("objective_inconsistency", 2 * 10 * 3, 2 * 10, 2, 2),  # η × (τ, p) settings × algorithms; a trace per R
     # E × methods × seeds; a trace per (rounds, seed)
     ("tian2022_fedfor_table2", 5 * 4 * 3, 5 * 3, 3 * 3, 5 * 3),
-    ("tian2022_fedfor_table3", 5 * 5 * 3, 5 * 3, 3 * 3, 5),
+    # Tables 3 and 5 hold out half of a device's samples (FedBN's validation set, as large as its training
+    # set: test_fraction 0.5), so the estimate trains on half and bundles more (Table 3: one job)
+    ("tian2022_fedfor_table3", 5 * 5 * 3, 5 * 3, 3 * 3, 1),
     ("tian2022_fedfor_table4", 5 * 5 * 3, 5 * 3, 3 * 3, 1),
-    ("tian2022_fedfor_table5", 5 * 4 * 3, 5 * 3, 3, 5 * 3),
+    ("tian2022_fedfor_table5", 5 * 4 * 3, 5 * 3, 3, 5),
     ("fedelasticnet_comm", 2 * 9 * 3, 2 * 3, 3, 2 * 3),  # Dirichlet 0.3/0.6 × algorithms × seeds
 ])
 def test_snakemake_dry_run_lists_the_paper_grid_alone(config, train, split, trace, jobs, tmp_path):
@@ -764,3 +766,13 @@ def test_two_algorithms_of_one_printed_name_on_a_method_table_are_refused_before
     assert f'the two differ in algorithms ("{beside}" and "mine")' in text, text
     monkeypatch.setitem(CATALOG, "mine", plugin(f"{label} (mine)"))
     validate_config({"experiments": {experiment: exp}})
+
+
+def test_snakemake_dry_run_of_the_fedfor_readings_check_builds_its_readings_table(tmp_path):
+    """workflow/config/checks/fedfor_fedbn_readings.yaml: Table 3's grid plus its readings axis on E = 1
+    (4 readings × 5 methods × 3 seeds), each reading a split of its own per seed, and the readings table."""
+    path = ROOT / "workflow/config/checks/fedfor_fedbn_readings.yaml"
+    counts = _job_counts(_dry_run(path, tmp_path))
+    assert counts["table_readings"] == "1" and counts["table"] == "1"
+    # DomainNet is a large source: its splits are jobs of split_large (hetfl.cluster.split_on_cluster)
+    assert int(counts.get("split", 0)) + int(counts.get("split_large", 0)) == 5 * 3 + 4 * 3

@@ -393,54 +393,99 @@ def _train(cfg, root):
 
 
 def test_the_fedfor_readings_table_shows_every_reading_of_fedbns_setup_in_one_table(tmp_path):
-    """Table 3's set-up on a fake DomainNet (three domains, 20, 10 and 16 training images), two rounds,
-    FedBN and FedFOR, two seeds, with each FedBN reading on the readings axis: `hetfl table fedfor_by_e
-    --readings` shows every cell under each, and under the two other validation accuracies read from the
-    same runs; the main table reads only the runs under the experiment's own readings."""
+    """Table 3's set-up (FedBN's first images, validation images apart from them, the best validation
+    accuracy) on a fake DomainNet (three domains, 20, 10 and 16 training images; half of the smallest kept),
+    two rounds, FedBN and FedFOR, two seeds, with each of FedBN's readings on the readings axis: `hetfl
+    table fedfor_by_e --readings` shows every cell under each, and under the two other validation
+    accuracies read from the same runs; the main table reads only the runs under the experiment's own
+    readings."""
     import numpy as np
     import pandas as pd
 
     from hetfl.reports.event_tables import curve
+    from hetfl.reports.fedfor import running_best
     from hetfl.reports.tables import build_table
 
     _fake_domainnet(tmp_path, train=(20, 10, 16), test=(4, 4, 4))
     cfg = copy.deepcopy(TABLE3)
     exp = cfg["experiments"][EXP3]
+    fedbn = {**exp["settings"]["E1"]["partition"], "equal_counts_fraction": 0.5}
     exp.update(data_dir=str(tmp_path), num_devices=3, algorithms=["fedbn", "fedfor"], seeds=[0, 1],
-               batch_size=4, test_fraction=0.5,
-               settings={"E1": {"partition": {"label_skew": "natural", "equal_counts": True,
-                                              "equal_counts_fraction": 0.5}, "local_epochs": 1, "rounds": 2}},
-               readings={"equal_counts_fraction": [0.8], "equal_counts_pick": ["first"],
-                         "equal_counts_holdout": ["rest"], "global_test_average": ["pooled"]})
+               batch_size=4, settings={"E1": {"partition": fedbn, "local_epochs": 1, "rounds": 2}},
+               readings={"equal_counts_fraction": [0.25], "equal_counts_pick": ["random"],
+                         "equal_counts_holdout": ["kept"], "global_test_average": ["pooled"]})
+    assert exp["validation_accuracy"] == "holdout" and fedbn["equal_counts_holdout"] == "rest"
     dirs = _train(cfg, tmp_path)
     out = build_table("fedfor_by_e", dirs, tmp_path / "fedfor_by_e_readings", readings=True)
     tidy = pd.read_csv(f"{out}.csv")
     assert list(dict.fromkeys(tidy["reading"])) == [
-        "paper/default", "equal_counts_fraction=0.8", "equal_counts_holdout=rest", "equal_counts_pick=first",
-        "global_test_average=pooled", "validation_accuracy=holdout",
+        "paper/default", "equal_counts_fraction=0.25", "equal_counts_holdout=kept",
+        "equal_counts_pick=random", "global_test_average=pooled", "validation_accuracy=test_split",
         "validation_accuracy=test_at_best_holdout"]
     assert (tidy["n_seeds"] == 2).all()  # each reading's cells read two seeds, not every run of the method
     cell = tidy[(tidy["method"] == "FedBN") & (tidy["measure"] == "best@full")].set_index("reading")
+    runs = tmp_path / "results" / EXP3
+
+    def run(seed, reading=""):
+        return runs / (f"fedbn_E1_T1_B_s{seed}" + (f"__{reading.replace('=', '-')}" if reading else ""))
 
     def best(metric, reading=""):
-        suffix = f"__{reading.replace('=', '-')}" if reading else ""
-        runs = tmp_path / "results" / EXP3
-        return np.mean([100 * curve(runs / f"fedbn_E1_T1_B_s{s}{suffix}", metric).max() for s in (0, 1)])
+        return np.mean([100 * curve(run(s, reading), metric).max() for s in (0, 1)])
 
-    assert cell.loc["paper/default", "reproduced_mean"] == pytest.approx(best("global_test_accuracy"))
-    assert cell.loc["validation_accuracy=holdout", "reproduced_mean"] == pytest.approx(
-        best("mean_client_accuracy"))
-    # the pooled reading's own runs give what the default runs record beside the domain mean
-    assert cell.loc["global_test_average=pooled", "reproduced_mean"] == pytest.approx(
-        best("global_test_pooled_accuracy"))
-    assert cell.loc["equal_counts_pick=first", "reproduced_mean"] == pytest.approx(
-        best("global_test_accuracy", "equal_counts_pick=first"))
+    assert cell.loc["paper/default", "reproduced_mean"] == pytest.approx(best("mean_client_accuracy"))
+    assert cell.loc["validation_accuracy=test_split", "reproduced_mean"] == pytest.approx(
+        best("global_test_accuracy"))
+    pairs = [(curve(run(s), "global_test_accuracy"), curve(run(s), "mean_client_accuracy")) for s in (0, 1)]
+    at_best = [100 * running_best(test, val).iloc[-1] for test, val in pairs]
+    assert cell.loc["validation_accuracy=test_at_best_holdout", "reproduced_mean"] == pytest.approx(
+        np.mean(at_best))
+    assert cell.loc["equal_counts_pick=random", "reproduced_mean"] == pytest.approx(
+        best("mean_client_accuracy", "equal_counts_pick=random"))
+    for s in (0, 1):  # the pooled reading's runs train as the default ones and score what they record beside
+        pd.testing.assert_series_equal(curve(run(s, "global_test_average=pooled"), "global_test_accuracy"),
+                                       curve(run(s), "global_test_pooled_accuracy"), check_names=False)
     md = Path(f"{out}.md").read_text()
-    assert "Sensitivity of fedfor_by_e (FedFOR Tables 3-5)" in md and "| equal_counts_holdout=rest " in md
+    assert "Sensitivity of fedfor_by_e (FedFOR Tables 3-5)" in md and "| equal_counts_holdout=kept " in md
     from hetfl.reports.report_pages import verdict_line
 
     # the report's page counts it per reading, as the Ruan tables' readings tables
     line = verdict_line("fedfor_by_e_readings", Path(f"{out}.csv"))
-    assert line.startswith("per reading, paper/default: ") and "; equal_counts_pick=first: " in line
+    assert line.startswith("per reading, paper/default: ") and "; equal_counts_pick=random: " in line
     main = build_table("fedfor_by_e", dirs, tmp_path / "fedfor_by_e")
     assert (pd.read_csv(f"{main}.csv")["n_seeds"] == 2).all()
+
+
+# ---- the paper configs follow FedBN's code; the checks config runs the other readings ----------------------
+
+
+def test_tables_3_and_5_train_on_fedbns_images_and_validate_on_its_validation_images():
+    """Tables 3 and 5 (DomainNet): FedBN's first 5 % of each domain, its validation images apart from them
+    (as many: test_fraction 0.5), its best round picked on them; Table 4 (Digits) tests on the test split,
+    as FedBN's fed_digits.py, and keeps its local holdout out of the 743 images (no others in the copy)."""
+    from hetfl.config import load_config
+
+    fedbn = {"label_skew": "natural", "equal_counts": True, "equal_counts_fraction": 0.05,
+             "equal_counts_pick": "first", "equal_counts_holdout": "rest"}
+    for n in (3, 5):
+        runs = list(expand_runs(load_config(ROOT / f"workflow/config/paper/tian2022_fedfor_table{n}.yaml")))
+        assert all(fedbn.items() <= r.partition.items() and r.test_fraction == 0.5
+                   and r.validation_accuracy == "holdout" and r.global_test_average == "domains"
+                   for r in runs), n
+    runs = list(expand_runs(load_config(ROOT / "workflow/config/paper/tian2022_fedfor_table4.yaml")))
+    assert all(r.partition["equal_counts"] and "equal_counts_holdout" not in r.partition
+               and r.test_fraction == 0.1 and r.validation_accuracy == "test_split" for r in runs)
+
+
+def test_the_checks_config_is_table_3_with_a_readings_axis():
+    from hetfl.config import load_config
+
+    checks = yaml.safe_load((ROOT / "workflow/config/checks/fedfor_fedbn_readings.yaml").read_text())
+    exp = dict(checks["experiments"][EXP3])
+    readings, grid = exp.pop("readings"), exp.pop("readings_grid")
+    assert exp == TABLE3["experiments"][EXP3]  # the paper config's experiment, runs shared with it
+    assert set(readings) == {"equal_counts_fraction", "equal_counts_pick", "equal_counts_holdout",
+                             "global_test_average"} and grid == {"settings": ["E1"]}
+    runs = list(expand_runs(load_config(ROOT / "workflow/config/checks/fedfor_fedbn_readings.yaml")))
+    assert len([r for r in runs if not r.reading]) == 5 * 5 * 3
+    variants = [r for r in runs if r.reading]
+    assert len(variants) == 4 * 5 * 3 and {r.setting for r in variants} == {"E1"}
