@@ -658,14 +658,71 @@ ONE_SOURCE_PER_LABEL: dict[str, tuple[tuple[str, ...], list[tuple[str, Any]], An
 }
 
 
-def _differences(a: RunSpec, b: RunSpec) -> str:
-    """'eta0 (0.05 in A, 0.1 in B)' for the fields two runs differ in (names aside), at most three."""
+def spec_differences(a: Any, b: Any, names: tuple[str, str] | None = None) -> str:
+    """'eta0 (0.05 in A, 0.1 in B)' for the fields two runs differ in (names aside), at most three; A and B
+    are the runs' experiments unless `names` are given (the builder's guard: 'the first', 'the second')."""
     da, db = a.to_dict(), b.to_dict()
-    keys = [k for k in da if k not in _NAMING and da[k] != db[k]]
-    shown = [f"{k} ({json.dumps(da[k], default=str)} in {a.experiment}, {json.dumps(db[k], default=str)} "
-             f"in {b.experiment})" for k in keys[:3]]
+    first, second = names or (a.experiment, b.experiment)
+    keys = [k for k in dict.fromkeys([*da, *db]) if k not in _NAMING and da.get(k) != db.get(k)]
+    shown = [f"{k} ({json.dumps(da.get(k), default=str)} in {first}, {json.dumps(db.get(k), default=str)} "
+             f"in {second})" for k in keys[:3]]
     more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-    return ", ".join(shown) + more if shown else "nothing but their names"
+    if shown:
+        return ", ".join(shown) + more
+    named = any(da.get(k) != db.get(k) for k in _NAMING)
+    return "nothing but their names" if named else "nothing: one run in two directories"
+
+
+def _hashable(value: Any) -> Any:
+    """A key's value as a dict key (a run.json's spec has lists where a RunSpec has tuples)."""
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def _cell(keys: list[tuple[str, Any]], spec: Any) -> tuple[Any, ...]:
+    return tuple(_hashable(f(spec)) for _, f in keys)
+
+
+def cell_text(keys: list[tuple[str, Any]], cell: tuple[Any, ...]) -> str:
+    """'dataset MNIST, setting NIID, seed 0': a cell of a table as its messages name it."""
+    return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                     for (k, _), v in zip(keys, cell, strict=True))
+
+
+def source_clash(table: str, specs: Iterable[Any]) -> tuple[Any, Any] | None:
+    """The first two of `specs` from two sources that `table` groups under one paper label within its keys
+    (ONE_SOURCE_PER_LABEL), among the runs it reads; None where there are none, or the table does not group
+    by label. `specs`: RunSpecs (validation) or anything with their fields (the builder's guard,
+    reports.tables.check_runs): one function for both, so that they cannot drift apart."""
+    if table not in ONE_SOURCE_PER_LABEL:
+        return None
+    _, keys, reads, _ = ONE_SOURCE_PER_LABEL[table]
+    first: dict[tuple[Any, ...], Any] = {}
+    for spec in specs:
+        if reads is not None and not reads(spec):
+            continue
+        other = first.setdefault(_cell(keys, spec), spec)
+        if other.dataset != spec.dataset:
+            return other, spec
+    return None
+
+
+def cell_clash(table: str, specs: Iterable[Any]) -> tuple[Any, Any, str] | None:
+    """The first two of `specs` that fall into one cell of `table` (TABLE_CELLS), among the runs it reads,
+    with the cell as text; None where every run has a cell of its own. `specs` as for source_clash."""
+    _, keys, reads = TABLE_CELLS[table]
+    seen: dict[tuple[Any, ...], Any] = {}
+    for spec in specs:
+        if reads is not None and not reads(spec):
+            continue
+        cell = _cell(keys, spec)
+        other = seen.setdefault(cell, spec)
+        if other is not spec:
+            return other, spec, cell_text(keys, cell)
+    return None
 
 
 def _config_value(exp: dict[str, Any], key: str) -> str:
@@ -695,30 +752,27 @@ def _refuse_within(exp: dict[str, Any], table: str, keys: list[tuple[str, Any]],
 def _check_one_source_per_label(specs: list[RunSpec]) -> None:
     """Two sources of one paper label where a table's cells group runs by that label (ONE_SOURCE_PER_LABEL):
     bmta refused them after every run trained; the others paired them seed by seed silently."""
-    for table, (sources, keys, reads, does) in ONE_SOURCE_PER_LABEL.items():
+    for table, (sources, keys, _, does) in ONE_SOURCE_PER_LABEL.items():
         if not any(s.table == table for s in specs):
             continue
-        first: dict[tuple[Any, ...], RunSpec] = {}
-        for spec in specs:
-            if spec.table not in (table, *sources) or (reads is not None and not reads(spec)):
-                continue
-            other = first.setdefault(tuple(f(spec) for _, f in keys), spec)
-            if other.dataset == spec.dataset:
-                continue
-            label = _label(spec)
-            setting = len(keys) > 1
-            raise ConfigError(
-                f"config key 'experiments.{spec.experiment}.dataset' has value \"{spec.dataset}\", which is "
-                f"not allowed beside experiment {other.experiment} (dataset \"{other.dataset}\") on table "
-                f"{table}: both are the paper's {label}"
-                + (f" under setting {spec.setting}" if setting else "")
-                + ", and the table's cells group runs by that label"
-                + (" and setting" if setting else "")
-                + f", so it would {does} after every run trained; allowed: \"{other.dataset}\", as "
-                f"{other.experiment} has, or a source of another label"
-                + (" or a setting name of its own (rows of its own, the caption naming each source)"
-                   if setting else "")
-                + "; the other source in a config of its own, run in a directory of its own")
+        clash = source_clash(table, [s for s in specs if s.table in (table, *sources)])
+        if clash is None:
+            continue
+        other, spec = clash
+        label = _label(spec)
+        setting = len(keys) > 1
+        raise ConfigError(
+            f"config key 'experiments.{spec.experiment}.dataset' has value \"{spec.dataset}\", which is "
+            f"not allowed beside experiment {other.experiment} (dataset \"{other.dataset}\") on table "
+            f"{table}: both are the paper's {label}"
+            + (f" under setting {spec.setting}" if setting else "")
+            + ", and the table's cells group runs by that label"
+            + (" and setting" if setting else "")
+            + f", so it would {does} after every run trained; allowed: \"{other.dataset}\", as "
+            f"{other.experiment} has, or a source of another label"
+            + (" or a setting name of its own (rows of its own, the caption naming each source)"
+               if setting else "")
+            + "; the other source in a config of its own, run in a directory of its own")
 
 
 def _check_table_cells(config: dict[str, Any]) -> None:
@@ -730,29 +784,23 @@ def _check_table_cells(config: dict[str, Any]) -> None:
     not in `_grid`: they have tables of their own (<table>_readings), a column per reading."""
     specs = [s for name, exp in config["experiments"].items() for s in _grid(name, exp)]
     _check_one_source_per_label(specs)
-    for table, (sources, keys, reads) in TABLE_CELLS.items():
+    for table, (sources, keys, _) in TABLE_CELLS.items():
         if not any(s.table == table for s in specs):
             continue
-        seen: dict[tuple[Any, ...], RunSpec] = {}
-        for spec in specs:
-            if spec.table not in (table, *sources) or (reads is not None and not reads(spec)):
-                continue
-            cell = tuple(f(spec) for _, f in keys)
-            other = seen.setdefault(cell, spec)
-            if other is spec:
-                continue
-            where = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                              for (k, _), v in zip(keys, cell, strict=True))
-            if other.experiment == spec.experiment:
-                _refuse_within(config["experiments"][spec.experiment], table, keys, where, other, spec)
-            raise ConfigError(
-                f"config key 'experiments.{spec.experiment}' is not allowed beside experiment "
-                f"{other.experiment} on table {table}: both put a run into its cell ({where}), which the "
-                f"table pairs seed by seed, one run each, and would refuse or merge after every run trained; "
-                f"the two differ in {_differences(other, spec)}, and the table has no column for that; "
-                f"allowed: experiments whose runs differ in the cell's keys "
-                f"({', '.join(k for k, _ in keys)}); one that differs only in another key in a config of "
-                "its own, run in a directory of its own (docs/adding-an-algorithm.md)")
+        clash = cell_clash(table, [s for s in specs if s.table in (table, *sources)])
+        if clash is None:
+            continue
+        other, spec, where = clash
+        if other.experiment == spec.experiment:
+            _refuse_within(config["experiments"][spec.experiment], table, keys, where, other, spec)
+        raise ConfigError(
+            f"config key 'experiments.{spec.experiment}' is not allowed beside experiment "
+            f"{other.experiment} on table {table}: both put a run into its cell ({where}), which the "
+            f"table pairs seed by seed, one run each, and would refuse or merge after every run trained; "
+            f"the two differ in {spec_differences(other, spec)}, and the table has no column for that; "
+            f"allowed: experiments whose runs differ in the cell's keys "
+            f"({', '.join(k for k, _ in keys)}); one that differs only in another key in a config of "
+            "its own, run in a directory of its own (docs/adding-an-algorithm.md)")
 
 
 def _check_source_fits(name: str, exp: dict[str, Any]) -> None:

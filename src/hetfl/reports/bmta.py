@@ -120,7 +120,8 @@ def bmta(runs: pd.DataFrame, reference: pd.DataFrame, resolution: float = 0.0) -
     scheme); the paper's methods hetfl did not run get a row of their own with no reproduced value.
     resolution: half the paper's last printed digit (references.PRINT_RESOLUTION; verdicts.verdict)."""
     # cells group by the paper's label: two sources of one label would mix seeds (a config's are refused at
-    # validation, config._check_one_source_per_label; this guards run directories gathered by hand)
+    # validation, config._check_one_source_per_label, run directories gathered by hand by build_table,
+    # tables.check_runs; this guards a frame given here directly)
     if "dataset_name" in runs:
         sources = runs.groupby("dataset")["dataset_name"].unique()
         mixed = {label: sorted(names) for label, names in sources.items() if len(names) > 1}

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import MISSING, fields
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from hetfl.config import DATASET_LABELS, dataset_label  # the paper labels (validation reads them too)
+from hetfl.config import (  # the paper labels and the tables' cells (validation reads them too)
+    DATASET_LABELS,
+    ONE_SOURCE_PER_LABEL,
+    TABLE_CELLS,
+    RunSpec,
+    cell_clash,
+    dataset_label,
+    source_clash,
+    spec_differences,
+)
 from hetfl.reports import bmta as bm
 from hetfl.reports import communication_cost as cc
 from hetfl.reports import efl_lambda, fairness, fedfor, ruan
 from hetfl.reports import objective_inconsistency as oi
 from hetfl.reports.multiple_arrivals import build_multiple_arrivals
 from hetfl.reports.references import PRINT_RESOLUTION, load_reference, package_file, reading_only
-from hetfl.reports.results import collect_runs
+from hetfl.reports.results import collect_runs, load_run_json
 
 
 def load_runs(paths: list[Path]) -> pd.DataFrame:
@@ -147,6 +158,73 @@ REFERENCES: dict[str, tuple[str, ...]] = {
     "multiple_arrivals": ()}
 
 
+#: tables whose builders read the experiments' own runs only (ruan.own_readings: a by-hand glob may hold
+#: readings variants too); their readings tables pair each variant with its own run (ruan.runs_under)
+OWN_READINGS_ONLY = frozenset({*READINGS_BUILDERS, "multiple_arrivals"})
+
+
+class _RunFields:
+    """A run.json's spec with a RunSpec's fields as attributes, which config's table keys read: a field the
+    spec lacks (a run of an older hetfl) has RunSpec's default, else None. `where`: the run directory."""
+
+    _DEFAULTS = {f.name: f for f in fields(RunSpec)}
+
+    def __init__(self, spec: dict[str, Any], where: str) -> None:
+        self._spec = spec
+        self.where = where
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._spec:
+            return self._spec[name]
+        f = self._DEFAULTS.get(name)
+        if f is not None and f.default_factory is not MISSING:
+            return f.default_factory()
+        return None if f is None or f.default is MISSING else f.default
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._spec)
+
+
+def check_runs(name: str, run_dirs: list[Path]) -> None:
+    """What validation refuses in a config (config.ONE_SOURCE_PER_LABEL, config.TABLE_CELLS), refused in run
+    directories gathered by hand (`hetfl table NAME results/*/*`), by the same keys: two sources of one
+    paper label where the table's cells group runs by that label (mnist's and mnist5k's runs paired seed by
+    seed as MNIST's), and two runs of one seed in one cell (merged, or paired twice). ValueError naming the
+    table, the two runs and what parts them."""
+    check_specs(name, {str(d): load_run_json(Path(d))["spec"] for d in run_dirs})
+
+
+def check_specs(name: str, specs: dict[str, dict[str, Any]]) -> None:
+    """check_runs of the runs' specs (run directory -> its run.json's spec)."""
+    runs = [_RunFields(spec, where) for where, spec in specs.items()]
+    if name in OWN_READINGS_ONLY:
+        runs = [r for r in runs if not r.reading]
+    clash = source_clash(name, runs)
+    if clash is not None:
+        (a, b), setting = clash, len(ONE_SOURCE_PER_LABEL[name][1]) > 1
+        within = " and setting" if setting else ""
+        raise ValueError(
+            f"table {name}: runs {a.where} (dataset \"{a.dataset}\") and {b.where} (dataset "
+            f"\"{b.dataset}\") are both the paper's {dataset_label(b.dataset)}"
+            + (f" under setting {b.setting}" if setting else "")
+            + f", and the table's cells group runs by that label{within}, so its cells would hold both "
+            f"sources' runs as one data set's, paired seed by seed; allowed: runs of one source per paper "
+            f"label{within} (a table from each source's runs"
+            + (", or the other source under a setting name of its own" if setting else "") + ")")
+    found = cell_clash(name, runs)
+    if found is not None:
+        a, b, where = found
+        keys = ", ".join(k for k, _ in TABLE_CELLS[name][1])
+        raise ValueError(
+            f"table {name}: runs {a.where} and {b.where} put seed {b.seed} into one cell ({where}), "
+            "which the table pairs seed by seed, one run each (it would merge the two, or pair the seed "
+            f"twice); the two differ in {spec_differences(a, b, ('the first', 'the second'))}, and the "
+            f"table has no column for that; allowed: one run per seed and cell (runs that differ in the "
+            f"cell's keys: {keys}); a table from each config's runs")
+
+
 def reference_files(table: str) -> tuple[str, ...]:
     """The files of REFERENCES[table], relative to the hetfl package (hetfl.fingerprint.data_fingerprint)."""
     return tuple(package_file(name) for name in REFERENCES[table])
@@ -157,6 +235,7 @@ def build_table(name: str, run_dirs: list[Path], out_stem: Path, readings: bool 
         raise ValueError(f"table '{name}' is unknown; allowed: {', '.join(sorted(BUILDERS))}")
     if readings and name not in READINGS_BUILDERS:
         raise ValueError(f"table '{name}' has no readings table; allowed: {', '.join(READINGS_BUILDERS)}")
+    check_runs(name, run_dirs)
     with reading_only(f"table '{name}'", REFERENCES[name], "hetfl.reports.tables.REFERENCES"):
         if readings:
             return READINGS_BUILDERS[name](name, run_dirs, out_stem)
