@@ -17,15 +17,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hetfl.cluster import ENVIRONMENT, ClusterOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "workflow/config/tiny.yaml"
 PROFILE = ROOT / "workflow/profiles/slurm"
 # the generated train_<experiment> rules (a job per cell) and the splits of large sources; the rest is local
 CLUSTER_RULES = {"train", "split_large"}
 
-HETFL_ENV = ("HETFL_SLURM_PARTITION", "HETFL_SLURM_GPU_PARTITION", "HETFL_SLURM_ACCOUNT", "SLURM_ACCOUNT",
-             "HETFL_GPUS", "HETFL_SLURM_MAX_RUNTIME", "HETFL_SLURM_LOCAL_SPLIT_MB",
-             "HETFL_SLURM_GPU_GFLOPS", "MLFLOW_TRACKING_URI")
+#: cleared from the environment of each workflow run here: every variable that says where cluster jobs go
+#: (the package's list, hetfl.cluster.ENVIRONMENT) and the MLflow server
+HETFL_ENV = (*ENVIRONMENT, "MLFLOW_TRACKING_URI")
 
 
 def _snakemake(workdir: Path, configfile: Path, *extra: str, env: dict[str, str] | None = None):
@@ -41,6 +43,29 @@ def _rules(pattern: str) -> set[str]:
     text = "\n".join(p.read_text() for p in sorted((ROOT / "workflow/rules").glob("*.smk")))
     text += (ROOT / "Snakefile").read_text()
     return set(re.findall(pattern, text, flags=re.M))
+
+
+def test_every_hetfl_slurm_variable_the_code_reads_is_cleared_before_a_workflow_run():
+    """A HETFL_SLURM_* variable of the user's environment changed what the workflow under test asked for:
+    HETFL_SLURM_MAX_MEM_MB capped the memory, HETFL_SLURM_GPU_GRES turned --gpus into --gres, and the
+    tests' list left both through. Every such name in the package or the workflow is cleared."""
+    texts = [p.read_text() for p in sorted((ROOT / "src/hetfl").rglob("*.py"))]
+    texts += [p.read_text() for p in sorted((ROOT / "workflow").rglob("*.smk"))]
+    texts += [(ROOT / "Snakefile").read_text(), (PROFILE / "config.yaml").read_text()]
+    read = set(re.findall(r"\bHETFL_SLURM_[A-Z0-9_]+", "\n".join(texts)))
+    assert {"HETFL_SLURM_MAX_MEM_MB", "HETFL_SLURM_GPU_GRES"} <= read  # the scan finds them
+    assert read - set(HETFL_ENV) == set()
+
+
+def test_the_package_lists_exactly_the_variables_it_reads():
+    """hetfl.cluster.ENVIRONMENT, which the tests clear, holds no name that ClusterOptions does not read:
+    each, set alone, changes the options."""
+    value = {"HETFL_GPUS": "1", "HETFL_SLURM_GPU_GRES": "gpu", "HETFL_SLURM_MAX_RUNTIME": "5",
+             "HETFL_SLURM_MAX_MEM_MB": "512", "HETFL_SLURM_LOCAL_SPLIT_MB": "0",
+             "HETFL_SLURM_GPU_GFLOPS": "7"}
+    unset = ClusterOptions.from_environ({})
+    for name in ENVIRONMENT:
+        assert ClusterOptions.from_environ({name: value.get(name, "x")}) != unset, name
 
 
 def test_every_light_rule_is_local():

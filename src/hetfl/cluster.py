@@ -296,6 +296,14 @@ def gpu_seconds_run(spec: RunSpec, gpu_gflops: float) -> float:
             + spec.rounds * (ROUND_SECONDS + steps * GPU_STEP_SECONDS))
 
 
+#: the environment variables ClusterOptions.from_environ reads, and it reads no other: a variable added
+#: there is added here, or it reads as unset (tests/test_slurm.py clears these before each workflow run,
+#: so that a user's own settings leave the tests alone)
+ENVIRONMENT = ("HETFL_SLURM_PARTITION", "HETFL_SLURM_GPU_PARTITION", "HETFL_SLURM_ACCOUNT", "SLURM_ACCOUNT",
+               "HETFL_GPUS", "HETFL_SLURM_GPU_GRES", "HETFL_SLURM_MAX_RUNTIME", "HETFL_SLURM_MAX_MEM_MB",
+               "HETFL_SLURM_LOCAL_SPLIT_MB", "HETFL_SLURM_GPU_GFLOPS")
+
+
 @dataclass(frozen=True)
 class ClusterOptions:
     """Where jobs go, from the environment (docs/cluster.md). ``partition``: HETFL_SLURM_PARTITION (else
@@ -326,6 +334,8 @@ class ClusterOptions:
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> ClusterOptions:
+        env = {name: env[name] for name in ENVIRONMENT if name in env}  # the variables it reads: ENVIRONMENT
+
         def whole(name: str, minimum: int, meaning: str, maximum: int | None = None) -> int | None:
             raw = env.get(name, "").strip()
             if not raw:
