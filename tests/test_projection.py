@@ -1,18 +1,26 @@
 """`hetfl project`: random stand-ins of the real sources, the scaled grid, the fitted line, the projection,
 and its errors before any work."""
 
+import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hetfl.cluster import cells_per_job
+from hetfl.cluster import ENVIRONMENT, cells_per_job
 from hetfl.config import ConfigError, by_cell, expand_runs, load_config, validate_config
 from hetfl.data.sources import load_source
 from hetfl.projection import Projection, fake_source, fit, full_grid_jobs, project, scaled_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "workflow/config/paper"
+
+
+@pytest.fixture(autouse=True)
+def _no_cluster_environment(monkeypatch):
+    """project reads the cluster's variables (HETFL_GPUS): a user's own leave these tests alone."""
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
 
 
 def test_a_fake_source_loads_as_the_real_one_would(tmp_path):
@@ -166,3 +174,56 @@ def test_the_workflow_is_run_at_make_reproduces_job_rate(tmp_path, monkeypatch):
         assert argv[1:3] == ["-m", "hetfl.snakemake_main"]  # without the wait for the last timer at exit
         i = argv.index("--max-jobs-per-timespan")
         assert argv[i + 1] == LOCAL_JOB_RATE == "10000/10s"
+
+
+def _workflow_calls(monkeypatch) -> list[list[str]]:
+    """The workflow runs project() starts, recorded instead of run."""
+    import subprocess
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr("hetfl.projection.subprocess.run",
+                        lambda argv, **kw: calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""))
+    return calls
+
+
+def _resources(argv: list[str]) -> list[str]:
+    i = argv.index("--resources")
+    return list(itertools.takewhile(lambda a: not a.startswith("--"), argv[i + 1:]))
+
+
+def _grid(model: str, dataset: str) -> dict:
+    setting = {"alpha": 1.0, "beta": 1.0} if dataset == "synthetic" else {"partition": {"label_skew": "iid"}}
+    return validate_config({"experiments": {"e": {
+        "table": "none", "dataset": dataset, "settings": {"N": setting}, "model": model, "num_devices": 4,
+        "schemes": ["C"], "num_traces": [1], "rounds": 20, "seeds": [0]}}})
+
+
+def test_with_hetfl_gpus_the_projection_runs_the_workflow_with_the_gpu_and_says_so(tmp_path, monkeypatch):
+    """With HETFL_GPUS=1 the workflow trains a CNN's runs on cuda (hetfl.cluster.train_device), each job
+    asking for the resource gpu, which a local run leaves unconstrained unless --resources names it: the
+    projection ran as many GPU jobs at once as it had cores, on one GPU, and reported '2 core(s)' only. It
+    now runs the workflow with --resources gpu=1, as a one-GPU machine runs the grid, and says so; without
+    HETFL_GPUS, or with no GPU model in the grid (no job asks for one), nothing changes."""
+    calls = _workflow_calls(monkeypatch)
+    monkeypatch.setenv("HETFL_GPUS", "1")
+    p = project(_grid("cnn", "mnist5k"), [0.1, 0.2], workdir=tmp_path / "gpu", snakefile=ROOT / "Snakefile")
+    assert [_resources(argv) for argv in calls] == [["mlflow_store=1", "gpu=1"]] * 2
+    assert p.gpus == 1
+    assert "wall on 2 core(s) and 1 GPU, 1 runs" in p.report(), p.report()
+    assert "for all 1 runs on 2 core(s) and 1 GPU (T(1)" in p.report(), p.report()
+    for env, grid in (({}, _grid("cnn", "mnist5k")), ({"HETFL_GPUS": "1"}, _grid("logreg", "synthetic"))):
+        calls.clear()
+        monkeypatch.delenv("HETFL_GPUS", raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        p = project(grid, [0.1, 0.2], workdir=tmp_path / f"cpu{len(env)}", snakefile=ROOT / "Snakefile")
+        assert [_resources(argv) for argv in calls] == [["mlflow_store=1"]] * 2
+        assert p.gpus == 0 and "GPU" not in p.report(), p.report()
+
+
+def test_a_bad_hetfl_gpus_is_named_before_any_work(tmp_path, monkeypatch):
+    calls = _workflow_calls(monkeypatch)
+    monkeypatch.setenv("HETFL_GPUS", "2")
+    with pytest.raises(ValueError, match="environment variable HETFL_GPUS has value '2'"):
+        project(_grid("cnn", "mnist5k"), [0.1, 0.2], workdir=tmp_path, snakefile=ROOT / "Snakefile")
+    assert calls == [] and not any(tmp_path.iterdir())

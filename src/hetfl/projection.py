@@ -20,14 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hetfl.cluster import cells_per_job, train_groups
+from hetfl.cluster import ClusterOptions, cells_per_job, gpus_for, train_groups
 from hetfl.config import ConfigError, by_cell, expand_runs, validate_config
 from hetfl.reproduce import LOCAL_JOB_RATE
 
@@ -127,7 +127,8 @@ def fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
 @dataclass(frozen=True)
 class Projection:
     """Measured (fraction, wall seconds) points, the fitted line, and the grid projected from it; `jobs`:
-    (experiment, cells_per_job) as every fraction ran them (full_grid_jobs)."""
+    (experiment, cells_per_job) as every fraction ran them (full_grid_jobs); `gpus`: the GPUs the workflow
+    ran with (project_gpus)."""
 
     points: tuple[tuple[float, float], ...]
     a: float
@@ -136,6 +137,12 @@ class Projection:
     runs_full: int
     cores: int
     jobs: tuple[tuple[str, str], ...] = ()
+    gpus: int = 0
+
+    @property
+    def machine(self) -> str:
+        """What the workflow ran on: '2 core(s)', '2 core(s) and 1 GPU'."""
+        return f"{self.cores} core(s)" + (f" and {self.gpus} GPU" if self.gpus else "")
 
     @property
     def below_noise(self) -> bool:
@@ -150,7 +157,7 @@ class Projection:
         return (self.a + max(self.b, 0.0)) * self.runs_full / self.runs_measured
 
     def report(self) -> str:
-        rows = [f"  f = {f:g}: {s:.1f} s wall on {self.cores} core(s), {self.runs_measured} runs"
+        rows = [f"  f = {f:g}: {s:.1f} s wall on {self.machine}, {self.runs_measured} runs"
                 for f, s in self.points]
         layouts = {"cell": "a job per cell", "group": "one job for all its cells"}
         for level, name in layouts.items():
@@ -165,8 +172,17 @@ class Projection:
                         "--fractions (e.g. 0.25 0.5) to measure it")
         hours = self.seconds / 3600
         rows.append(f"projected: {self.seconds:.0f} s ({hours:.2f} h) for all {self.runs_full} runs on "
-                    f"{self.cores} core(s) (T(1) × {self.runs_full}/{self.runs_measured} runs)")
+                    f"{self.machine} (T(1) × {self.runs_full}/{self.runs_measured} runs)")
         return "\n".join(rows)
+
+
+def project_gpus(config: dict[str, Any], environ: Mapping[str, str]) -> int:
+    """The GPUs a projection of `config` runs the workflow with: HETFL_GPUS (ClusterOptions.gpus, 0 or 1)
+    where a run of the grid trains on it (a convolutional or recurrent model: cluster.gpus_for), else 0.
+    Every such job trains on `cuda`, the one device, so the workflow gets --resources gpu=1, as on a one-GPU
+    machine: unnamed, the resource constrains nothing, and as many jobs as cores shared the GPU at once."""
+    options = ClusterOptions.from_environ(environ)
+    return max((gpus_for([spec], options) for spec in expand_runs(config)), default=0)
 
 
 def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), cores: int = 2,
@@ -183,6 +199,7 @@ def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), co
                           "more (a line is fitted through their wall times)")
     for f in fractions:  # every problem before any work
         scaled_config(config, f, None)
+    gpus = project_gpus(config, os.environ)  # a bad HETFL_GPUS too
     if workdir is not None:
         # a --keep DIR that holds an earlier projection: Snakemake would find that run's outputs up to date
         # and time only what is left to do (a second `hetfl project --keep DIR` projected 2 s for a grid
@@ -213,7 +230,8 @@ def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), co
             proc = subprocess.run([sys.executable, "-m", "hetfl.snakemake_main", "-s",
                                    str(Path(snakefile).resolve()),
                                    "--directory", str(run_dir), "--configfile", str(run_dir / "config.yaml"),
-                                   "--cores", str(cores), "--resources", "mlflow_store=1", "--quiet",
+                                   "--cores", str(cores), "--resources", "mlflow_store=1",
+                                   *([f"gpu={gpus}"] if gpus else []), "--quiet",
                                    "--max-jobs-per-timespan", LOCAL_JOB_RATE],  # as make reproduce runs
                                   capture_output=True, text=True, env=env)
             seconds = time.perf_counter() - t0
@@ -223,4 +241,4 @@ def project(config: dict[str, Any], fractions: Sequence[float] = (0.05, 0.1), co
             points.append((f, seconds))
     a, b = fit(points)
     return Projection(tuple(points), a, b, runs_measured, runs_full, cores,
-                      tuple(sorted(full_grid_jobs(config).items())))
+                      tuple(sorted(full_grid_jobs(config).items())), gpus)
