@@ -23,7 +23,7 @@ from PIL import Image  # noqa: E402
 from hetfl import cli, reproduce  # noqa: E402
 from hetfl.config import ConfigError, check_data, validate_config  # noqa: E402
 from hetfl.data import sources  # noqa: E402
-from hetfl.data.sources import SourceUnavailableError, check_available  # noqa: E402
+from hetfl.data.sources import SourceUnavailableError, check_available, load_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGIT5 = {"table": "none", "dataset": "digit5",
@@ -32,6 +32,10 @@ DIGIT5 = {"table": "none", "dataset": "digit5",
           "num_devices": 2, "sizes": {"distribution": "equal"}, "test_fraction": 0.1,
           "global_test_average": "domains", "model": "cnn_bn", "algorithms": ["fedavg"], "schemes": ["B"],
           "num_traces": [1], "seeds": [0]}
+MNIST = {"table": "none", "dataset": "mnist",
+         "settings": {"IID": {"partition": {"label_skew": "iid"}, "local_epochs": 1, "rounds": 2}},
+         "num_devices": 2, "sizes": {"distribution": "equal"}, "test_fraction": 0.1, "model": "mlp",
+         "algorithms": ["fedavg"], "schemes": ["B"], "num_traces": [1], "seeds": [0]}
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +69,46 @@ def write_idx(path: Path, array) -> None:
     raw = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape) + array.tobytes()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(raw) if path.suffix == ".gz" else raw)
+
+
+def hub_repo(repo: Path, config: str | None = None, splits=("train", "test")) -> Path:
+    """A hub dataset repository's files as the hub holds them (ylecun/mnist: a README whose YAML declares the
+    config and its Parquet files; images as PNG bytes), 4 random 28x28 images per split."""
+    rng = np.random.default_rng(0)
+    feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
+    for split in splits:
+        pixels = rng.integers(0, 256, (4, 28, 28), dtype=np.uint8)
+        cols = {"image": [Image.fromarray(p) for p in pixels], "label": [0, 1, 2, 3]}
+        ds = datasets.Dataset.from_dict(cols, features=feats)
+        (repo / "data").mkdir(parents=True, exist_ok=True)
+        ds.to_parquet(str(repo / "data" / f"{split}-00000-of-00001.parquet"))
+    files = "".join(f"  - split: {s}\n    path: data/{s}-*\n" for s in splits)
+    (repo / "README.md").write_text(f"---\nconfigs:\n- config_name: {config or 'default'}\n  data_files:\n"
+                                    f"{files}---\n")
+    return repo
+
+
+def datasets_cache(cache: Path, hub_id: str, config: str | None = None, splits=("train", "test")) -> Path:
+    """`hub_id` in a datasets cache as an online `load_dataset(hub_id, name=config, cache_dir=cache)` leaves
+    it, <namespace>___<name>/<config>/<version>/<hash>/ (dataset_info.json, <name>-<split>.arrow): prepared
+    by datasets' own builder from the repository's files (hub_repo); only the namespace prefix, which
+    datasets adds for a hub id, is put on by renaming. Returns <cache>/<namespace>___<name>."""
+    namespace, name = hub_id.split("/")
+    repo = hub_repo(cache.parent / f"repo-{namespace}" / name, config, splits)
+    datasets.load_dataset_builder(str(repo), cache_dir=str(cache)).download_and_prepare()
+    return (cache / name).rename(cache / f"{namespace}___{name}")
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection or name look-up fails the test."""
+    import socket
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the data check touched the network")
+
+    for obj, attr in ((socket.socket, "connect"), (socket, "getaddrinfo"), (socket, "create_connection")):
+        monkeypatch.setattr(obj, attr, refused)
 
 
 # ---- hetfl.data.sources.check_available ------------------------------------------------------------------
@@ -116,7 +160,8 @@ def test_a_prepared_copy_that_is_incomplete_is_named(tmp_path):
         check_available("digit5", data_dir=tmp_path)
 
 
-def test_a_hub_sources_local_copy_is_checked_and_no_copy_is_left_to_the_hub(tmp_path):
+def test_a_hub_sources_local_copy_is_checked_and_online_no_copy_is_left_to_the_hub(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
     assert check_available("mnist").startswith("the Hugging Face Hub (ylecun/mnist; no local copy under")
     assert check_available("digits") == "scikit-learn (shipped)"
     (tmp_path / "empty/cifar10").mkdir()
@@ -144,6 +189,93 @@ def test_nists_files_are_checked_from_their_headers(tmp_path, monkeypatch):
     write_idx(root / "emnist-balanced-train-images-idx3-ubyte.gz", np.zeros((2, 28, 28)))
     monkeypatch.setattr(sources, "_read_idx", lambda *a: (_ for _ in ()).throw(AssertionError("read")))
     assert check_available("emnist-balanced", data_dir=tmp_path) == str(root)
+
+
+# ---- hub sources in offline mode: a copy in the datasets cache hetfl passes, or a refusal ---------------
+
+
+def test_offline_a_hub_source_with_no_cached_copy_is_refused_naming_the_caches(tmp_path, monkeypatch,
+                                                                                no_network):
+    """With HF_HUB_OFFLINE=1 and neither a local copy nor a cached one, the split job failed (≈0.5 s) only
+    after the other jobs had run; now the check refuses, naming the source, the hub id, where it looked
+    and what to do, without creating anything or touching the network."""
+    root = tmp_path / "empty"
+    with pytest.raises(SourceUnavailableError) as err:
+        check_available("mnist", splits=("train", "test"))
+    msg = str(err.value)
+    assert msg.startswith("data set 'mnist' (split 'train') is not available offline.\n"), msg
+    assert "offline mode is set (HF_HUB_OFFLINE=1): hetfl reads the Hugging Face Hub copy ylecun/mnist " \
+           "only from the datasets cache" in msg
+    assert f"looked in the datasets cache: {root / 'hf_cache'} (data root {root}: $HETFL_DATA_DIR)" in msg
+    assert "ConnectionError" in msg  # datasets' own answer
+    assert f"looked on disk in: {root / 'mnist'}, {root / 'mnist/train'}, {root / 'mnist/data/train'}" in msg
+    assert f"accepted layouts under {root / 'mnist'}:" in msg and "train/state.json" in msg
+    assert "run once with internet and offline mode unset (unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE)" in msg
+    assert f"downloads ylecun/mnist and prepares it in {root / 'hf_cache'}, which later offline" in msg
+    assert "python -m hetfl.data.sources fetch mnist --data-dir DIR" in msg
+    assert not (root / "hf_cache").exists()
+    with pytest.raises(SourceUnavailableError) as err:
+        check_available("emnist-letters", data_dir=tmp_path)
+    msg = str(err.value)
+    assert "tanganke/emnist_letters (config emnist-letters)" in msg and "(data root " in msg
+    assert "emnist-letters-{train,test}-images-idx3-ubyte.gz" in msg  # NIST's own files, the other way
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(SourceUnavailableError, match=r"offline mode is set \(HF_DATASETS_OFFLINE=1\)"):
+        check_available("cifar10")
+    config = validate_config({"experiments": {"m": MNIST}})
+    with pytest.raises(ConfigError) as err:
+        check_data(config)
+    assert str(err.value).startswith(
+        "data not available:\n  config key 'experiments.m.dataset' has value \"mnist\", whose data cannot be "
+        "read, so its split jobs would fail (nothing ran): data set 'mnist' (split 'train') is not available "
+        "offline")
+
+
+def test_offline_a_cached_copy_passes_and_is_what_load_source_reads(tmp_path, monkeypatch, no_network):
+    root = tmp_path / "empty"
+    entry = datasets_cache(root / "hf_cache", "ylecun/mnist", "mnist")
+
+    def no_reads(*args, **kwargs):
+        raise AssertionError("check_available read the data")
+
+    with monkeypatch.context() as m:
+        m.setattr(datasets.Dataset, "from_file", no_reads)
+        m.setattr(datasets.DatasetBuilder, "as_dataset", no_reads)
+        where = check_available("mnist", splits=("train", "test"))
+    assert where.startswith(f"the datasets cache {entry / 'mnist/0.0.0'}/") and "HF_HUB_OFFLINE=1" in where
+    check_data(validate_config({"experiments": {"m": MNIST}}))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # as a split job's process has it
+    data = load_source("mnist", split="test")
+    assert len(data) == 4 and data.x.shape == (4, 1, 28, 28)
+
+
+def test_offline_a_cached_copy_without_the_split_or_the_config_is_refused(tmp_path, no_network):
+    root = tmp_path / "empty"
+    entry = datasets_cache(root / "hf_cache", "ylecun/mnist", "mnist", splits=("train",))
+    assert check_available("mnist").startswith("the datasets cache")
+    with pytest.raises(SourceUnavailableError, match=r"(?s)split 'test'.*the cached copy .*ylecun___mnist.* "
+                                                     r"holds split\(s\) \['train'\], not 'test'"):
+        check_available("mnist", splits=("train", "test"))
+    next(entry.glob("mnist/0.0.0/*/mnist-train.arrow")).unlink()  # a copy cut short
+    with pytest.raises(SourceUnavailableError, match=r"lacks \['mnist-train.arrow'\]"):
+        check_available("mnist")
+    datasets_cache(root / "hf_cache", "tanganke/emnist_letters", "default")  # another config than hetfl's
+    with pytest.raises(SourceUnavailableError, match="Couldn't find cache for tanganke/emnist_letters for "
+                                                     "config 'emnist-letters'"):
+        check_available("emnist-letters")
+
+
+def test_online_the_cache_is_not_looked_up(monkeypatch):
+    """Without offline mode the split job asks the hub (or, with no network, fails after its retries): no
+    network-free signal says beforehand whether the hub will answer, so the check does not guess."""
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+
+    def looked(*args, **kwargs):
+        raise AssertionError("the cache was looked up online")
+
+    monkeypatch.setattr(datasets, "load_dataset_builder", looked)
+    assert check_available("cifar10").startswith("the Hugging Face Hub (uoft-cs/cifar10; no local copy under")
 
 
 # ---- hetfl.config.check_data -----------------------------------------------------------------------------
@@ -217,6 +349,22 @@ def test_the_workflow_refuses_before_any_job_and_a_dry_run_still_plans(tmp_path)
         run.stderr, run.stderr[-3000:]
     assert not (work / "data_splits").exists() and not (work / "logs").exists()  # no job ran
     assert not any((work / ".snakemake" / "locks").glob("*"))  # and the next run is not locked out
+
+
+def test_the_workflow_offline_refuses_a_hub_source_with_no_cached_copy_before_any_job(tmp_path):
+    """HF_HUB_OFFLINE=1 and no copy of ylecun/mnist anywhere hetfl reads: the split job failed only after
+    the trace jobs had run; now the run stops before any job, naming the key, the hub id and the cache."""
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text(yaml.safe_dump({"experiments": {"m": MNIST}}))
+    work = tmp_path / "wf"
+    work.mkdir()
+    run = _snakemake(work, cfg)
+    assert run.returncode != 0
+    key = "hetfl: data not available:\n  config key 'experiments.m.dataset' has value \"mnist\""
+    assert key in run.stderr and "not available offline" in run.stderr and "ylecun/mnist" in run.stderr, \
+        run.stderr[-3000:]
+    assert f"looked in the datasets cache: {tmp_path / 'empty/hf_cache'}" in run.stderr
+    assert not (work / "data_splits").exists() and not (work / "logs").exists()  # no job ran
 
 
 def test_a_run_whose_splits_are_made_needs_no_data(tmp_path):

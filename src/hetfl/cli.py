@@ -531,7 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("--no-data", action="store_true",
                    help="do not check that the data its split jobs read is there (a prepared domainnet or "
-                        "digit5 copy; a local copy that is readable)")
+                        "digit5 copy; a local copy that is readable; offline, a hub source's copy in the "
+                        "datasets cache)")
     p.add_argument("--splits-root", default="data_splits",
                    help="experiments whose splits are all made here need no data (default: data_splits)")
     p.set_defaults(func=_cmd_validate)

@@ -8,7 +8,7 @@ point, before starting snakemake:
 1. validates the config with hetfl, so a YAML syntax error names its line and column (snakemake's own
    message, "Config file is not valid JSON or YAML", does not), and checks the data of the splits it
    still has to make (hetfl.config.check_data: a prepared domainnet/digit5 copy, a local copy that is
-   there but unreadable);
+   there but unreadable, offline a hub source's copy in the datasets cache);
 2. looks for a lock. If a snakemake process is working in the directory, it stops and names it; if none
    is, the lock is stale: it says so and removes it (`snakemake --unlock`);
 3. runs snakemake with --rerun-incomplete (jobs cut off by the kill run again; finished jobs are kept)

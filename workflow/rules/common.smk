@@ -183,7 +183,7 @@ def split_experiments():
 
 
 # The data those split jobs read (a prepared copy of domainnet or digit5, a local copy that is there but
-# unreadable), checked before any job starts: a split job found it only after other jobs had run. onstart
+# unreadable, offline a hub source's copy in the datasets cache), checked before any job starts: a split job found it only after other jobs had run. onstart
 # runs once the plan is made and never in a dry run (-n), so a dry run and a run whose splits are already
 # made need no data (hetfl.config.check_data; docs/datasets.md).
 onstart:

@@ -14,8 +14,10 @@ Where a source comes from, in this order:
    the same error, saying how to prepare the copy.
 
 :func:`check_available` raises the errors of step 2 without reading data (file existence, the
-``save_to_disk`` JSON files and IDX headers): ``hetfl.config.check_data`` runs it where the workflow starts,
-so a missing or unreadable copy is refused before any job runs.
+``save_to_disk`` JSON files and IDX headers) and, in offline mode, step 3's for a hub source with no copy in
+the datasets cache ``<data_dir>/hf_cache`` (datasets' own offline look-up; the network is never tried):
+``hetfl.config.check_data`` runs it where the workflow starts, so a missing or unreadable copy is refused
+before any job runs.
 
 ``python -m hetfl.data.sources fetch <name> --data-dir DIR`` saves every split of a hub source to
 ``DIR/<name>`` (step 2's format), for copying to a machine without internet;
@@ -26,6 +28,7 @@ so a missing or unreadable copy is refused before any job runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -860,9 +863,14 @@ def check_available(name: str, *, data_dir: str | Path | None = None,
     loads only from a local copy (``domainnet``, ``digit5``) with none there, ``ValueError`` for a copy
     that is there but unreadable (no layout hetfl reads, a split missing, a DatasetDict whose JSON or data
     files are missing, a column missing from its features, NIST files of the wrong header). Only file
-    existence, the save_to_disk JSON files and IDX headers are read. Whether the hub (or its cache) answers
-    for a hub source without a local copy is left to ``load_source``. Returns where the data will come
-    from, in a few words."""
+    existence, the save_to_disk JSON files and IDX headers are read.
+
+    A hub source without a local copy: in offline mode (``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` set),
+    where ``load_source`` reads it only from the datasets cache ``<data root>/hf_cache``, that cache must
+    hold a prepared copy with the split (:func:`_check_cached`: datasets' own offline look-up, its
+    dataset_info.json and the Arrow files' existence), else :class:`SourceUnavailableError`. Online it
+    passes: whether the hub answers is ``load_source``'s to find out (no network-free signal tells).
+    Returns where the data will come from, in a few words."""
     info = _info(name)
     if info.origin == "sklearn":
         return "scikit-learn (shipped)"
@@ -875,7 +883,8 @@ def check_available(name: str, *, data_dir: str | Path | None = None,
         if found is None:
             if info.origin == "local":
                 raise _unprepared(info, root, split, data_dir)
-            where = f"the Hugging Face Hub ({info.hub_id}; no local copy under {root / name})"
+            where = (_check_cached(info, root, split, data_dir) if _env_offline()
+                     else f"the Hugging Face Hub ({info.hub_id}; no local copy under {root / name})")
             continue
         kind, path, labels = found
         if kind == "idx":
@@ -902,8 +911,93 @@ def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> b
     return split in info.hub_splits  # (local-only sources: load_source then says how to prepare them)
 
 
+def _offline_vars() -> list[str]:
+    """The offline switches that are set, as ``NAME=value``: with either, load_source reads a hub source
+    only from the datasets cache (or refuses, where the switch was set after ``datasets`` was imported)."""
+    return [f"{k}={os.environ[k]}" for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+            if os.environ.get(k, "").upper() in _TRUE]
+
+
 def _env_offline() -> bool:
-    return any(os.environ.get(k, "").upper() in _TRUE for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return bool(_offline_vars())
+
+
+@contextlib.contextmanager
+def _datasets_offline_quietly() -> Iterator[Any]:
+    """``datasets`` with its offline switch on and its log at errors only, as they were afterwards. The
+    switch is read at import: a variable set later in this process would leave it off, and the cache look-up
+    would then ask the hub first. The log: its "Using the latest cached version" warnings."""
+    import datasets
+
+    offline, verbosity = datasets.config.HF_HUB_OFFLINE, datasets.logging.get_verbosity()
+    datasets.config.HF_HUB_OFFLINE = True
+    datasets.logging.set_verbosity_error()
+    try:
+        yield datasets
+    finally:
+        datasets.config.HF_HUB_OFFLINE = offline
+        datasets.logging.set_verbosity(verbosity)
+
+
+def _cached_builder(info: SourceInfo, cache: Path) -> Any:
+    """What ``load_dataset(hub_id, name=config, revision=..., cache_dir=cache)`` would read offline, asked of
+    datasets itself: ``load_dataset_builder`` with the same arguments, which in offline mode looks in
+    ``cache`` only (the copy an earlier online load prepared there:
+    ``<namespace>___<name>/<config>/<version>/<hash>/``, the latest for any revision) and never at the
+    network or the hub's own file cache. OSError or ValueError (datasets' message) when there is none."""
+    hub_id, config, revision = _hub_coordinates(info, {})
+    with _datasets_offline_quietly() as datasets:
+        return datasets.load_dataset_builder(hub_id, name=config, revision=revision, cache_dir=str(cache))
+
+
+def _check_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path | None) -> str:
+    """Offline, a hub source without a local copy: the datasets cache ``root/hf_cache`` (the cache_dir
+    load_source passes) holds a prepared copy with ``split`` and its Arrow files, else
+    SourceUnavailableError (_not_cached). Reads dataset_info.json; data files are only stat'ed."""
+    from datasets.naming import filenames_for_dataset_split
+
+    cache = root / "hf_cache"
+    try:
+        builder = _cached_builder(info, cache)
+    except (OSError, ValueError) as err:  # ConnectionError (nothing cached), "Couldn't find cache for ..."
+        raise _not_cached(info, root, split, data_dir, f"{type(err).__name__}: {err}") from None
+    held = builder.info.splits or {}
+    if split not in held:
+        raise _not_cached(info, root, split, data_dir,
+                          f"the cached copy {builder.cache_dir} holds split(s) {sorted(held)}, not {split!r}")
+    files = filenames_for_dataset_split(builder.cache_dir, builder.dataset_name, split, "arrow",
+                                        held[split].shard_lengths)
+    missing = [Path(f).name for f in files if not Path(f).is_file()]
+    if missing:
+        raise _not_cached(info, root, split, data_dir, f"the cached copy {builder.cache_dir} lacks {missing} "
+                          "that its dataset_info.json lists (a copy cut short)")
+    return f"the datasets cache {builder.cache_dir} ({', '.join(_offline_vars())})"
+
+
+def _not_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path | None,
+                reason: str) -> SourceUnavailableError:
+    """Offline, a hub source with neither a local copy nor one in the datasets cache hetfl reads."""
+    hub_id, config, _ = _hub_coordinates(info, {})
+    label = hub_id + (f" (config {config})" if config else "")
+    cache = root / "hf_cache"
+    looked = ", ".join(str(p) for p in _local_candidates(root / info.name, split))
+    nist = (f"  * put NIST's own files {info.idx_prefix}-{{train,test}}-images-idx3-ubyte.gz and "
+            f"{info.idx_prefix}-{{train,test}}-labels-idx1-ubyte.gz (folder gzip/ of {_EMNIST_URL}) into "
+            f"{root / info.name}\n" if info.idx_prefix else "")
+    return SourceUnavailableError(
+        f"data set {info.name!r} (split {split!r}) is not available offline.\n"
+        f"  offline mode is set ({', '.join(_offline_vars())}): hetfl reads the Hugging Face Hub copy "
+        f"{label} only from the datasets cache, and does not try the network\n"
+        f"  looked in the datasets cache: {cache} (data root {root}: {_root_origin(data_dir)}): {reason}\n"
+        f"  looked on disk in: {looked}; accepted layouts under {root / info.name}:{_layouts(info, split)}\n"
+        f"To fix, one of:\n"
+        f"  * run once with internet and offline mode unset (unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE): the "
+        f"split job downloads {hub_id} and prepares it in {cache}, which later offline runs read\n"
+        f"  * on a machine with internet run `python -m hetfl.data.sources fetch {info.name} --data-dir DIR` "
+        f"and copy DIR/{info.name} to {root / info.name} (or point hetfl at DIR with {DATA_DIR_ENV}=DIR or "
+        f"the `data_dir` config key)\n"
+        f"{nist}".rstrip("\n")
+    )
 
 
 def _unavailable(info: SourceInfo, root: Path, split: str, hub: str, reason: str,
