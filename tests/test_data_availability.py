@@ -41,6 +41,7 @@ MNIST = {"table": "none", "dataset": "mnist",
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_home/datasets")  # not the user's
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("HETFL_DATA_DIR", str(tmp_path / "empty"))
 
@@ -276,6 +277,63 @@ def test_online_the_cache_is_not_looked_up(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset_builder", looked)
     assert check_available("cifar10").startswith("the Hugging Face Hub (uoft-cs/cifar10; no local copy under")
+
+
+PROBE = """
+import json
+from huggingface_hub import try_to_load_from_cache
+from hetfl.data.sources import check_available, load_source
+
+out = {"hub_cache": try_to_load_from_cache("ylecun/mnist", "README.md", repo_type="dataset")}
+for what, call in (("check", lambda: check_available("mnist", splits=("train", "test"))),
+                   ("load", lambda: len(load_source("mnist", split="test")))):
+    try:
+        out[what] = call()
+    except Exception as err:
+        out[what] = f"{type(err).__name__}: {err}"
+print(json.dumps(out))
+"""
+
+
+def test_offline_caches_hetfl_does_not_read_are_refused_and_named(tmp_path):
+    """In fresh processes (datasets and huggingface_hub read these variables at import) with HF_HOME,
+    HF_DATASETS_CACHE and HF_HUB_CACHE pointed at temporary directories: the check's answer is the loader's.
+    A copy in the hub's file cache alone (what try_to_load_from_cache finds) is not loaded offline: datasets
+    reads only the Arrow copies it prepared in the cache_dir hetfl passes; nor is one in datasets' default
+    cache, which the message names, and once copied as it says, both the check and load_source pass."""
+    import json
+    import shutil
+
+    root = tmp_path / "empty"
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_CACHE": str(tmp_path / "hub_cache"),
+           "HF_DATASETS_CACHE": str(tmp_path / "ds_cache"), "HF_HUB_OFFLINE": "1",
+           "HETFL_DATA_DIR": str(root)}
+
+    def probe() -> dict:
+        proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    hub = tmp_path / "hub_cache/datasets--ylecun--mnist"
+    hub_repo(hub / "snapshots" / sha, "mnist")
+    (hub / "refs").mkdir()
+    (hub / "refs/main").write_text(sha)
+    out = probe()
+    assert out["hub_cache"] == str(hub / "snapshots" / sha / "README.md")
+    assert out["check"].startswith("SourceUnavailableError: data set 'mnist' (split 'train') is not "
+                                   "available offline"), out
+    assert f"not read by hetfl: datasets' default cache {tmp_path / 'ds_cache'}" in out["check"]
+    assert f"the hub's file cache {tmp_path / 'hub_cache'}" in out["check"]
+    assert out["load"].startswith("SourceUnavailableError: data set 'mnist' (split 'test') is not available")
+    entry = datasets_cache(tmp_path / "ds_cache", "ylecun/mnist", "mnist")
+    out = probe()
+    assert f"copy {entry} into {root / 'hf_cache'}" in out["check"], out
+    assert out["load"].startswith("SourceUnavailableError")
+    shutil.copytree(entry, root / "hf_cache" / entry.name)
+    out = probe()
+    assert out["check"].startswith(f"the datasets cache {root / 'hf_cache/ylecun___mnist/mnist/0.0.0'}"), out
+    assert out["load"] == 4
 
 
 # ---- hetfl.config.check_data -----------------------------------------------------------------------------

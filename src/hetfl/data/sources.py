@@ -974,6 +974,30 @@ def _check_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path
     return f"the datasets cache {builder.cache_dir} ({', '.join(_offline_vars())})"
 
 
+def _elsewhere(info: SourceInfo, cache: Path) -> tuple[str, str]:
+    """(a line naming the caches hetfl does not read, a "copy it" fix where datasets' default cache holds a
+    copy): a user who loaded the source once with plain load_dataset has it there, not in ``cache``."""
+    import datasets
+    import huggingface_hub
+
+    default = Path(datasets.config.HF_DATASETS_CACHE)
+    other = default.resolve() != cache.resolve()
+    hub = huggingface_hub.constants.HF_HUB_CACHE
+    line = ("  not read by hetfl: " + (f"datasets' default cache {default} ($HF_DATASETS_CACHE, else "
+                                       "$HF_HOME/datasets) and " if other else "")
+            + f"the hub's file cache {hub} (offline, datasets reads only the copies it prepared in the "
+            f"cache_dir hetfl passes, {cache})\n")
+    if not other:
+        return line, ""
+    try:
+        found = Path(_cached_builder(info, default).cache_dir)
+    except (OSError, ValueError):
+        return line, ""
+    entry = found.parents[2]  # <namespace>___<name>/<config>/<version>/<hash>
+    return line, (f"  * copy {entry} into {cache} (`cp -r {entry} {cache}/`): datasets' default cache holds "
+                  f"a copy ({found})\n")
+
+
 def _not_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path | None,
                 reason: str) -> SourceUnavailableError:
     """Offline, a hub source with neither a local copy nor one in the datasets cache hetfl reads."""
@@ -981,6 +1005,7 @@ def _not_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path |
     label = hub_id + (f" (config {config})" if config else "")
     cache = root / "hf_cache"
     looked = ", ".join(str(p) for p in _local_candidates(root / info.name, split))
+    not_read, copy = _elsewhere(info, cache)
     nist = (f"  * put NIST's own files {info.idx_prefix}-{{train,test}}-images-idx3-ubyte.gz and "
             f"{info.idx_prefix}-{{train,test}}-labels-idx1-ubyte.gz (folder gzip/ of {_EMNIST_URL}) into "
             f"{root / info.name}\n" if info.idx_prefix else "")
@@ -989,6 +1014,7 @@ def _not_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path |
         f"  offline mode is set ({', '.join(_offline_vars())}): hetfl reads the Hugging Face Hub copy "
         f"{label} only from the datasets cache, and does not try the network\n"
         f"  looked in the datasets cache: {cache} (data root {root}: {_root_origin(data_dir)}): {reason}\n"
+        f"{not_read}"
         f"  looked on disk in: {looked}; accepted layouts under {root / info.name}:{_layouts(info, split)}\n"
         f"To fix, one of:\n"
         f"  * run once with internet and offline mode unset (unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE): the "
@@ -996,7 +1022,7 @@ def _not_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path |
         f"  * on a machine with internet run `python -m hetfl.data.sources fetch {info.name} --data-dir DIR` "
         f"and copy DIR/{info.name} to {root / info.name} (or point hetfl at DIR with {DATA_DIR_ENV}=DIR or "
         f"the `data_dir` config key)\n"
-        f"{nist}".rstrip("\n")
+        f"{nist}{copy}".rstrip("\n")
     )
 
 
