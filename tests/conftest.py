@@ -79,3 +79,22 @@ def workflow_dir(tmp_path_factory):
     proc = run_tiny_workflow(workdir, "--resources", "mlflow_store=1")  # as make reproduce runs it
     assert proc.returncode == 0, proc.stderr[-3000:]
     return workdir
+
+
+def train_as_workflow(specs, root: Path):
+    """Every run of ``specs`` trained as the workflow does: a split per split key and traces per trace key
+    under ``root``, each run into results/<experiment>/<run>. Yields (spec, run dir, RunResult)."""
+    from hetfl.data.build import make_split
+    from hetfl.data.traces import make_traces
+    from hetfl.pipeline import run_training
+
+    for spec in specs:
+        split = root / "splits" / spec.split_key / "split.npz"
+        if not split.exists():
+            make_split(split, spec.split_spec(), spec.seed)
+        traces = root / "traces" / f"{spec.trace_key}.npz"
+        if not traces.exists():
+            make_traces(traces, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
+                        seed=spec.seed)
+        out = root / "results" / spec.experiment / spec.run
+        yield spec, out, run_training(spec, split, traces, out, progress=False, checkpoint_every=0)

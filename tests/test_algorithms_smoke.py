@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import train_as_workflow  # tests/conftest.py (pytest puts tests/ on the path)
 
 from hetfl.algorithms import ALGORITHM_NAMES
 from hetfl.config import ConfigError, expand_runs, load_config, load_schema, validate_config
@@ -41,16 +42,7 @@ def _tiny(spec):
 
 def test_every_algorithm_trains_and_reports_communication(tmp_path):
     runs = [_tiny(s) for s in expand_runs(load_config(SMOKE))]
-    for spec in runs:
-        split = tmp_path / "splits" / spec.split_key / "split.npz"
-        if not split.exists():
-            make_split(split, spec.split_spec(), spec.seed)
-        trace = tmp_path / "traces" / f"{spec.trace_key}.npz"
-        if not trace.exists():
-            make_traces(trace, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
-                        seed=spec.seed)
-        out = tmp_path / "results" / spec.experiment / spec.run
-        result = run_training(spec, split, trace, out, progress=False)
+    for spec, out, result in train_as_workflow(runs, tmp_path):
         assert result.status == "ok", spec.run
         metrics = pd.read_parquet(out / "metrics.parquet")
         names = set(metrics["metric"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import train_as_workflow  # tests/conftest.py (pytest puts tests/ on the path)
 
 from hetfl.config import ConfigError, expand_runs, validate_config
 
@@ -371,27 +372,6 @@ def test_every_table_with_readings_has_a_readings_builder():
     assert set(READINGS_TABLES) == set(READINGS_BUILDERS)
 
 
-def _train(cfg, root):
-    """Every run of a config, trained as the workflow does (split per split key, traces per trace key)."""
-    from hetfl.data.build import make_split
-    from hetfl.data.traces import make_traces
-    from hetfl.pipeline import run_training
-
-    dirs = []
-    for spec in expand_runs(validate_config(cfg)):
-        split = root / "data_splits" / spec.split_key / "split.npz"
-        if not split.exists():
-            make_split(split, spec.split_spec(), spec.seed)
-        traces = root / "traces" / f"{spec.trace_key}.npz"
-        if not traces.exists():
-            make_traces(traces, traceset=spec.traceset, num_devices=spec.num_devices, rounds=spec.rounds,
-                        seed=spec.seed)
-        out = root / "results" / spec.experiment / spec.run
-        run_training(spec, split, traces, out, progress=False, checkpoint_every=0)
-        dirs.append(out)
-    return dirs
-
-
 def test_the_fedfor_readings_table_shows_every_reading_of_fedbns_setup_in_one_table(tmp_path):
     """Table 3's set-up (FedBN's first images, validation images apart from them, the best validation
     accuracy) on a fake DomainNet (three domains, 20, 10 and 16 training images; half of the smallest kept),
@@ -415,7 +395,7 @@ def test_the_fedfor_readings_table_shows_every_reading_of_fedbns_setup_in_one_ta
                readings={"equal_counts_fraction": [0.25], "equal_counts_pick": ["random"],
                          "equal_counts_holdout": ["kept"], "global_test_average": ["pooled"]})
     assert exp["validation_accuracy"] == "holdout" and fedbn["equal_counts_holdout"] == "rest"
-    dirs = _train(cfg, tmp_path)
+    dirs = [out for _, out, _ in train_as_workflow(expand_runs(validate_config(cfg)), tmp_path)]
     out = build_table("fedfor_by_e", dirs, tmp_path / "fedfor_by_e_readings", readings=True)
     tidy = pd.read_csv(f"{out}.csv")
     assert list(dict.fromkeys(tidy["reading"])) == [
