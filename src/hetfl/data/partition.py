@@ -197,21 +197,15 @@ class PartitionSpec:
             raise ValueError(f"PartitionSpec.equal_counts_fraction={self.equal_counts_fraction!r} applies to "
                              "label_skew='natural' with equal_counts=True only; here label_skew="
                              f"{self.label_skew!r}, equal_counts={self.equal_counts!r} allow 1")
-        if not isinstance(self.equal_counts_pick, str) or self.equal_counts_pick not in EQUAL_COUNT_PICKS:
-            raise ValueError(f"PartitionSpec.equal_counts_pick={self.equal_counts_pick!r} is unknown; "
-                             f"allowed: {EQUAL_COUNT_PICKS}")
-        if self.equal_counts_pick != "random" and not (self.equal_counts and self.label_skew == "natural"):
-            raise ValueError(f"PartitionSpec.equal_counts_pick={self.equal_counts_pick!r} applies to "
-                             "label_skew='natural' with equal_counts=True only; here label_skew="
-                             f"{self.label_skew!r}, equal_counts={self.equal_counts!r} allow 'random'")
-        holdouts = EQUAL_COUNT_HOLDOUTS
-        if not isinstance(self.equal_counts_holdout, str) or self.equal_counts_holdout not in holdouts:
-            raise ValueError(f"PartitionSpec.equal_counts_holdout={self.equal_counts_holdout!r} is unknown; "
-                             f"allowed: {EQUAL_COUNT_HOLDOUTS}")
-        if self.equal_counts_holdout != "kept" and not (self.equal_counts and self.label_skew == "natural"):
-            raise ValueError(f"PartitionSpec.equal_counts_holdout={self.equal_counts_holdout!r} applies to "
-                             "label_skew='natural' with equal_counts=True only; here label_skew="
-                             f"{self.label_skew!r}, equal_counts={self.equal_counts!r} allow 'kept'")
+        for key, allowed, default in (("equal_counts_pick", EQUAL_COUNT_PICKS, "random"),
+                                      ("equal_counts_holdout", EQUAL_COUNT_HOLDOUTS, "kept")):
+            value = getattr(self, key)
+            if not isinstance(value, str) or value not in allowed:
+                raise ValueError(f"PartitionSpec.{key}={value!r} is unknown; allowed: {allowed}")
+            if value != default and not (self.equal_counts and self.label_skew == "natural"):
+                raise ValueError(f"PartitionSpec.{key}={value!r} applies to label_skew='natural' with "
+                                 f"equal_counts=True only; here label_skew={self.label_skew!r}, "
+                                 f"equal_counts={self.equal_counts!r} allow {default!r}")
         if self.equal_counts_holdout == "rest" and self.equal_counts_fraction == 1:
             raise ValueError("PartitionSpec.equal_counts_holdout='rest' needs equal_counts_fraction < 1 "
                              "(with 1 the smallest domain keeps all of its samples and has none left to hold "
