@@ -246,7 +246,9 @@ def test_offline_a_cached_copy_passes_and_is_what_load_source_reads(tmp_path, mo
         where = check_available("mnist", splits=("train", "test"))
     assert where.startswith(f"the datasets cache {entry / 'mnist/0.0.0'}/") and "HF_HUB_OFFLINE=1" in where
     check_data(validate_config({"experiments": {"m": MNIST}}))
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # as a split job's process has it
+    # HF_HUB_OFFLINE was set after datasets' import, which left datasets' switch off: load_source, offline
+    # as the check decided, reads the same cache without the network
+    assert not datasets.config.HF_HUB_OFFLINE
     data = load_source("mnist", split="test")
     assert len(data) == 4 and data.x.shape == (4, 1, 28, 28)
 
@@ -334,6 +336,88 @@ def test_offline_caches_hetfl_does_not_read_are_refused_and_named(tmp_path):
     out = probe()
     assert out["check"].startswith(f"the datasets cache {root / 'hf_cache/ylecun___mnist/mnist/0.0.0'}"), out
     assert out["load"] == 4
+
+
+OFFLINE_COMBOS = [{}, {"HF_HUB_OFFLINE": "1"}, {"HF_DATASETS_OFFLINE": "1"}, {"TRANSFORMERS_OFFLINE": "1"},
+                  {"HF_DATASETS_OFFLINE": "0", "HF_HUB_OFFLINE": "1"},
+                  {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "0"},
+                  {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"},
+                  {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "yes"},
+                  {"HF_DATASETS_OFFLINE": "", "HF_HUB_OFFLINE": "true"}, {"HF_HUB_OFFLINE": "no"}]
+
+LIBRARIES_OFFLINE = """
+import importlib, json, os, sys
+import datasets.config, huggingface_hub.constants
+from hetfl.data.sources import offline_switches
+
+out = []
+for combo in json.loads(sys.argv[1]):
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.pop(name, None)
+    os.environ.update(combo)
+    importlib.reload(huggingface_hub.constants)  # both read the variables at import
+    importlib.reload(datasets.config)
+    out.append([datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE, offline_switches()])
+print(json.dumps(out))
+"""
+
+
+def test_offline_is_what_either_library_reads_as_offline():
+    """One answer to "offline?" for check_available and load_source (offline_switches): offline where
+    huggingface_hub (HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE) or datasets (HF_DATASETS_OFFLINE where set,
+    else huggingface_hub's) would not go to the network, as each reads the variables at import; the
+    switches that say so are named. datasets downloads through huggingface_hub, so with
+    HF_DATASETS_OFFLINE=0 and HF_HUB_OFFLINE=1 it reads only its cache too."""
+    import json
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    proc = subprocess.run([sys.executable, "-c", LIBRARIES_OFFLINE, json.dumps(OFFLINE_COMBOS)],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answers = json.loads(proc.stdout.strip().splitlines()[-1])
+    for combo, (datasets_off, hub_off, switches) in zip(OFFLINE_COMBOS, answers, strict=True):
+        assert bool(switches) == (datasets_off or hub_off), (combo, datasets_off, hub_off, switches)
+        assert all(s.split("=")[0] in combo and combo[s.split("=")[0]] == s.split("=", 1)[1]
+                   for s in switches), (combo, switches)
+    assert answers[OFFLINE_COMBOS.index({"HF_DATASETS_OFFLINE": "0", "HF_HUB_OFFLINE": "1"})][:2] == \
+        [False, True]  # the contradictory pair: datasets online, the hub offline
+    contradictory = {"HF_DATASETS_OFFLINE": "0", "HF_HUB_OFFLINE": "1"}
+    assert sources.offline_switches(contradictory) == ["HF_HUB_OFFLINE=1"]
+    assert sources.offline_switches({"TRANSFORMERS_OFFLINE": "1"}) == ["TRANSFORMERS_OFFLINE=1"]
+    assert sources.offline_switches({}) == []
+
+
+@pytest.mark.parametrize("combo", [{"HF_DATASETS_OFFLINE": "0", "HF_HUB_OFFLINE": "1"},
+                                   {"TRANSFORMERS_OFFLINE": "1"}])
+def test_the_check_and_load_source_agree_on_offline_whatever_the_variables_say(tmp_path, combo):
+    """HF_DATASETS_OFFLINE=0 with HF_HUB_OFFLINE=1: datasets goes online, the hub refuses, datasets reads its
+    cache. The check read the cached copy and passed, but load_source's own guard refused every hub load
+    whatever was cached, so the split job failed after the other jobs had run. TRANSFORMERS_OFFLINE=1
+    (huggingface_hub's fallback switch) turns both libraries offline, but the check took it for online and
+    passed with no cached copy. In fresh processes: with no cached copy both refuse, with one both read it."""
+    import json
+
+    root = tmp_path / "empty"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(combo, HF_HOME=str(tmp_path / "hf_home"), HETFL_DATA_DIR=str(root))
+
+    def probe() -> dict:
+        proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    out = probe()
+    switch = "HF_HUB_OFFLINE=1" if "HF_HUB_OFFLINE" in combo else "TRANSFORMERS_OFFLINE=1"
+    assert out["check"].startswith("SourceUnavailableError: data set 'mnist' (split 'train') is not "
+                                   f"available offline.\n  offline mode is set ({switch})"), out
+    assert out["load"].startswith("SourceUnavailableError: data set 'mnist' (split 'test') is not "
+                                  "available"), out
+    datasets_cache(root / "hf_cache", "ylecun/mnist", "mnist")
+    out = probe()
+    assert out["check"].startswith(f"the datasets cache {root / 'hf_cache/ylecun___mnist/mnist/0.0.0'}"), out
+    assert switch in out["check"] and out["load"] == 4, out
 
 
 # ---- hetfl.config.check_data -----------------------------------------------------------------------------

@@ -1046,7 +1046,7 @@ def check_data(config: dict[str, Any], *, experiments: Iterable[str] | None = No
     source that loads only from a local copy (FedBN's domainnet and digit5) with none under the data root,
     or a local copy that is there but unreadable (hetfl.data.sources.check_available: file existence, the
     save_to_disk JSON files and IDX headers only; no data is read and the network is not touched), or, in
-    offline mode (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE), a hub source with neither a local copy nor a
+    offline mode (hetfl.data.sources.offline_switches), a hub source with neither a local copy nor a
     prepared one in the datasets cache <data root>/hf_cache. Online, a hub source without a local copy
     passes: whether the hub answers is the split job's to find.
 

@@ -7,14 +7,17 @@ Where a source comes from, in this order:
    ``~/.cache/hetfl``): a ``DatasetDict.save_to_disk`` directory, a ``Dataset.save_to_disk`` directory
    per split (``<name>/<split>/``), or LEAF JSON files (``<name>/<split>/*.json`` or LEAF's own layout
    ``<name>/data/<split>/*.json``).
-3. The Hugging Face Hub (``datasets.load_dataset``, cached under ``<data_dir>/hf_cache``). Offline
-   (``HF_HUB_OFFLINE=1``) or unreachable, it raises :class:`SourceUnavailableError` naming the data set,
+3. The Hugging Face Hub (``datasets.load_dataset``, cached under ``<data_dir>/hf_cache``). In offline mode
+   (:func:`offline_switches`: ``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` as the
+   libraries read them) only that cache is read. Without a copy there, or unreachable, it raises
+   :class:`SourceUnavailableError` naming the data set,
    the hub id it tried, the paths it looked in and the command that fetches a copy. Sources with origin
    ``"local"`` (FedBN's DomainNet and Digits benchmarks, which have no hub copy) stop after step 2 with
    the same error, saying how to prepare the copy.
 
 :func:`check_available` raises the errors of step 2 without reading data (file existence, the
-``save_to_disk`` JSON files and IDX headers) and, in offline mode, step 3's for a hub source with no copy in
+``save_to_disk`` JSON files and IDX headers) and, in offline mode (the same :func:`offline_switches`
+answer as load_source's), step 3's for a hub source with no readable copy in
 the datasets cache ``<data_dir>/hf_cache`` (datasets' own offline look-up; the network is never tried):
 ``hetfl.config.check_data`` runs it where the workflow starts, so a missing or unreadable copy is refused
 before any job runs.
@@ -32,7 +35,7 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,7 @@ __all__ = [
     "fetch_source",
     "list_sources",
     "load_source",
+    "offline_switches",
 ]
 
 DATA_DIR_ENV = "HETFL_DATA_DIR"
@@ -865,9 +869,9 @@ def check_available(name: str, *, data_dir: str | Path | None = None,
     files are missing, a column missing from its features, NIST files of the wrong header). Only file
     existence, the save_to_disk JSON files and IDX headers are read.
 
-    A hub source without a local copy: in offline mode (``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` set),
-    where ``load_source`` reads it only from the datasets cache ``<data root>/hf_cache``, that cache must
-    hold a prepared copy with the split (:func:`_check_cached`: datasets' own offline look-up, its
+    A hub source without a local copy: in offline mode (:func:`offline_switches`, which load_source asks
+    too), where ``load_source`` reads it only from the datasets cache ``<data root>/hf_cache``, that cache
+    must hold a prepared copy with the split (:func:`_check_cached`: datasets' own offline look-up, its
     dataset_info.json and the Arrow files' existence), else :class:`SourceUnavailableError`. Online it
     passes: whether the hub answers is ``load_source``'s to find out (no network-free signal tells).
     Returns where the data will come from, in a few words."""
@@ -883,7 +887,7 @@ def check_available(name: str, *, data_dir: str | Path | None = None,
         if found is None:
             if info.origin == "local":
                 raise _unprepared(info, root, split, data_dir)
-            where = (_check_cached(info, root, split, data_dir) if _env_offline()
+            where = (_check_cached(info, root, split, data_dir) if offline_switches()
                      else f"the Hugging Face Hub ({info.hub_id}; no local copy under {root / name})")
             continue
         kind, path, labels = found
@@ -911,27 +915,46 @@ def has_split(name: str, split: str, *, data_dir: str | Path | None = None) -> b
     return split in info.hub_splits  # (local-only sources: load_source then says how to prepare them)
 
 
-def _offline_vars() -> list[str]:
-    """The offline switches that are set, as ``NAME=value``: with either, load_source reads a hub source
-    only from the datasets cache (or refuses, where the switch was set after ``datasets`` was imported)."""
-    return [f"{k}={os.environ[k]}" for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-            if os.environ.get(k, "").upper() in _TRUE]
+#: the variables that switch the hub libraries offline, as they read them (once, at import)
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
-def _env_offline() -> bool:
-    return bool(_offline_vars())
+def offline_switches(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The variables (``NAME=value``) that put hetfl's hub loads in offline mode; [] online.
+
+    The one answer to "offline?" that :func:`check_available` (the check before any job) and
+    :func:`load_source` (the split job) share. Offline where either library, reading this environment at
+    import, would not go to the network: huggingface_hub (``HF_HUB_OFFLINE``, else, where that is unset or
+    empty, ``TRANSFORMERS_OFFLINE``) or datasets (``HF_DATASETS_OFFLINE`` where set, else huggingface_hub's
+    answer). datasets downloads through huggingface_hub, so with ``HF_DATASETS_OFFLINE=0`` and
+    ``HF_HUB_OFFLINE=1`` it asks the hub, is refused, and reads its cache: offline too. Offline, a hub source
+    is read only from the datasets cache ``<data root>/hf_cache``, with datasets' own switch forced on."""
+    env = os.environ if environ is None else environ
+    hub = "HF_HUB_OFFLINE" if env.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
+    switches = [f"{hub}={env[hub]}"] if env.get(hub, "").upper() in _TRUE else []
+    if env.get("HF_DATASETS_OFFLINE", "").upper() in _TRUE:
+        switches.append(f"HF_DATASETS_OFFLINE={env['HF_DATASETS_OFFLINE']}")
+    return switches
+
+
+def _unset_offline() -> str:
+    """The `unset` that turns offline mode off here."""
+    names = [n for n in OFFLINE_VARIABLES if n != "TRANSFORMERS_OFFLINE" or n in os.environ]
+    return "unset " + " ".join(names)
 
 
 @contextlib.contextmanager
-def _datasets_offline_quietly() -> Iterator[Any]:
-    """``datasets`` with its offline switch on and its log at errors only, as they were afterwards. The
-    switch is read at import: a variable set later in this process would leave it off, and the cache look-up
-    would then ask the hub first. The log: its "Using the latest cached version" warnings."""
+def _datasets_offline(quiet: bool = False) -> Iterator[Any]:
+    """``datasets`` with its offline switch on (and, ``quiet``, its log at errors only), as they were
+    afterwards. The switch is read at import: a variable set later in this process, or only huggingface_hub's
+    (HF_DATASETS_OFFLINE=0, HF_HUB_OFFLINE=1), would leave it off, and datasets would then ask the hub first.
+    The log: its "Using the latest cached version" warnings."""
     import datasets
 
     offline, verbosity = datasets.config.HF_HUB_OFFLINE, datasets.logging.get_verbosity()
     datasets.config.HF_HUB_OFFLINE = True
-    datasets.logging.set_verbosity_error()
+    if quiet:
+        datasets.logging.set_verbosity_error()
     try:
         yield datasets
     finally:
@@ -946,7 +969,7 @@ def _cached_builder(info: SourceInfo, cache: Path) -> Any:
     ``<namespace>___<name>/<config>/<version>/<hash>/``, the latest for any revision) and never at the
     network or the hub's own file cache. OSError or ValueError (datasets' message) when there is none."""
     hub_id, config, revision = _hub_coordinates(info, {})
-    with _datasets_offline_quietly() as datasets:
+    with _datasets_offline(quiet=True) as datasets:
         return datasets.load_dataset_builder(hub_id, name=config, revision=revision, cache_dir=str(cache))
 
 
@@ -971,7 +994,7 @@ def _check_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path
     if missing:
         raise _not_cached(info, root, split, data_dir, f"the cached copy {builder.cache_dir} lacks {missing} "
                           "that its dataset_info.json lists (a copy cut short)")
-    return f"the datasets cache {builder.cache_dir} ({', '.join(_offline_vars())})"
+    return f"the datasets cache {builder.cache_dir} ({', '.join(offline_switches())})"
 
 
 def _elsewhere(info: SourceInfo, cache: Path) -> tuple[str, str]:
@@ -1011,13 +1034,13 @@ def _not_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path |
             f"{root / info.name}\n" if info.idx_prefix else "")
     return SourceUnavailableError(
         f"data set {info.name!r} (split {split!r}) is not available offline.\n"
-        f"  offline mode is set ({', '.join(_offline_vars())}): hetfl reads the Hugging Face Hub copy "
+        f"  offline mode is set ({', '.join(offline_switches())}): hetfl reads the Hugging Face Hub copy "
         f"{label} only from the datasets cache, and does not try the network\n"
         f"  looked in the datasets cache: {cache} (data root {root}: {_root_origin(data_dir)}): {reason}\n"
         f"{not_read}"
         f"  looked on disk in: {looked}; accepted layouts under {root / info.name}:{_layouts(info, split)}\n"
         f"To fix, one of:\n"
-        f"  * run once with internet and offline mode unset (unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE): the "
+        f"  * run once with internet and offline mode unset ({_unset_offline()}): the "
         f"split job downloads {hub_id} and prepares it in {cache}, which later offline runs read\n"
         f"  * on a machine with internet run `python -m hetfl.data.sources fetch {info.name} --data-dir DIR` "
         f"and copy DIR/{info.name} to {root / info.name} (or point hetfl at DIR with {DATA_DIR_ENV}=DIR or "
@@ -1043,7 +1066,7 @@ def _unavailable(info: SourceInfo, root: Path, split: str, hub: str, reason: str
         f"    python -m hetfl.data.sources fetch {info.name} --data-dir DIR\n"
         f"and copy DIR/{info.name} here, then point hetfl at DIR with {DATA_DIR_ENV}=DIR "
         f"(or load_source(..., data_dir=DIR), the `data_dir` config key). "
-        f"Online, unset HF_HUB_OFFLINE and it downloads into {root / 'hf_cache'}."
+        f"Online ({_unset_offline()}) it downloads into {root / 'hf_cache'}."
     )
 
 
@@ -1080,20 +1103,24 @@ def _load_hub_dataset(info: SourceInfo, split: str, root: Path, opts: dict[str, 
             "load 'train' and give every client a local test part with partition.local_holdout "
             "(LEAF's per-user split), or use a local LEAF copy with a test directory"
         )
-    if _env_offline() and not datasets.config.HF_HUB_OFFLINE:
-        # HF_HUB_OFFLINE was set after `datasets` was imported, which then still goes online; honour it
-        raise _unavailable(info, root, split, label, "offline mode is set (HF_HUB_OFFLINE)", guessed)
+    offline, cache = offline_switches(), root / "hf_cache"
     try:
-        ds = datasets.load_dataset(hub_id, name=config, split=split, revision=revision,
-                                   cache_dir=str(root / "hf_cache"))
-    except OSError as err:  # ConnectionError (offline, unreachable), DatasetNotFoundError, missing files
-        raise _unavailable(info, root, split, label, f"{type(err).__name__}: {err}", guessed) from err
-    except RuntimeError as err:
-        if "scripts are no longer supported" not in str(err):
+        # offline (offline_switches: what check_available decided before any job): the datasets cache only,
+        # as the check looked in it, whatever datasets' own switch was set to at its import
+        with _datasets_offline() if offline else contextlib.nullcontext():
+            ds = datasets.load_dataset(hub_id, name=config, split=split, revision=revision,
+                                       cache_dir=str(cache))
+    except Exception as err:
+        if isinstance(err, RuntimeError) and "scripts are no longer supported" in str(err):
+            raise _unavailable(info, root, split, label,
+                               f"{err} (pass revision= naming a Parquet branch, or use a local copy)",
+                               guessed) from err
+        if not (offline or isinstance(err, OSError)):  # OSError: ConnectionError, DatasetNotFoundError, ...
             raise
-        raise _unavailable(info, root, split, label,
-                           f"{err} (pass revision= naming a Parquet branch, or use a local copy)",
-                           guessed) from err
+        # offline, whatever failed is the cached copy's (none, another config, an entry datasets cannot read)
+        where = f"offline ({', '.join(offline)}), read from the datasets cache {cache} only: " \
+            if offline else ""
+        raise _unavailable(info, root, split, label, f"{where}{type(err).__name__}: {err}", guessed) from err
     return ds, f"hf://datasets/{label} [{split}]"
 
 
