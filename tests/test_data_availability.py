@@ -269,6 +269,48 @@ def test_offline_a_cached_copy_without_the_split_or_the_config_is_refused(tmp_pa
         check_available("emnist-letters")
 
 
+def test_offline_a_corrupt_cache_entry_is_refused_naming_it_not_a_traceback(tmp_path, no_network):
+    """A dataset_info.json without config_name (an entry edited, or cut short by hand) made datasets' offline
+    look-up raise KeyError: the check stopped the workflow with a traceback instead of a refusal. Any failure
+    of the look-up is now the same refusal as a missing copy, naming the cache, the entry and the error; in
+    hetfl's cache, in datasets' default cache (looked at for the message's "copy it" line), and in the
+    split job's load_source."""
+    import json
+
+    root = tmp_path / "empty"
+    entry = datasets_cache(root / "hf_cache", "ylecun/mnist", "mnist")
+    info = next(entry.glob("mnist/0.0.0/*/dataset_info.json"))
+    meta = json.loads(info.read_text())
+    del meta["config_name"]
+    info.write_text(json.dumps(meta))
+    with pytest.raises(SourceUnavailableError) as err:
+        check_available("mnist")
+    msg = str(err.value)
+    assert msg.startswith("data set 'mnist' (split 'train') is not available offline.\n"), msg
+    assert f"looked in the datasets cache: {root / 'hf_cache'} (data root {root}: $HETFL_DATA_DIR): " \
+           f"looking the copy up failed: KeyError: 'config_name'; {entry} is there but not as datasets " \
+           f"writes it: delete it and prepare the copy again" in msg, msg
+    with pytest.raises(ConfigError, match=r"(?s)'experiments.m.dataset' has value \"mnist\".*KeyError: "
+                                          r"'config_name'"):
+        check_data(validate_config({"experiments": {"m": MNIST}}))
+    with pytest.raises(SourceUnavailableError, match=r"(?s)read from the datasets cache .* only: KeyError: "
+                                                     r"'config_name'"):
+        load_source("mnist", split="test")
+    info.write_text("{")  # cut short: not JSON
+    with pytest.raises(SourceUnavailableError, match=r"looking the copy up failed: JSONDecodeError: .* is "
+                                                     r"there but not as datasets writes it"):
+        check_available("mnist")
+    info.write_text(json.dumps(meta))  # without config_name again
+    default = Path(datasets.config.HF_DATASETS_CACHE)
+    default.mkdir(parents=True)
+    entry.rename(default / entry.name)  # only in datasets' default cache, and corrupt there
+    with pytest.raises(SourceUnavailableError) as err:
+        check_available("mnist")
+    msg = str(err.value)
+    assert f"{root / 'hf_cache'} (data root {root}: $HETFL_DATA_DIR): ConnectionError" in msg, msg
+    assert f"not read by hetfl: datasets' default cache {default}" in msg and "* copy " not in msg
+
+
 def test_online_the_cache_is_not_looked_up(monkeypatch):
     """Without offline mode the split job asks the hub (or, with no network, fails after its retries): no
     network-free signal says beforehand whether the hub will answer, so the check does not guess."""

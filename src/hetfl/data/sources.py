@@ -976,25 +976,39 @@ def _cached_builder(info: SourceInfo, cache: Path) -> Any:
 def _check_cached(info: SourceInfo, root: Path, split: str, data_dir: str | Path | None) -> str:
     """Offline, a hub source without a local copy: the datasets cache ``root/hf_cache`` (the cache_dir
     load_source passes) holds a prepared copy with ``split`` and its Arrow files, else
-    SourceUnavailableError (_not_cached). Reads dataset_info.json; data files are only stat'ed."""
+    SourceUnavailableError (_not_cached), as is any failure of the look-up itself (an entry datasets cannot
+    read: _lookup_failed). Reads dataset_info.json; data files are only stat'ed."""
     from datasets.naming import filenames_for_dataset_split
 
     cache = root / "hf_cache"
     try:
         builder = _cached_builder(info, cache)
-    except (OSError, ValueError) as err:  # ConnectionError (nothing cached), "Couldn't find cache for ..."
-        raise _not_cached(info, root, split, data_dir, f"{type(err).__name__}: {err}") from None
-    held = builder.info.splits or {}
+        held = builder.info.splits or {}
+        files = (filenames_for_dataset_split(builder.cache_dir, builder.dataset_name, split, "arrow",
+                                             held[split].shard_lengths) if split in held else [])
+    except Exception as err:  # whatever the look-up raises (a corrupt entry: KeyError, ...), named
+        raise _not_cached(info, root, split, data_dir, _lookup_failed(info, cache, err)) from None
     if split not in held:
         raise _not_cached(info, root, split, data_dir,
                           f"the cached copy {builder.cache_dir} holds split(s) {sorted(held)}, not {split!r}")
-    files = filenames_for_dataset_split(builder.cache_dir, builder.dataset_name, split, "arrow",
-                                        held[split].shard_lengths)
     missing = [Path(f).name for f in files if not Path(f).is_file()]
     if missing:
         raise _not_cached(info, root, split, data_dir, f"the cached copy {builder.cache_dir} lacks {missing} "
                           "that its dataset_info.json lists (a copy cut short)")
     return f"the datasets cache {builder.cache_dir} ({', '.join(offline_switches())})"
+
+
+def _lookup_failed(info: SourceInfo, cache: Path, err: Exception) -> str:
+    """Why datasets' offline look-up in ``cache`` failed, for the refusal. datasets' own answers that no copy
+    is there are a ConnectionError (nothing cached) and a ValueError ("Couldn't find cache ... for config");
+    anything else (a KeyError for a dataset_info.json without config_name, JSON cut short, ...) is an entry
+    datasets cannot read, which the message names with the way out."""
+    if isinstance(err, OSError) or type(err) is ValueError:
+        return f"{type(err).__name__}: {err}"
+    entry = cache / info.hub_id.replace("/", "___") if info.hub_id else cache
+    where = f"{entry} is there" if entry.exists() else f"an entry under {cache} is there"
+    return (f"looking the copy up failed: {type(err).__name__}: {err}; {where} but not as datasets writes "
+            "it: delete it and prepare the copy again (below)")
 
 
 def _elsewhere(info: SourceInfo, cache: Path) -> tuple[str, str]:
@@ -1014,7 +1028,7 @@ def _elsewhere(info: SourceInfo, cache: Path) -> tuple[str, str]:
         return line, ""
     try:
         found = Path(_cached_builder(info, default).cache_dir)
-    except (OSError, ValueError):
+    except Exception:  # none there, or none datasets can read (a corrupt entry): no copy to offer
         return line, ""
     entry = found.parents[2]  # <namespace>___<name>/<config>/<version>/<hash>
     return line, (f"  * copy {entry} into {cache} (`cp -r {entry} {cache}/`): datasets' default cache holds "
