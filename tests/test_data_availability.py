@@ -479,9 +479,7 @@ def test_check_data_names_the_key_and_value_and_skips_what_needs_no_data(tmp_pat
                           "fail (nothing ran): data set 'digit5' (split 'train') is not available."), msg
     check_data(config, experiments={"synth"})  # the workflow asks only for the splits it will make
     splits = tmp_path / "splits"
-    for seed in (0, 1):
-        (splits / f"{'d5' if seed == 0 else 'other'}/E1/seed{seed}").mkdir(parents=True)
-        (splits / f"{'d5' if seed == 0 else 'other'}/E1/seed{seed}/split.npz").write_bytes(b"")
+    made_splits(splits, config)
     check_data(config, splits_root=splits)  # every split made: nothing reads the data again
     (splits / "other/E1/seed1/split.npz").unlink()
     with pytest.raises(ConfigError, match=r"'experiments.other.dataset' has value \"digit5\""):
@@ -489,6 +487,59 @@ def test_check_data_names_the_key_and_value_and_skips_what_needs_no_data(tmp_pat
     fedbn_copy(tmp_path / "empty")
     check_data(config)
     validate_config({"experiments": {"d5": DIGIT5}})  # validation itself needs no data (dry runs, planning)
+
+
+def made_splits(root: Path, config: dict, **changed) -> None:
+    """Every split of a validated config as the split job leaves it for the check: a split.npz (empty: nothing
+    reads it) and the manifest.json that says what it was made for (`changed`: made for other data)."""
+    import json
+
+    from hetfl.config import expand_runs
+
+    for spec in expand_runs(config):
+        folder = root / spec.split_key
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "split.npz").write_bytes(b"")
+        (folder / "manifest.json").write_text(json.dumps({**spec.split_spec(), "seed": spec.seed, **changed}))
+
+
+def test_a_split_to_be_made_again_is_checked_like_a_missing_one(tmp_path, capsys, monkeypatch):
+    """hetfl validate and hetfl reproduce checked the data only of experiments with a split.npz missing: a
+    split made for other data (the config's split parameters changed since) passed them, though Snakemake
+    makes it again (its `spec` param changed) or, without Snakemake's record of it, the training job refuses
+    it (check_split) and it has to be made again; only the workflow's onstart refused. Its manifest.json, read
+    as the training job's check_split reads it, tells them; so does a manifest.json missing (Snakemake
+    remakes a split whose output is missing)."""
+    monkeypatch.chdir(tmp_path)
+    raw = {"experiments": {"d5": DIGIT5}}
+    cfg = tmp_path / "d5.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    config = validate_config(yaml.safe_load(cfg.read_text()))
+    made_splits(tmp_path / "data_splits", config)
+    assert cli.main(["validate", str(cfg)]) == 0  # made for this config: no data needed
+    capsys.readouterr()
+    ran = []
+
+    def snakemake(args, **kwargs):
+        ran.append(args)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(reproduce.subprocess, "run", snakemake)
+    assert reproduce.main(["--configfile", str(cfg), "--cores", "1"]) == 0 and ran
+    assert "data not available" not in capsys.readouterr().err
+    made_splits(tmp_path / "data_splits", config, test_fraction=0.2)  # made for another test_fraction
+    assert cli.main(["validate", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hetfl validate: error: data not available:\n  config key 'experiments.d5.dataset' "
+                          "has value \"digit5\"") and "prepare digit5" in err, err
+    ran.clear()
+    assert reproduce.main(["--configfile", str(cfg), "--cores", "1"]) == 2
+    assert not ran and "hetfl reproduce: error: data not available:" in capsys.readouterr().err
+    made_splits(tmp_path / "data_splits", config)
+    check_data(config, splits_root="data_splits")
+    next((tmp_path / "data_splits").rglob("manifest.json")).unlink()
+    with pytest.raises(ConfigError, match=r"'experiments.d5.dataset' has value \"digit5\""):
+        check_data(config, splits_root="data_splits")
 
 
 def test_hetfl_validate_and_reproduce_refuse_before_snakemake_runs(tmp_path, capsys, monkeypatch):

@@ -534,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "digit5 copy; a local copy that is readable; offline, a hub source's copy in the "
                         "datasets cache)")
     p.add_argument("--splits-root", default="data_splits",
-                   help="experiments whose splits are all made here need no data (default: data_splits)")
+                   help="experiments whose splits are all made here, for the config's data by their "
+                        "manifest.json, need no data (default: data_splits)")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("runs", help="list the runs a config expands to")

@@ -1040,6 +1040,26 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return validate_config(raw)
 
 
+def _split_made(split_npz: Path, spec: RunSpec) -> bool:
+    """Whether the split at `split_npz` is there and made for `spec`'s data: its manifest.json says so, read
+    as the training job's hetfl.data.build.check_split reads it. Otherwise its data is read again: a missing
+    split.npz or manifest.json is made again (Snakemake makes a job's missing output), and one made for other
+    data is made again too (the split rule's `spec` param changed) or, where Snakemake has no record of it (a
+    split copied from elsewhere), refused by the training job until it is. One whose code fingerprint alone
+    changed (the rule's `code` param) counts as made: its manifest does not record the fingerprint, and
+    whether Snakemake makes it again depends on its own record (.snakemake/, absent for a copied split);
+    the workflow's onstart, which asks Snakemake's plan, checks that one (docs/datasets.md)."""
+    from hetfl.data.build import check_split
+
+    if not split_npz.is_file():
+        return False
+    try:
+        check_split(split_npz, spec.split_spec(), spec.seed)
+    except (ValueError, OSError):  # no manifest, one for other data, one that is not JSON
+        return False
+    return True
+
+
 def check_data(config: dict[str, Any], *, experiments: Iterable[str] | None = None,
                splits_root: str | Path | None = None) -> None:
     """Refuse, before any job starts, a (validated) config whose split jobs could not read their data: a
@@ -1051,16 +1071,19 @@ def check_data(config: dict[str, Any], *, experiments: Iterable[str] | None = No
     passes: whether the hub answers is the split job's to find.
 
     `experiments`: check only these (the workflow passes those whose split jobs will run); `splits_root`:
-    skip an experiment whose every split.npz is already there (nothing reads its data again). Not part of
-    validate_config: a config stays valid on a machine without its data (dry runs, `hetfl project`)."""
+    skip an experiment whose every split is already there and made for its data (_split_made: nothing reads
+    its data again). Not part of validate_config: a config stays valid on a machine without its data (dry
+    runs, `hetfl project`)."""
     from hetfl.data.sources import SOURCES, SourceUnavailableError, check_available, has_split
 
     wanted = None if experiments is None else set(experiments)
     made: dict[str, bool] = {}
     if splits_root is not None:
+        current: dict[str, bool] = {}
         for spec in expand_runs(config):
-            done = (Path(splits_root) / spec.split_key / "split.npz").is_file()
-            made[spec.experiment] = made.get(spec.experiment, True) and done
+            if spec.split_key not in current:  # runs that share a split share its spec
+                current[spec.split_key] = _split_made(Path(splits_root) / spec.split_key / "split.npz", spec)
+            made[spec.experiment] = made.get(spec.experiment, True) and current[spec.split_key]
     users: dict[tuple[str, str | None], list[str]] = {}
     for name, exp in config["experiments"].items():
         if exp["dataset"] in SOURCES and (wanted is None or name in wanted) and not made.get(name, False):

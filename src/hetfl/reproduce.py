@@ -7,8 +7,9 @@ point, before starting snakemake:
 
 1. validates the config with hetfl, so a YAML syntax error names its line and column (snakemake's own
    message, "Config file is not valid JSON or YAML", does not), and checks the data of the splits it
-   still has to make (hetfl.config.check_data: a prepared domainnet/digit5 copy, a local copy that is
-   there but unreadable, offline a hub source's copy in the datasets cache);
+   still has to make, missing or made for other data by their manifest.json (hetfl.config.check_data: a
+   prepared domainnet/digit5 copy, a local copy that is there but unreadable, offline a hub source's copy
+   in the datasets cache);
 2. looks for a lock. If a snakemake process is working in the directory, it stops and names it; if none
    is, the lock is stale: it says so and removes it (`snakemake --unlock`);
 3. runs snakemake with --rerun-incomplete (jobs cut off by the kill run again; finished jobs are kept)
@@ -93,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     cwd = Path.cwd()
     try:
         os.chdir(directory)  # relative paths in the config (data_dir) are the workflow's
-        # the data of the splits still to make (a prepared domainnet/digit5 copy, a readable local copy):
-        # refused here, not by the first split job after others ran (the Snakefile's onstart checks it too)
+        # the data of the splits still to make, missing or made for other data (a prepared domainnet/digit5
+        # copy, a readable local copy): refused here, not by the first split job after others ran (the
+        # Snakefile's onstart checks it too, and also a split whose code alone changed: docs/datasets.md)
         check_data(load_config(config), splits_root="data_splits")
     except ConfigError as err:
         print(f"hetfl reproduce: error: {err}", file=sys.stderr)
