@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from hetfl.cluster import ENVIRONMENT, ClusterOptions
+from hetfl.data.sources import DATA_DIR_ENV
+from hetfl.fingerprint import GIT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "workflow/config/tiny.yaml"
@@ -25,9 +27,11 @@ PROFILE = ROOT / "workflow/profiles/slurm"
 # the generated train_<experiment> rules (a job per cell) and the splits of large sources; the rest is local
 CLUSTER_RULES = {"train", "split_large"}
 
-#: cleared from the environment of each workflow run here: every variable that says where cluster jobs go
-#: (the package's list, hetfl.cluster.ENVIRONMENT) and the MLflow server
-HETFL_ENV = (*ENVIRONMENT, "MLFLOW_TRACKING_URI")
+#: cleared from the environment of each workflow run here: every HETFL_* variable the package or the
+#: workflow reads (where cluster jobs go, the package's list hetfl.cluster.ENVIRONMENT; the data root,
+#: HETFL_DATA_DIR, which config validation refuses where it names no directory; the git state the workflow
+#: hands its jobs, hetfl.fingerprint.GIT_ENV, read where git cannot answer) and the MLflow server
+HETFL_ENV = (*ENVIRONMENT, DATA_DIR_ENV, *GIT_ENV, "MLFLOW_TRACKING_URI")
 
 
 def _snakemake(workdir: Path, configfile: Path, *extra: str, env: dict[str, str] | None = None):
@@ -45,16 +49,31 @@ def _rules(pattern: str) -> set[str]:
     return set(re.findall(pattern, text, flags=re.M))
 
 
-def test_every_hetfl_slurm_variable_the_code_reads_is_cleared_before_a_workflow_run():
-    """A HETFL_SLURM_* variable of the user's environment changed what the workflow under test asked for:
+def test_every_hetfl_variable_the_code_reads_is_cleared_before_a_workflow_run():
+    """A HETFL_* variable of the user's environment changed what the workflow under test did:
     HETFL_SLURM_MAX_MEM_MB capped the memory, HETFL_SLURM_GPU_GRES turned --gpus into --gres, and the
-    tests' list left both through. Every such name in the package or the workflow is cleared."""
+    tests' list left both through; it also left HETFL_DATA_DIR (the data root) through, which made config
+    validation refuse the runs here of a hub source where it named a directory this machine lacks. Every
+    such name in the package or the workflow is cleared."""
     texts = [p.read_text() for p in sorted((ROOT / "src/hetfl").rglob("*.py"))]
     texts += [p.read_text() for p in sorted((ROOT / "workflow").rglob("*.smk"))]
     texts += [(ROOT / "Snakefile").read_text(), (PROFILE / "config.yaml").read_text()]
-    read = set(re.findall(r"\bHETFL_SLURM_[A-Z0-9_]+", "\n".join(texts)))
-    assert {"HETFL_SLURM_MAX_MEM_MB", "HETFL_SLURM_GPU_GRES"} <= read  # the scan finds them
+    read = set(re.findall(r"\bHETFL_[A-Z0-9_]+", "\n".join(texts)))
+    assert {"HETFL_SLURM_MAX_MEM_MB", "HETFL_SLURM_GPU_GRES", "HETFL_DATA_DIR"} <= read  # the scan finds them
     assert read - set(HETFL_ENV) == set()
+
+
+def test_a_users_data_dir_does_not_reach_the_workflow_under_test(tmp_path, monkeypatch):
+    """HETFL_DATA_DIR naming a directory this machine lacks (a user's setting for another machine) failed
+    the dry runs here: config validation refused the mnist and EMNIST experiments' data root."""
+    monkeypatch.setenv("HETFL_DATA_DIR", str(tmp_path / "elsewhere"))
+    config = {"experiments": {"img": {
+        "table": "none", "dataset": "mnist", "settings": {"N": {"partition": {"label_skew": "iid"}}},
+        "model": "mlp", "num_devices": 2, "schemes": ["A"], "num_traces": [1], "rounds": 2, "seeds": [0]}}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = _snakemake(tmp_path / "wd", path, "-n", "--cores", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_the_package_lists_exactly_the_variables_it_reads():
