@@ -122,7 +122,7 @@ def test_acc_x_with_a_censored_seed(tmp_path):
     assert acc.loc["FedFOR", "acc_x"] == 60
     # two of the three paired seeds are censored: the Δ cell says 2, not 1 (a flag stood for the count)
     assert acc.loc["FedFOR", "diff_n_censored"] == 2
-    shown = fedfor.layout(tidy, {8: 4}).set_index(["method", "measure"])
+    shown = fedfor.layout(tidy).set_index(["method", "measure"])
     delta = next(c for c in shown.columns if c.startswith("Δ vs"))
     assert shown.loc[("FedFOR", "ACC60 (rounds)"), delta].startswith("2 of 3 censored")
 
@@ -130,7 +130,7 @@ def test_acc_x_with_a_censored_seed(tmp_path):
 def test_the_paper_shows_in_the_layout(tmp_path):
     runs = _fake_runs(tmp_path, CURVES)
     tidy = fedfor.fedfor_by_e(runs)
-    out = fedfor.layout(tidy, {8: 4})
+    out = fedfor.layout(tidy)
     row = out[(out["method"] == "FedFOR") & (out["measure"] == "best@t=4")].iloc[0]
     # the paper's value is at its own round, t = 100, which the 4-round stand-in row says (it read as t = 4)
     assert row["paper"] == "70.93 (0.94) @t=100" and row["reproduced"] == "70.33 ± 1.53"
@@ -224,3 +224,96 @@ def test_each_validation_accuracy_reads_its_curve(tmp_path):
     plain = _fake_runs(tmp_path / "plain", CURVES)  # the caption make reproduce's table has
     assert "validation accuracy = the source's own test split. Cells:" in fedfor.caption(
         fedfor.fedfor_by_e(plain), plain)
+
+
+# ---- runs of more than one paper table in one fedfor_by_e table ----------------------------------------
+
+
+def _paper_experiment(name, rounds=4):
+    """The paper config's experiment, at E = 1 with `rounds` rounds, FedBN and FedFOR."""
+    import yaml
+
+    cfg = yaml.safe_load(open(f"workflow/config/paper/{name}.yaml"))
+    exp = cfg["experiments"][name]
+    exp["settings"] = {"E1": {**exp["settings"]["E1"], "rounds": rounds}}
+    exp["algorithms"] = ["fedbn", "fedfor"]
+    return exp
+
+
+def _runs_of(tmp_path, experiments, curve_of):
+    """Run directories of the experiments' grids, each recording curve_of(spec) as its test-split and its
+    holdout accuracy."""
+    dirs = []
+    for spec in expand_runs(validate_config({"experiments": experiments})):
+        d = tmp_path / spec.experiment / spec.run
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"spec": spec.to_dict(), "status": "ok"}))
+        acc = curve_of(spec)
+        frames = [pd.DataFrame({"round": np.arange(1, len(acc) + 1), "metric": m, "value": acc})
+                  for m in ("global_test_accuracy", "mean_client_accuracy")]
+        pd.concat(frames).to_parquet(d / "metrics.parquet")
+        dirs.append(d)
+    return dirs
+
+
+def test_each_data_set_is_read_against_its_own_paper_table(tmp_path):
+    """Tables 3 and 4's experiments in one config write one fedfor_by_e table: every row was read against
+    the paper table of the first run's data set (Digits' cells beside DomainNet's numbers, ACC40 for both),
+    and a censored ACC_x showed the largest R of its E over both. Each group of runs now has its own
+    reference, ACC_x target, baseline and R, and the .md says which rows are whose."""
+    experiments = {"t3": _paper_experiment("tian2022_fedfor_table3", rounds=6),
+                   "t4": _paper_experiment("tian2022_fedfor_table4", rounds=4)}
+    curves = {("domainnet", "fedfor"): [0.3, 0.5, 0.6, 0.6, 0.6, 0.6],
+              ("domainnet", "fedbn"): [0.1, 0.2, 0.3, 0.3, 0.3, 0.3],  # never 40 %: "> 6"
+              ("digit5", "fedfor"): [0.3, 0.5, 0.7, 0.9], ("digit5", "fedbn"): [0.3, 0.5, 0.6, 0.7]}
+    dirs = _runs_of(tmp_path, experiments, lambda s: curves[(s.dataset, s.algorithm)])
+    for order in (dirs, dirs[::-1]):  # whichever run comes first
+        runs = collect_runs(order)
+        tidy = fedfor.fedfor_by_e(runs.assign(dataset_name=runs["dataset"])).set_index(
+            ["dataset", "method", "measure"])
+        assert tidy.loc[("domainnet", "FedFOR", "best@full"), "paper_table"] == "Table 3"
+        assert tidy.loc[("digit5", "FedFOR", "best@full"), "paper_table"] == "Table 4"
+        assert tidy.loc[("domainnet", "FedFOR", "best@full"), "paper"] == pytest.approx(48.41)
+        assert tidy.loc[("digit5", "FedFOR", "best@full"), "paper"] == pytest.approx(85.65)
+        assert tidy.loc[("domainnet", "FedFOR", "ACC_x"), "acc_x"] == 40
+        assert tidy.loc[("digit5", "FedFOR", "ACC_x"), "acc_x"] == 80
+        assert tidy.loc[("digit5", "FedFOR", "ACC_x"), "paper"] == 8  # Table 4's ACC80, not Table 3's 58
+        assert tidy.loc[("domainnet", "FedFOR", "ACC_x"), "reproduced_mean"] == 2  # 40 % at round 2
+        assert tidy.loc[("digit5", "FedFOR", "ACC_x"), "reproduced_mean"] == 4  # 80 % at round 4
+        assert tidy.loc[("digit5", "FedFOR", "best@half"), "diff_mean"] == pytest.approx(0.0)  # t = 2
+        assert tidy.loc[("digit5", "FedFOR", "best@full"), "diff_mean"] == pytest.approx(20.0)
+        assert tidy.loc[("domainnet", "FedFOR", "best@full"), "diff_mean"] == pytest.approx(30.0)
+    fedfor.build(dirs, tmp_path / "fedfor_by_e")
+    md = (tmp_path / "fedfor_by_e.md").read_text()
+    assert "FedFOR Table 3 and Table 4:" in md
+    assert "Table 3 · domainnet: domainnet, label skew natural" in md
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in md.splitlines()
+             if line.startswith("| Table")]
+    assert {c[0] for c in cells} == {"Table 3 · domainnet", "Table 4 · digit5"}
+    # columns: table, E, measure, method, reproduced, ...; FedBN never reaches x %: each group's own R
+    censored = {(c[0], c[2]): c[4] for c in cells if c[3] == "FedBN" and c[2].startswith("ACC")}
+    assert censored == {("Table 3 · domainnet", "ACC40 (rounds)"): "> 6",
+                        ("Table 4 · digit5", "ACC80 (rounds)"): "> 4"}
+
+
+def test_a_stand_in_beside_a_paper_run_keeps_its_own_table_and_baseline(tmp_path):
+    """make reproduce's Table 2 stand-in (mnist5k's long tail, FedAvg its baseline) beside Table 4's runs
+    (FedBN the baseline): each group pairs with its own baseline, and the layout says which it is."""
+    stand_in = _config()["experiments"]["ff"]
+    experiments = {"ff": stand_in, "t4": _paper_experiment("tian2022_fedfor_table4")}
+    dirs = _runs_of(tmp_path, experiments,
+                    lambda s: [0.4, 0.5, 0.6, 0.8 if s.algorithm == "fedfor" else 0.7])
+    runs = collect_runs(dirs)
+    tidy = fedfor.fedfor_by_e(runs.assign(dataset_name=runs["dataset"]))
+    by = tidy.set_index(["dataset", "method", "measure"])
+    assert by.loc[("mnist5k", "FedFOR", "best@full"), "paper_table"] == "Table 2"
+    assert by.loc[("mnist5k", "FedFOR", "best@full"), "baseline"] == "FedAvg"
+    assert by.loc[("mnist5k", "FedFOR", "best@full"), "diff_mean"] == pytest.approx(10.0)  # 80 − 70
+    assert by.loc[("digit5", "FedFOR", "best@full"), "baseline"] == "FedBN"
+    assert by.loc[("digit5", "FedFOR", "best@full"), "diff_mean"] == pytest.approx(10.0)
+    assert not tidy[tidy["dataset"] == "mnist5k"]["measure"].eq("ACC_x").any()  # Table 2 has no ACC_x
+    shown = fedfor.layout(tidy)
+    assert {"table", "baseline", "Δ vs baseline [95% CI]"} <= set(shown.columns)
+    assert set(shown["table"]) == {"Table 2 · mnist5k", "Table 4 · digit5"}
+    text = fedfor.caption(tidy, runs.assign(dataset_name=runs["dataset"]))
+    assert "FedFOR Table 2 and Table 4:" in text and "mnist5k is an offline stand-in" in text

@@ -18,6 +18,8 @@ Per run (hetfl's reading, docs/fedfor.md):
 Over seeds: mean ± sample std (as the paper), and the paired difference to the table's baseline (FedAvg in
 Table 2, FedBN, the paper's backbone, in Tables 3-4) with its 95 % Student-t interval and a verdict
 against the paper's difference of means (`reports.verdicts`); a censored ACC_x uses the bounds rule.
+Runs of several paper tables in one table (Tables 3 and 4's configs run together, a stand-in beside) are
+grouped by the table each reproduces (paper_table_of) and each group is read against its own.
 In Tables 3-5 the paper applies every method's local rule on top of FedBN (local batch norm); hetfl's
 FedProx, FedDyn, FedCurv and FedFOR share all entries, so their verdicts there are "not comparable".
 
@@ -146,12 +148,12 @@ def rounds_to_reach(acc: pd.Series, x_pct: float, select: pd.Series | None = Non
     return None if hit.empty else int(hit.index[0])
 
 
-def paper_table(runs: pd.DataFrame) -> str | None:
-    """Which of the paper's tables the runs reproduce."""
-    first = runs.iloc[0]
-    if first.get("partition.label_skew") == "longtail":
+def paper_table_of(run: pd.Series) -> str | None:
+    """Which of the paper's tables a run reproduces: Table 2 for a long-tail split of any data set, else its
+    data set's (DATASET_TABLES), else none."""
+    if run.get("partition.label_skew") == "longtail":
         return "Table 2"
-    return DATASET_TABLES.get(str(first.get("dataset_name", first["dataset"])))
+    return DATASET_TABLES.get(str(run.get("dataset_name", run["dataset"])))
 
 
 def reference_cells(table: str) -> pd.DataFrame:
@@ -203,18 +205,30 @@ def _per_seed(g: pd.DataFrame, acc_x: float | None, half: int, how: str | None =
 
 
 def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True, how: str | None = None) -> pd.DataFrame:
-    """One tidy row per (dataset, E, measure, method); see the module docstring. `how`: a
-    validation_accuracy for every run instead of each run's own."""
-    table = paper_table(runs)
+    """One tidy row per (paper table, dataset, E, measure, method); see the module docstring. Each group of
+    runs is compared with the paper table it reproduces (paper_table_of: a long-tail split Table 2, DomainNet
+    Table 3, Digits Table 4), its reference, baseline, ACC_x target and printed resolution: runs of Tables 3
+    and 4 in one config, or a stand-in beside a paper run, were all read against the first run's table.
+    `how`: a validation_accuracy for every run instead of each run's own."""
+    runs = runs.assign(method=runs["algorithm"].map(lambda a: method_label(a)),
+                       paper_table=[paper_table_of(r) or "—" for _, r in runs.iterrows()])
+    if "acc_x" not in runs:
+        runs = runs.assign(acc_x=np.nan)
+    dataset_col = "dataset_name" if "dataset_name" in runs else "dataset"
+    rows = []
+    for table, group in runs.groupby("paper_table", sort=True):
+        rows += _table_rows(None if table == "—" else str(table), group, dataset_col, comparable, how)
+    return pd.DataFrame(rows, columns=TIDY_COLUMNS)
+
+
+def _table_rows(table: str | None, runs: pd.DataFrame, dataset_col: str, comparable: bool,
+                how: str | None) -> list[dict]:
+    """fedfor_by_e's rows of the runs that reproduce one paper table (None: none of them)."""
     ref = reference_cells(table) if table else pd.DataFrame(columns=["method", "local_epochs", "measure"])
     baseline_name = PAPER_TABLES[table][2] if table else "FedAvg"
     paper_x = PAPER_TABLES[table][1] if table else None
     # half the paper's last printed digit, of an accuracy; a count of rounds (ACC_x) is exact
     resolution = PRINT_RESOLUTION.get(PAPER_TABLES[table][0], 0.0) if table else 0.0
-    runs = runs.assign(method=runs["algorithm"].map(lambda a: method_label(a)))
-    if "acc_x" not in runs:
-        runs = runs.assign(acc_x=np.nan)
-    dataset_col = "dataset_name" if "dataset_name" in runs else "dataset"
     rows = []
     for (dataset, e), cell in runs.groupby([dataset_col, "local_epochs"], sort=True):
         x = cell["acc_x"].dropna()
@@ -251,7 +265,7 @@ def fedfor_by_e(runs: pd.DataFrame, comparable: bool = True, how: str | None = N
                                           kind="direction" if is_stand_in(dataset) else "difference",
                                           resolution=0.0 if measure == "ACC_x" else 2 * resolution))
                 rows.append(row)
-    return pd.DataFrame(rows, columns=TIDY_COLUMNS)
+    return rows
 
 
 def _summary(per: pd.DataFrame, measure: str) -> dict[str, float]:
@@ -288,6 +302,23 @@ def _measure_text(r: pd.Series) -> str:
     return f"best@t={int(r['round'])}" if not pd.isna(r["round"]) else r["measure"]
 
 
+def _full_rounds(tidy: pd.DataFrame) -> dict[tuple[str, str, int], int]:
+    """(paper table, dataset, E) -> R, the rounds of its best@full rows: what a censored ACC_x cell shows as
+    '> R' (per group: Tables 3 and 4 run E = 1 for 200 and 100 rounds)."""
+    full = tidy[tidy["measure"] == "best@full"]
+    return {(t, d, int(e)): int(r) for t, d, e, r in zip(full["paper_table"], full["dataset"],
+                                                       full["local_epochs"], full["round"], strict=True)}
+
+
+def _rounds_of(r: pd.Series, full: dict[tuple[str, str, int], int]) -> int:
+    return full.get((r["paper_table"], r["dataset"], int(r["local_epochs"])), 0)
+
+
+def _groups(tidy: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (paper table, dataset) groups of a tidy table, in its order."""
+    return list(dict.fromkeys(zip(tidy["paper_table"], tidy["dataset"], strict=True)))
+
+
 def _reproduced_text(r: pd.Series, rounds: int) -> str:
     if r["n_seeds"] == 0:
         return "—"
@@ -311,27 +342,36 @@ def _paper_text(r: pd.Series) -> str:
     return text
 
 
-def layout(tidy: pd.DataFrame, rounds: dict[int, int]) -> pd.DataFrame:
+def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     """One row per (E, measure, method): reproduced mean ± std, the paper's mean (std), the paired
-    difference to the baseline with its 95 % CI, the paper's difference and the verdict."""
+    difference to the baseline with its 95 % CI, the paper's difference and the verdict. Rows of more than
+    one (paper table, dataset) group carry a `table` column naming theirs, and rows of more than one
+    baseline a `baseline` column (Table 2's is FedAvg, Tables 3-4's FedBN)."""
     from hetfl.reports.verdicts import Interval
 
+    full = _full_rounds(tidy)
+    several = len(_groups(tidy)) > 1
+    baselines = list(dict.fromkeys(tidy["baseline"]))
+    delta = f"Δ vs {baselines[0]} [95% CI]" if len(baselines) == 1 else "Δ vs baseline [95% CI]"
     rows = []
     for _, r in tidy.iterrows():
         n = 0 if pd.isna(r["diff_mean"]) and pd.isna(r["ci_low"]) else int(r["n_seeds"])
         diff = interval_text(Interval(r["diff_mean"], math.nan, r["ci_low"], r["ci_high"], n,
                                       int(r["diff_n_censored"])), digits=2)
-        rows.append({"E": int(r["local_epochs"]), "measure": _measure_text(r), "method": r["method"],
-                     "reproduced": _reproduced_text(r, rounds.get(int(r["local_epochs"]), 0)),
-                     "paper": _paper_text(r),
-                     f"Δ vs {r['baseline']} [95% CI]": diff if r["method"] != r["baseline"] else "—",
-                     "paper Δ": "—" if pd.isna(r["paper_diff"]) else f"{r['paper_diff']:.2f}",
-                     "verdict": r["verdict"]})
+        row = {"table": f"{r['paper_table']} · {r['dataset']}"} if several else {}
+        row.update({"E": int(r["local_epochs"]), "measure": _measure_text(r), "method": r["method"],
+                    "reproduced": _reproduced_text(r, _rounds_of(r, full)), "paper": _paper_text(r)})
+        if len(baselines) > 1:
+            row["baseline"] = r["baseline"]
+        row.update({delta: diff if r["method"] != r["baseline"] else "—",
+                    "paper Δ": "—" if pd.isna(r["paper_diff"]) else f"{r['paper_diff']:.2f}",
+                    "verdict": r["verdict"]})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
-def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
-    table = tidy["paper_table"].iloc[0] if len(tidy) else "—"
+def _here(runs: pd.DataFrame) -> str:
+    """The set-up of one group's runs, as the caption says it ('Here: ...')."""
     first = runs.iloc[0]
     dataset = first.get("dataset_name", first["dataset"])
     scale = "; ".join(f"E = {int(e)}: {int(g['rounds'].max())} rounds"
@@ -343,7 +383,27 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
     split = (f"per-client long tail, imbalance ratio {first.get('partition.imbalance_ratio', 0.01):g}, "
              f"client_fraction {first.get('partition.client_fraction', 0.1):g}, draw "
              f"{first.get('partition.draw', 'disjoint')}" if skew == "longtail" else f"label skew {skew}")
-    stand_in = is_stand_in(dataset)
+    return (f"{dataset}, {split}; {sampled}; model {first['model']}, B = {int(first['batch_size'])}, "
+            f"constant η = {first['eta0']:g}, E counted in local epochs; {scale}; "
+            f"{runs['seed'].nunique()} seed(s)")
+
+
+def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
+    """The table's caption; where the runs reproduce more than one paper table (or data set), each group's
+    set-up is given apart, under its table and data set."""
+    dataset_col = "dataset_name" if "dataset_name" in runs else "dataset"
+    groups = _groups(tidy) or [("—", runs.iloc[0][dataset_col])]
+    tables = list(dict.fromkeys(t for t, _ in groups))
+    table = " and ".join(tables)
+    of_group = [(t, d, runs[[(paper_table_of(r) or "—") == t and r[dataset_col] == d
+                             for _, r in runs.iterrows()]]) for t, d in groups]
+    if len(of_group) == 1:
+        here = _here(runs)
+    else:
+        here = " | ".join(f"{t} · {d}: {_here(g)}" for t, d, g in of_group)
+    stand_ins = [d for _, d in groups if is_stand_in(d)]
+    stand_in = ("This is an offline stand-in" if len(of_group) == 1 else f"{', '.join(stand_ins)} "
+                + ("is an offline stand-in" if len(stand_ins) == 1 else "are offline stand-ins"))
     validation = validation_text(runs)
     return (f"Reproduction of Tian, Smith and Kira (2022), FedFOR {table}: best validation accuracy (%) up "
             "to the halfway round t (the paper's when the run has its R rounds, else ⌊R/2⌋) and all R of the "
@@ -352,20 +412,18 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
             f"{validation}. Cells: mean ± sample std over seeds (the paper: mean (std) over 3 "
             "runs); Δ = the paired per-seed difference to the baseline with its 95 % Student-t interval "
             "(bounds rule for censored ACC_x), verdict against the paper's difference of means. "
-            f"Here: {dataset}, {split}; {sampled}; model {first['model']}, B = {int(first['batch_size'])}, "
-            f"constant η = {first['eta0']:g}, E counted in local epochs; {scale}; "
-            f"{runs['seed'].nunique()} seed(s). The paper: Imbalanced CIFAR-10 / DomainNet / Digits, "
+            f"Here: {here}. The paper: Imbalanced CIFAR-10 / DomainNet / Digits, "
             "ResNet-20 / AlexNet / six-layer CNN; a 'paper' cell gives its round (@t=) where it is not the "
             "row's. "
-            + ("This is an offline stand-in at reduced scale: the paper's numbers are CIFAR-10's, so "
+            + (stand_in + " at reduced scale: the paper's numbers are CIFAR-10's, so "
                "magnitudes are not expected to match; the verdicts say whether the direction does: "
                + RULE_TEXT["direction"] + ". "
-               if stand_in else "")
+               if stand_ins else "")
             + f"Verdicts: {counts_text([v for v in tidy['verdict'] if v != '—'])}"
-            + _not_comparable_text(tidy, table) + ".")
+            + _not_comparable_text(tidy) + ".")
 
 
-def _not_comparable_text(tidy: pd.DataFrame, table: str) -> str:
+def _not_comparable_text(tidy: pd.DataFrame) -> str:
     """Why each 'not comparable' cell is so: no paper value (Table 2 prints no ACC_x), or a method the paper
     runs on FedBN's backbone (Tables 3-4). The caption gave no reason (an audit)."""
     nc = tidy[tidy["verdict"] == "not comparable"]
@@ -373,10 +431,11 @@ def _not_comparable_text(tidy: pd.DataFrame, table: str) -> str:
         return ""
     reasons = []
     missing = nc[nc["paper_diff"].isna()]
-    if len(missing):
+    for table, cells in missing.groupby("paper_table", sort=False):  # each table's own (Table 2: no ACC_x)
         measures = ", ".join(dict.fromkeys(_measure_text(r).removesuffix(" (rounds)")
-                                           for _, r in missing.iterrows()))
-        reasons.append(f"no paper value for {measures} (the paper's {table} prints none)")
+                                           for _, r in cells.iterrows()))
+        reasons.append(f"no paper value for {measures} (the paper's {table} prints none)" if table != "—"
+                       else f"no paper value for {measures} (the runs reproduce none of the paper's tables)")
     if (nc["paper_diff"].notna() & ~nc["comparable"].astype(bool)).any():
         reasons.append("the paper applies the method on FedBN's backbone, hetfl's shares every entry")
     return "; not comparable: " + "; ".join(reasons)
@@ -399,8 +458,7 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
 
     runs = own_readings(_ok_runs(run_dirs))
     tidy = fedfor_by_e(runs)
-    rounds = {int(e): int(g["rounds"].max()) for e, g in runs.groupby("local_epochs")}
-    write_frame_tables(tidy, layout(tidy, rounds), out_stem,
+    write_frame_tables(tidy, layout(tidy), out_stem,
                        caption(tidy, runs) + " " + provenance_note(runs))
     return out_stem
 
@@ -556,13 +614,13 @@ def readings_table(table: str, run_dirs: list[Path]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _reading_cell(r: pd.Series, rounds: dict[int, int]) -> str:
+def _reading_cell(r: pd.Series, full: dict[tuple[str, str, int], int]) -> str:
     """A cell under one reading: its level (mean ± std over seeds) and, for a method, its Δ to the baseline
     with the 95 % CI and the verdict."""
     from hetfl.reports.verdicts import Interval
 
     if "measure" in r:
-        level = _reproduced_text(r, rounds.get(int(r["local_epochs"]), 0))
+        level = _reproduced_text(r, _rounds_of(r, full))
     else:
         std = "" if pd.isna(r["reproduced_std"]) else f" ± {r['reproduced_std']:.2f}"
         level = "—" if pd.isna(r["reproduced_mean"]) else f"{r['reproduced_mean']:.2f}{std}"
@@ -574,16 +632,19 @@ def _reading_cell(r: pd.Series, rounds: dict[int, int]) -> str:
     return f"{level}; Δ {diff} · {r['verdict']}"
 
 
-def _readings_md(tidy: pd.DataFrame, rounds: dict[int, int]) -> str:
+def _readings_md(tidy: pd.DataFrame) -> str:
     from hetfl.reports.verdicts import VERDICTS, verdict_counts
     from hetfl.reports.writers import markdown
 
+    full = _full_rounds(tidy) if "measure" in tidy else {}
     cells = tidy.assign(E=tidy["local_epochs"].astype(int),
-                        text=[_reading_cell(r, rounds) for _, r in tidy.iterrows()])
+                        text=[_reading_cell(r, full) for _, r in tidy.iterrows()])
     keys = ["dataset", "E", "method"]
     if "measure" in tidy:
         cells = cells.assign(measure=[_measure_text(r) for _, r in tidy.iterrows()])
         keys = ["dataset", "E", "measure", "method"]
+        if tidy["paper_table"].nunique() > 1:  # one data set's runs of two paper tables (a long tail beside)
+            keys = ["paper_table", *keys]
     order = list(dict.fromkeys(cells["reading"]))
     wide = cells.pivot_table(index=keys, columns="reading", values="text", aggfunc="first")[order]
     wide = wide.fillna("— (not run)")  # a cell the readings grid did not run under a reading
@@ -604,7 +665,6 @@ def build_readings(table: str, run_dirs: list[Path], out_stem: Path) -> Path:
 
     tidy = readings_table(table, run_dirs)
     runs = _ok_runs(run_dirs)
-    rounds = {int(e): int(g["rounds"].max()) for e, g in runs.groupby("local_epochs")}
     caption = (f"Sensitivity of {table} (FedFOR Tables 3-5) to the readings FedFOR leaves to FedBN's code "
                "(docs/fedfor.md): each column changes one reading from the experiments' own, on the same "
                "seeds and grid; 'paper/default' is the main table. Where a reading cannot change a run (a "
@@ -615,5 +675,5 @@ def build_readings(table: str, run_dirs: list[Path], out_stem: Path) -> Path:
     out_stem = Path(out_stem)
     atomic_write_text(out_stem.with_name(out_stem.name + ".csv"), tidy.to_csv(index=False))
     atomic_write_text(out_stem.with_name(out_stem.name + ".md"),
-                      caption + "\n\n" + _readings_md(tidy, rounds))
+                      caption + "\n\n" + _readings_md(tidy))
     return out_stem
