@@ -469,3 +469,127 @@ def test_the_checks_config_is_table_3_with_a_readings_axis():
     assert len([r for r in runs if not r.reading]) == 5 * 5 * 3
     variants = [r for r in runs if r.reading]
     assert len(variants) == 4 * 5 * 3 and {r.setting for r in variants} == {"E1"}
+
+
+# ---- no local holdout: FedBN's Digits trains on all 743 images of a domain ---------------------------------
+
+
+def _fake_digit5(root, train=(6, 6), test=(3, 3), names=("MNIST", "SVHN")):
+    """A prepared digit5 copy (3×28×28 RGB) of len(names) domains, train and test sizes per domain."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+
+    def split(sizes):
+        doms = [d for d, n in zip(names, sizes, strict=True) for _ in range(n)]
+        pixels = rng.integers(0, 256, (len(doms), 28, 28, 3), dtype=np.uint8)
+        feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10),
+                                   "domain": datasets.Value("string")})
+        return datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels],
+                                           "label": rng.integers(0, 10, len(doms)).tolist(),
+                                           "domain": doms}, features=feats)
+
+    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(str(root / "digit5"))
+
+
+def _table4(**changes):
+    cfg = copy.deepcopy(TABLE4)
+    cfg["experiments"][EXP4].update(changes)
+    return cfg
+
+
+def test_no_local_holdout_is_allowed_where_the_test_split_is_reported_and_refused_elsewhere():
+    """test_fraction 0: every device trains on all of its samples. The schema refused it (exclusiveMinimum
+    0); it is allowed where the only accuracy read is the source's own test split, and refused, naming key,
+    value and what is allowed, where a holdout metric would be read or nothing would be scored."""
+    runs = list(expand_runs(validate_config(_table4(test_fraction=0))))
+    assert runs and all(r.test_fraction == 0.0 and isinstance(r.test_fraction, float)
+                        and r.split_spec()["test_fraction"] == 0.0 for r in runs)
+    key = f"'experiments.{EXP4}.test_fraction' has value 0 (no local holdout), which is not allowed"
+    _refused(_table4(test_fraction=0, validation_accuracy="holdout"),
+             key, "with validation_accuracy \"holdout\"", "allowed: a test_fraction in (0, 1), or 0 with "
+             "validation_accuracy \"test_split\"")
+    _refused(_table4(test_fraction=0, global_test=False, global_test_average="pooled"),
+             key, "with global_test false", "allowed: a test_fraction in (0, 1), or 0 with global_test true")
+    _refused(_table4(test_fraction=0, table="bmta"), key, "with table bmta",
+             "or 0 with table fedfor_by_e or fedfor_concept_shift under validation_accuracy \"test_split\"")
+    rest = _table4(test_fraction=0)
+    rest["experiments"][EXP4]["settings"] = {"E1": {"partition": {
+        "label_skew": "natural", "equal_counts": True, "equal_counts_fraction": 0.5,
+        "equal_counts_holdout": "rest"}, "local_epochs": 1, "rounds": 2}}
+    _refused(rest, key, f"experiments.{EXP4}.settings.E1.partition.equal_counts_holdout \"rest\"",
+             "allowed: a test_fraction in (0, 1) with \"rest\", or 0 with \"kept\"")
+    readings = _table4(test_fraction=0, readings={"equal_counts_holdout": ["rest"]})
+    _refused(readings, key, f"experiments.{EXP4}.readings.equal_counts_holdout \"rest\"")
+    quick = yaml.safe_load((ROOT / "workflow/config/quick.yaml").read_text())
+    name = next(n for n, e in quick["experiments"].items() if e["dataset"] == "synthetic")
+    quick["experiments"][name]["test_fraction"] = 0
+    _refused(quick, f"'experiments.{name}.test_fraction' has value 0 (no local holdout)",
+             "with dataset \"synthetic\" (it has no test split of its own")
+    _refused(_table4(test_fraction=-0.1), f"experiments.{EXP4}.test_fraction", "-0.1")
+
+
+def test_a_split_without_a_local_holdout_trains_on_every_image(tmp_path):
+    """A digit5 copy holding FedBN's training images only (here 6 per domain, FedBN's 743): with test_fraction
+    0.1 a device trained on 5 of its 6 (Table 4 before: 669 of 743), with 0 on all 6, and its local test part
+    is empty. Without the source's test split, or under equal_counts_holdout rest, it is refused."""
+    import numpy as np
+
+    from hetfl.data.build import make_split
+    from hetfl.data.federation import load_federation
+    from hetfl.data.sources import load_source
+
+    _fake_digit5(tmp_path)
+    src = load_source("digit5", data_dir=tmp_path)
+    spec = {"dataset": "digit5", "num_devices": 2, "sizes": {"distribution": "equal"},
+            "partition": {"label_skew": "natural", "equal_counts": True}, "data_dir": str(tmp_path),
+            "global_test": True, "global_test_average": "domains"}
+    before = make_split(tmp_path / "tenth" / "split.npz", {**spec, "test_fraction": 0.1}, seed=0)
+    assert before["train_sizes"] == [5, 5] and before["test_sizes"] == [1, 1]
+    manifest = make_split(tmp_path / "none" / "split.npz", {**spec, "test_fraction": 0.0}, seed=0)
+    assert manifest["train_sizes"] == [6, 6] and manifest["test_sizes"] == [0, 0]
+    assert manifest["global_test_size"] == 6
+    fed = load_federation(tmp_path / "none" / "split.npz")
+    np.testing.assert_array_equal(fed.x_train, src.x)  # every training image, in the copy's order
+    assert fed.x_test.shape == (0, 3, 28, 28) and fed.d_global.tolist() == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(ValueError, match="split key 'test_fraction' has value 0 .* without its own test "
+                                         "split"):
+        make_split(tmp_path / "x" / "split.npz", {**spec, "test_fraction": 0.0, "global_test": False,
+                                                  "global_test_average": "pooled"}, seed=0)
+    rest = {**spec["partition"], "equal_counts_fraction": 0.5, "equal_counts_holdout": "rest"}
+    with pytest.raises(ValueError, match="equal_counts_holdout 'rest'"):
+        make_split(tmp_path / "y" / "split.npz", {**spec, "partition": rest, "test_fraction": 0.0}, seed=0)
+
+
+def test_a_run_without_a_local_holdout_records_the_test_split_and_no_holdout_metric():
+    """With no local test sample the pooled test accuracy and loss were NaN (a mean over nothing), the NaN
+    test_loss marked the run diverged after its first round, and mean_client_accuracy was NaN. Now they are
+    not recorded; test_samples is 0, and the global test split, the training loss and its fairness are."""
+    import numpy as np
+
+    from hetfl.data.federation import from_device_lists
+    from hetfl.engine.runner import TrainSettings, train
+    from hetfl.models import make_model
+    from hetfl.pipeline import _for_model
+
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(8, 12)).astype(np.float32) for _ in range(3)]
+    ys = [rng.integers(0, 3, 8) for _ in xs]
+    empty_x, empty_y = np.zeros((0, 12), np.float32), np.zeros(0, np.int64)
+    fed = from_device_lists(xs, ys, [empty_x] * 3, [empty_y] * 3, num_classes=3,
+                            global_test=(rng.normal(size=(9, 12)).astype(np.float32), rng.integers(0, 3, 9)),
+                            global_devices=np.repeat(np.arange(3), 3))
+    model = make_model("mlp", (12,), 3, hidden=[4])
+    res = train(model, fed, np.ones((3, 3)), TrainSettings("B", 1, 4, 0.1, 3, lr_schedule="constant",
+                                                           global_test_average="domains"))
+    assert res.status == "ok" and res.rounds_done == 3
+    names = {m for _, m, _ in res.records}
+    assert not names & {"test_accuracy", "test_loss", "mean_client_accuracy"}
+    assert {"global_test_accuracy", "global_test_pooled_accuracy", "train_loss", "client_loss_jain",
+            "test_samples"} <= names
+    assert all(v == 0 for _, m, v in res.records if m == "test_samples")
+    images = from_device_lists([rng.normal(size=(4, 1, 8, 8)).astype(np.float32)] * 2, [np.zeros(4, int)] * 2,
+                               [np.zeros((0, 1, 8, 8), np.float32)] * 2, [empty_y] * 2, num_classes=2)
+    assert _for_model(images, "logreg").x_test.shape == (0, 64)  # reshape(0, -1) cannot infer the width

@@ -317,3 +317,28 @@ def test_a_stand_in_beside_a_paper_run_keeps_its_own_table_and_baseline(tmp_path
     assert set(shown["table"]) == {"Table 2 · mnist5k", "Table 4 · digit5"}
     text = fedfor.caption(tidy, runs.assign(dataset_name=runs["dataset"]))
     assert "FedFOR Table 2 and Table 4:" in text and "mnist5k is an offline stand-in" in text
+
+
+def test_runs_without_a_local_holdout_are_not_read_by_their_holdout_accuracy(tmp_path):
+    """The readings table reads the runs under the other validation_accuracy values too; runs of
+    test_fraction 0 record no holdout accuracy (mean_client_accuracy), so those columns were cells of
+    nothing. They are left out where no run has a holdout."""
+    def runs_with(test_fraction, where):
+        cfg = _config()
+        cfg["experiments"]["ff"]["test_fraction"] = test_fraction
+        dirs = []
+        for spec in expand_runs(validate_config(cfg)):
+            d = where / spec.run
+            d.mkdir(parents=True)
+            (d / "run.json").write_text(json.dumps({"spec": spec.to_dict(), "status": "ok"}))
+            acc = CURVES[(spec.algorithm, spec.seed)]
+            pd.DataFrame({"round": np.arange(1, 5), "metric": "global_test_accuracy",
+                          "value": acc}).to_parquet(d / "metrics.parquet")
+            dirs.append(d)
+        return dirs
+
+    none = fedfor.readings_table("fedfor_by_e", runs_with(0, tmp_path / "none"))
+    assert set(none["reading"]) == {"paper/default"}
+    held = fedfor.readings_table("fedfor_by_e", runs_with(0.1, tmp_path / "held"))
+    assert set(held["reading"]) == {"paper/default", "validation_accuracy=holdout",
+                                    "validation_accuracy=test_at_best_holdout"}

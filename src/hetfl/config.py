@@ -828,6 +828,44 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
                           "samples)")
 
 
+def _check_no_holdout(name: str, exp: dict[str, Any]) -> None:
+    """test_fraction 0 (no local holdout) leaves the source's own test split the only accuracy a run records:
+    allowed where a table reports that and nothing else (FedFOR's, under validation_accuracy test_split).
+    The per-device metrics (test_accuracy, test_loss, mean_client_accuracy) need a holdout."""
+    from hetfl.data.sources import SOURCES
+
+    if exp["test_fraction"] != 0:
+        return
+    key = (f"config key 'experiments.{name}.test_fraction' has value 0 (no local holdout), which is not "
+           "allowed")
+    info = SOURCES.get(exp["dataset"])
+    if info is None or "test" not in info.hub_splits:
+        raise ConfigError(f"{key} with dataset \"{exp['dataset']}\" (it has no test split of its own, so the "
+                          "runs would score no accuracy at all); allowed: a test_fraction in (0, 1), or 0 "
+                          "with a real source that has a test split")
+    if not exp["global_test"]:
+        raise ConfigError(f"{key} with global_test false (the runs would score no accuracy at all); allowed: "
+                          "a test_fraction in (0, 1), or 0 with global_test true")
+    if exp["table"] not in VALIDATION_TABLES:
+        raise ConfigError(f"{key} with table {exp['table']} (it reads the local holdouts' accuracy or loss, "
+                          "which a run without a holdout does not record); allowed: a test_fraction in (0, "
+                          "1), or 0 with table " + " or ".join(VALIDATION_TABLES)
+                          + " under validation_accuracy \"test_split\"")
+    how = exp.get("validation_accuracy", "test_split")
+    if how != "test_split":
+        raise ConfigError(f"{key} with validation_accuracy \"{how}\" (it reads the local holdouts' accuracy, "
+                          "mean_client_accuracy, which a run without a holdout does not record); allowed: a "
+                          "test_fraction in (0, 1), or 0 with validation_accuracy \"test_split\"")
+    rest = [label for label, setting in exp["settings"].items()
+            if ((setting.get("partition") or {}).get("equal_counts_holdout")) == "rest"]
+    rest_readings = "rest" in (exp.get("readings") or {}).get("equal_counts_holdout", [])
+    if rest or rest_readings:
+        where = f"settings.{rest[0]}.partition" if rest else "readings"
+        raise ConfigError(f"{key} with experiments.{name}.{where}.equal_counts_holdout \"rest\" (its "
+                          "local test part is test_fraction's share); allowed: a test_fraction in (0, 1) "
+                          "with \"rest\", or 0 with \"kept\"")
+
+
 def _check_test_fraction(name: str, exp: dict[str, Any]) -> None:
     """A SYNTHETIC device of the fewest samples its sizes allow must keep a training sample after its
     holdout (data.synthetic.holdout_split: n_test = max(1, round(test_fraction·n))); test_fraction 0.99
@@ -977,6 +1015,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_equal_counts(name, exp)
         _check_global_test_average(name, exp)
         _check_validation_accuracy(name, exp)
+        _check_no_holdout(name, exp)
         _check_test_fraction(name, exp)
         _check_table_fits(name, exp)
         _check_source_fits(name, exp)
@@ -1423,7 +1462,7 @@ def _grid(exp_name: str, exp: dict[str, Any]) -> Iterator[RunSpec]:
                 iid=bool(sv.get("iid", False)),
                 num_devices=exp["num_devices"],
                 sizes=dict(exp["sizes"]),
-                test_fraction=exp["test_fraction"],
+                test_fraction=float(exp["test_fraction"]),  # YAML's 0 is an int
                 model=exp["model"],
                 algorithm=algorithm,
                 scheme=scheme,

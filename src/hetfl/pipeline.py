@@ -127,9 +127,12 @@ def _for_model(fed: Federation, model: str) -> Federation:
     """The federation as the model reads it: a linear model sees images as flat vectors (views, no copy)."""
     if model != "logreg" or fed.x_train.ndim <= 2:
         return fed
-    flat = {k: getattr(fed, k).reshape(len(getattr(fed, k)), -1) for k in ("x_train", "x_test")}
+    def flat_of(x: np.ndarray) -> np.ndarray:  # an explicit width: -1 cannot be inferred for no rows
+        return x.reshape(len(x), int(np.prod(x.shape[1:])))
+
+    flat = {k: flat_of(getattr(fed, k)) for k in ("x_train", "x_test")}  # no local holdout: x_test is empty
     if fed.x_global is not None:
-        flat["x_global"] = fed.x_global.reshape(len(fed.x_global), -1)
+        flat["x_global"] = flat_of(fed.x_global)
     return replace(fed, **flat)
 
 

@@ -63,6 +63,8 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
     domain (client id), or -1 when no device does: the runner then averages per-domain accuracies.
     A natural split with `partition.equal_counts_holdout` "rest" trains every device on all of its kept
     samples and takes its local test part from the samples the trim left out (data.partition.rest_holdout).
+    `test_fraction` 0: no local holdout, every device trains on all of its samples (FedBN's Digits: all 743
+    images of a domain); only with the source's own test split, and not under "rest".
     """
     from hetfl.data import sizes as sizes_mod
     from hetfl.data.partition import PartitionSpec, local_holdout, partition, rest_holdout, temporal_holdout
@@ -92,7 +94,9 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
     if spec.equal_counts_holdout == "rest" and holdout == "temporal":
         raise ValueError(f"split key 'partition.equal_counts_holdout' has value 'rest', which is not allowed "
                          f"for {name} (its local test part is each device's last samples); allowed: kept")
-    if holdout == "temporal":
+    if test_fraction == 0:  # no local holdout: the source's own test split is the only one scored
+        train_parts, test_parts = _no_holdout(name, parts, spec, held_out is not None)
+    elif holdout == "temporal":
         check_text_order(src, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
         gap = SOURCES[name].input_shape[0] - 1  # LEAF's split_data.py: test from n_train + seq_len - 1
         train_parts, test_parts = temporal_holdout(parts, test_fraction, gap)
@@ -114,6 +118,27 @@ def build_from_source(name: str, partition_spec: dict[str, Any], num_devices: in
     return from_device_lists([src.x[i] for i in train_parts], [src.y[i] for i in train_parts],
                              [src.x[i] for i in test_parts], [src.y[i] for i in test_parts],
                              num_classes=src.num_classes, global_test=held_out, global_devices=devices)
+
+
+def _no_holdout(name: str, parts: list[np.ndarray], spec: Any, has_test: bool
+                ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(train, test) parts without a local holdout: every device's samples train, its test part is empty.
+    ValueError where nothing else would be scored (no global test split) or a test part is asked for
+    (equal_counts_holdout "rest"); config validation refuses both first (config._check_no_holdout)."""
+    if not has_test:
+        raise ValueError(f"split key 'test_fraction' has value 0 (no local holdout), which is not allowed "
+                         f"for {name} without its own test split as the global test set (nothing would be "
+                         "scored); allowed: a test_fraction in (0, 1), or 0 with global_test and a source "
+                         "that has a test split")
+    if spec.equal_counts_holdout == "rest":
+        raise ValueError("split key 'test_fraction' has value 0 (no local holdout), which is not allowed "
+                         "with partition.equal_counts_holdout 'rest' (its local test part is test_fraction's "
+                         "share); allowed: a test_fraction in (0, 1), or 0 with 'kept'")
+    empty = [k for k, p in enumerate(parts) if not len(p)]
+    if empty:
+        raise ValueError(f"device {empty[0]} holds no sample; allowed: a split that gives every device one")
+    return ([np.asarray(p, dtype=np.int64) for p in parts],
+            [np.zeros(0, dtype=np.int64) for _ in parts])
 
 
 def make_split(out_npz: str | Path, split_spec: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -433,7 +433,10 @@ def _evaluate_round(model: BatchedModel, params: list[torch.Tensor], test_device
     "mean testing accuracy"); train_loss: F(w) pooled over all local training data, with the fairness
     of the per-device training losses F_k(w) over the same devices as the test set; global_test_*: the
     source's own test split, when the split has one. own_correct: every test sample scored by its own
-    device's model (personalised methods), which mean_client_accuracy then uses.
+    device's model (personalised methods), which mean_client_accuracy then uses. With no local test sample
+    among the round's test devices (test_fraction 0: no local holdout) test_accuracy, test_loss and
+    mean_client_accuracy are not recorded (nothing to score: a NaN test_loss read as divergence), and
+    test_samples is 0; the training loss, its fairness and global_test_* are as ever.
     A model with its own `evaluate` (the analytic quadratic task) reports test_loss, train_loss,
     `objective` = F(w) and its other values as they are (e.g. x).
     """
@@ -448,12 +451,17 @@ def _evaluate_round(model: BatchedModel, params: list[torch.Tensor], test_device
         return {"test_loss": dict(custom(params, x_test[keep], y_test[keep]))["loss"],
                 "test_samples": float(keep.sum()), "train_loss": train_loss, "objective": train_loss,
                 **values}
-    correct, loss = per_sample(model, params, x_test, y_test)
-    per_client = per_client_means(correct if own_correct is None else own_correct, test_device, n)[in_test]
-    row = {"test_accuracy": float(correct[keep].double().mean()),
-           "test_loss": float(loss[keep].double().mean()),
-           "test_samples": float(keep.sum()),
-           "mean_client_accuracy": mean_client_accuracy(per_client)}
+    scored = float(keep.sum())
+    if scored:
+        correct, loss = per_sample(model, params, x_test, y_test)
+        own = correct if own_correct is None else own_correct
+        per_client = per_client_means(own, test_device, n)[in_test]
+        row = {"test_accuracy": float(correct[keep].double().mean()),
+               "test_loss": float(loss[keep].double().mean()),
+               "test_samples": scored,
+               "mean_client_accuracy": mean_client_accuracy(per_client)}
+    else:  # no local holdout: the global test split is the run's only accuracy
+        row = {"test_samples": 0.0}
     _, train_loss = per_sample(model, params, x_train, y_train)
     row["train_loss"] = float(train_loss.double().mean())
     row.update(loss_fairness(per_client_means(train_loss, train_device, n)[in_test]))

@@ -597,7 +597,8 @@ _READINGS_COMPUTE = {"fedfor_by_e": fedfor_by_e, "fedfor_concept_shift": concept
 def readings_table(table: str, run_dirs: list[Path]) -> pd.DataFrame:
     """Every cell under every reading the runs hold ('' = the experiments' own: 'paper/default'), tidy, with
     a `reading` column; then the cells under each other validation_accuracy, read from the runs under the
-    experiments' own readings (those need no runs of their own)."""
+    experiments' own readings (those need no runs of their own; the two that read the local holdouts only
+    where a run has one: not where every run has test_fraction 0)."""
     from hetfl.reports.ruan import own_readings, runs_under
 
     if table not in _READINGS_COMPUTE:
@@ -609,8 +610,10 @@ def readings_table(table: str, run_dirs: list[Path]) -> pd.DataFrame:
     parts = [compute(runs_under(runs, r)).assign(reading=r or "paper/default") for r in readings]
     own = own_readings(runs)
     used = {validation_of(r) for _, r in own.iterrows()}
+    # runs without a local holdout (test_fraction 0) record no holdout accuracy to read another way
+    held_out = "test_fraction" not in own or bool((own["test_fraction"].astype(float) > 0).any())
     parts += [compute(own, how=how).assign(reading=f"validation_accuracy={how}")
-              for how in VALIDATION_ACCURACIES if used != {how}]
+              for how in VALIDATION_ACCURACIES if used != {how} and (held_out or how == "test_split")]
     return pd.concat(parts, ignore_index=True)
 
 
