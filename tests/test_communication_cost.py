@@ -139,13 +139,13 @@ def test_one_setting_name_on_two_data_sets_is_two_cells_for_validation_and_figur
     FedProx on mnist5k and on digits under one setting name validates (it refused them as one cell), and
     the non-zeros figure has a panel per data set and setting, titled by both (one panel held both data
     sets' lines, under the setting's name)."""
-    from hetfl.reports import figures
+    from hetfl.reports import plotting
 
     runs = collect_runs(_two_datasets(tmp_path, {}))
     tidy = cc.communication_cost(runs)
     assert tidy.groupby("dataset")["n_seeds"].max().to_dict() == {"digits": 3, "mnist5k": 3}
     drawn = []
-    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig))
+    monkeypatch.setattr(plotting, "save", lambda fig, out: drawn.append(fig))
     cc.draw_nonzeros(runs.assign(dataset_name=runs["dataset"], dataset="MNIST"), tmp_path / "nz")
     assert [ax.get_title() for ax in drawn[0].axes] == ["digits dir0.3", "mnist5k dir0.3"]
     one = runs[runs["dataset"] == "mnist5k"]

@@ -203,7 +203,7 @@ def draw_nonzeros(runs: pd.DataFrame, out: Path) -> None:
     """Non-zeros sent per round (the reviewers' "plot of non-zero elements vs communication round"), a line
     per algorithm averaged over seeds, a panel per data set and setting (titled by the setting alone where
     there is one data set), log scale."""
-    from hetfl.reports.figures import _save, pyplot
+    from hetfl.reports.plotting import pyplot, save
 
     plt = pyplot()
     # the source, as the table names it (figures.build_figure's runs carry the paper's label in `dataset`)
@@ -224,4 +224,4 @@ def draw_nonzeros(runs: pd.DataFrame, out: Path) -> None:
         ax.set_xlabel("round")
     axes[0][0].set_ylabel("non-zeros sent per round")
     axes[0][-1].legend(fontsize=7, loc="best")
-    _save(fig, out)
+    save(fig, out)

@@ -29,7 +29,7 @@ from hetfl.algorithms import method_label
 from hetfl.reports.bmta import is_iid
 from hetfl.reports.efl_lambda import GROUP, LAMBDA, best_lambda, with_values
 from hetfl.reports.event_tables import curve
-from hetfl.reports.figures import _save, pyplot
+from hetfl.reports.plotting import pyplot, save
 
 FIGURE1_METHODS = ("fedavg", "fedprox", "scaffold", "apfl", "efl")
 
@@ -67,7 +67,7 @@ def _finish(fig, axes, legend: bool, title: str, out: Path) -> None:
     if legend:
         axes[0][-1].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    _save(fig, out)
+    save(fig, out)
 
 
 def _empty(ax, text: str) -> None:
@@ -201,7 +201,7 @@ def figure2(runs: pd.DataFrame, out: Path) -> None:
     if not runs.empty:
         axes[0][-1].legend(fontsize=7)
     fig.suptitle("EFL Figure 2 (reduced scale): the elastic term, λ = 0 vs best λ", fontsize=10)
-    _save(fig, out)
+    save(fig, out)
 
 
 def figure3(runs: pd.DataFrame, out: Path) -> None:

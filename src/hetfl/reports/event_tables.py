@@ -172,3 +172,12 @@ def verdicts_of(tidy: pd.DataFrame) -> list[str]:
 
 __all__ = ["DIFFERENCE", "TIDY_COLUMNS", "bounds", "cell_text", "crossing", "curve", "fast_reboot", "layout",
            "summarise", "verdicts_of"]
+
+
+def event_rounds(group: pd.DataFrame, tau0: int) -> list[int]:
+    """The rounds the events of runs with first event round τ0 happen at: τ0, and with a stagger s > 0 each
+    further device i of event.devices at τ0 + i·s (Ruan et al. Figure 5's arrivals 50 rounds apart)."""
+    stagger = int(pd.to_numeric(group["event.stagger"]).fillna(0).max()) if "event.stagger" in group else 0
+    devices = group["event.devices"].iloc[0] if "event.devices" in group else None
+    count = len(devices) if stagger > 0 and isinstance(devices, list | tuple) else 1
+    return [int(tau0) + i * stagger for i in range(count)]

@@ -1,7 +1,8 @@
 """The papers' figures from run directories (matplotlib and seaborn, headless).
 
-Each figure is a `draw_*` function (runs → Figure) plus `_save`, which writes PNG and SVG byte for byte
-the same on every run: no date or version metadata, and SVG ids from a fixed salt instead of random ones.
+Each figure is a `draw_*` function (runs → Figure) plus `_save` (reports.plotting.save), which writes PNG
+and SVG byte for byte the same on every run: no date or version metadata, and SVG ids from a fixed salt
+instead of random ones.
 A figure draws whatever grid its runs span: a panel per value present, never an empty grid.
 
 Every curve is the mean over seeds of the runs' per-round metric with a band of the 95 % Student-t
@@ -19,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from hetfl.io import atomic_write
 from hetfl.reports.catalog import figure_title
-from hetfl.reports.event_tables import curve
-from hetfl.reports.multiple_arrivals import event_rounds
+from hetfl.reports.event_tables import curve, event_rounds
+from hetfl.reports.plotting import pyplot
+from hetfl.reports.plotting import save as _save
 from hetfl.reports.verdicts import t_interval
 
 if TYPE_CHECKING:
@@ -33,32 +34,6 @@ PAPER_TRACE_PANELS = (1, 3, 5, 8)
 #: the second title line of a |T| = 1 panel whose one trace is T_0 (Ruan et al. Table 2: T_0 completes
 #: every round, so no device is incomplete or inactive and Schemes A, B and C give the same p_τ^k)
 ONE_TRACE_NOTE = "A, B, C coincide: all devices complete (T_0)"
-# metadata that would differ between runs or matplotlib versions (None removes the entry)
-_METADATA = {".png": {"Software": None}, ".svg": {"Date": None, "Creator": None}}
-
-
-def pyplot():
-    """matplotlib.pyplot, headless (Agg). Imported on first use, not with this module: the workflow's
-    Snakefile imports FIGURES to name the figures, and matplotlib with seaborn (which brings scipy.stats)
-    was 1.5-2.5 s of each Snakemake start, the run's and the report's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Figure, out: Path) -> None:
-    plt = pyplot()
-    fig.tight_layout()
-    with plt.rc_context({"svg.hashsalt": "hetfl"}):  # clip-path ids hashed from content, not random
-        for suffix, metadata in _METADATA.items():  # the temporary file keeps the suffix (format)
-            atomic_write(Path(out).with_suffix(suffix),
-                         lambda tmp, m=metadata: fig.savefig(tmp, dpi=120, bbox_inches="tight", metadata=m))
-    plt.close(fig)
-
-
 def t_band(values: pd.Series) -> tuple[float, float]:
     """seaborn's errorbar: the 95 % Student-t interval of the mean over seeds (NaN, no band, for one seed)."""
     iv = t_interval(values.to_numpy())

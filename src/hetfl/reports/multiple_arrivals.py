@@ -24,19 +24,11 @@ import pandas as pd
 
 from hetfl.reports import event_tables as ev
 from hetfl.reports.curves import observed_after, rounds_to_recover
+from hetfl.reports.event_tables import event_rounds
 from hetfl.reports.verdicts import counts_text
 from hetfl.reports.writers import write_frame_tables
 
 TIDY_COLUMNS = ["dataset", "setting", "arrival", *ev.TIDY_COLUMNS[2:]]
-
-
-def event_rounds(group: pd.DataFrame, tau0: int) -> list[int]:
-    """The rounds the events of runs with first event round τ0 happen at: τ0, and with a stagger s > 0 each
-    further device i of event.devices at τ0 + i·s (Ruan et al. Figure 5's arrivals 50 rounds apart)."""
-    stagger = int(pd.to_numeric(group["event.stagger"]).fillna(0).max()) if "event.stagger" in group else 0
-    devices = group["event.devices"].iloc[0] if "event.devices" in group else None
-    count = len(devices) if stagger > 0 and isinstance(devices, list | tuple) else 1
-    return [int(tau0) + i * stagger for i in range(count)]
 
 
 def recovery_per_arrival(acc: pd.Series, arrivals: list[int]) -> list[tuple[float, float, int]]:

@@ -149,7 +149,7 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
 def draw(runs: pd.DataFrame, out: Path) -> None:
     """The fixed points per (τ1, τ2): closed form (open marker) and simulated (filled), x* dashed; one panel
     per data weights p (and step size η)."""
-    from hetfl.reports.figures import _save, pyplot
+    from hetfl.reports.plotting import pyplot, save
 
     plt = pyplot()
     tidy = objective_inconsistency(runs)
@@ -170,4 +170,4 @@ def draw(runs: pd.DataFrame, out: Path) -> None:
         ax.set_ylabel("fixed point x̃")
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.suptitle("fixed points: simulated (filled) and closed form (open circle)", fontsize=9)
-    _save(fig, out)
+    save(fig, out)
