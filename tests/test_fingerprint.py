@@ -82,13 +82,79 @@ def test_a_reference_csv_reruns_the_tables_that_read_it_only(package_copy):
         assert "references=table_references," in rules.split(rule)[1].split("\nrule ")[0], rule
 
 
+def test_the_table_registries_name_what_the_builders_modules_hold():
+    """tables.py imports no builder, so it names by hand what their modules define: the references
+    fedfor_by_e reads (fedfor.PAPER_TABLES') and the Ruan tables with a readings table
+    (ruan.READING_COLUMNS); and every builder it names exists."""
+    from hetfl.reports import fedfor, ruan, tables
+
+    assert tables.REFERENCES["fedfor_by_e"] == tuple(name for name, _, _ in fedfor.PAPER_TABLES.values())
+    assert {t for t, target in tables.READINGS_BUILDERS.items()
+            if target.startswith("hetfl.reports.ruan:")} == set(ruan.READING_COLUMNS)
+    for target in [*tables.BUILDERS.values(), *tables.READINGS_BUILDERS.values()]:
+        assert callable(tables.builder(target)), target
+
+
+def test_an_edit_of_one_tables_builder_rebuilds_that_table_only(package_copy):
+    """hetfl.reports.tables imported every builder, so the table kind's closure held every table module (49
+    files, the figure and report kinds' too): an edit of communication_cost.py rebuilt every table. A
+    table's code is now the closure of tables.py and its builders' modules (tables.job_modules, which the
+    registry names), and both table rules pass their table's (workflow/rules/tables.smk)."""
+    from hetfl.reports import tables
+
+    def fingerprints():
+        fp.closure.cache_clear()
+        fp.fingerprint.cache_clear()
+        return ({t: fp.fingerprint("table", job=t) for t in tables.BUILDERS},
+                {kind: fp.fingerprint(kind) for kind in fp.ENTRIES})
+
+    ruan = {"accuracy_difference", "fast_reboot", "crossing_epochs"}
+    fedfor = {"fedfor_by_e", "fedfor_concept_shift"}  # they read ruan's own_readings and runs_under
+    edits = {  # file -> the tables it rebuilds
+        "reports/communication_cost.py": {"communication_cost"},
+        "reports/objective_inconsistency.py": {"objective_inconsistency"},
+        "reports/multiple_arrivals.py": {"multiple_arrivals"},
+        "reports/fedfor.py": fedfor,
+        "reports/ruan.py": ruan | fedfor,
+        "reports/fairness.py": {"fairness", "efl_lambda"},
+        "reports/tables.py": set(tables.BUILDERS),
+    }
+    before = fingerprints()
+    for rel, rebuilt in edits.items():
+        with open(package_copy / rel, "a") as f:
+            f.write("\n# edited\n")
+        after = fingerprints()
+        assert {t for t, h in after[0].items() if h != before[0][t]} == rebuilt, rel
+        # the kind's fingerprint without a job is every table's code: it changes with any of theirs
+        assert after[1]["table"] != before[1]["table"], rel
+        before = after
+    rules = (Path(__file__).resolve().parents[1] / "workflow/rules/tables.smk").read_text()
+    for rule in ("rule table:", "rule table_readings:"):
+        param = 'code=lambda wc: fingerprint("table", job=wc.table),'
+        assert param in rules.split(rule)[1].split("\nrule ")[0], rule
+
+
+def test_a_job_is_named_where_its_kind_has_a_registry():
+    with pytest.raises(ValueError, match="table 'nope' is unknown; allowed: accuracy_difference, bmta"):
+        fp.fingerprint("table", job="nope")
+    with pytest.raises(ValueError, match="job kind 'train' has no jobs by name"):
+        fp.fingerprint("train", job="bmta")
+    assert set(fp.REGISTRIES) == {"table"}
+
+
+def _reads_table4(*args):
+    """A table builder or a figure's drawing function that reads Table 4's reference."""
+    from hetfl.reports import references
+
+    return references.load_reference("ruan2021_table4_fast_reboot")
+
+
 def test_a_table_reading_a_reference_it_does_not_declare_is_refused(monkeypatch, tmp_path):
     """tables.REFERENCES is what a table's rule reruns for: a builder that read another reference would
     be left stale by an edit of it, so build_table refuses the read."""
     from hetfl.reports import references, tables
 
-    monkeypatch.setitem(tables.BUILDERS, "efl_lambda",
-                        lambda dirs, out: references.load_reference("ruan2021_table4_fast_reboot"))
+    monkeypatch.setitem(tables.BUILDERS, "efl_lambda", f"{__name__}:_reads_table4")
     with pytest.raises(RuntimeError, match="ruan2021_table4_fast_reboot.*REFERENCES"):
         tables.build_table("efl_lambda", [], tmp_path / "t")
     monkeypatch.setitem(tables.REFERENCES, "efl_lambda", ("ruan2021_table4_fast_reboot",))

@@ -284,7 +284,7 @@ def test_a_tables_label_in_the_fidelity_rows_keeps_its_own_name():
 def test_captions_give_each_methods_hyperparameters():
     """The tables named the methods and MLflow alone gave their settings (an open item of an audit): every
     caption's provenance note now lists each method's resolved hyperparameters, 'a|b' where runs differ."""
-    from hetfl.reports.ruan import hyperparameter_note, provenance_note
+    from hetfl.reports.tables import hyperparameter_note, provenance_note
 
     runs = pd.DataFrame({"algorithm": ["efl", "efl", "fedprox", "fedavg"],
                          "algorithm_params.lam": [0.01, 0.1, float("nan"), float("nan")],

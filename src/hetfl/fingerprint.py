@@ -1,7 +1,8 @@
 """Code fingerprints: the source files a job's output depends on, hashed.
 
-A job's code is the import closure of its entry module inside hetfl (imports inside functions included),
-plus the data files it reads (DATA; a table's paper references are a param of their own, data_fingerprint);
+A job's code is the import closure of its entry module inside hetfl (imports inside functions included;
+a table's job adds its builders' modules, which its registry names: REGISTRIES), plus the data
+files it reads (DATA; a table's paper references are a param of their own, data_fingerprint);
 a training job's also holds the modules of its algorithms and, for a plugin's algorithm, the code outside
 hetfl that they import (outside_code: local files hashed, installed distributions by name and version).
 The workflow passes each job's fingerprint as a Snakemake param, so editing a file under src/hetfl reruns
@@ -38,6 +39,12 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "track": ("hetfl.tracking",),
     "report": ("hetfl.reports.report_pages",),
 }
+#: job kinds whose jobs each build one entry of a registry (a table) -> the module holding it. Its
+#: `job_modules(name)` names the modules that entry's job imports beyond the kind's ENTRIES (its builder's,
+#: named "module:function" and imported when it is built; every entry's with None): a job's code is the
+#: closure of both (job_entries), so an edit of one table's builder rebuilds that table only (the kind's
+#: entry imported every builder, and an edit of any rebuilt every table, figure and report page)
+REGISTRIES: dict[str, str] = {"table": "hetfl.reports.tables"}
 #: data files (relative to the package) each kind reads besides code
 DATA: dict[str, tuple[str, ...]] = {
     # data.traces reads Table 2's moments and the (mu, sigma) fitted to them (_REFERENCE_CSV, _FITS_CSV):
@@ -106,6 +113,21 @@ def closure(entries: tuple[str, ...]) -> tuple[Path, ...]:
             seen.add(path)
             todo.extend(_imported(path))
     return tuple(sorted(seen))
+
+
+def job_entries(kind: str, job: str | None = None) -> tuple[str, ...]:
+    """The entry modules of `kind`'s job `job`: the kind's ENTRIES and, for a kind with a registry
+    (REGISTRIES), the modules its entry `job` names (None: every entry's, the code of all its jobs)."""
+    if kind not in ENTRIES:
+        raise ValueError(f"job kind '{kind}' is unknown; allowed: {', '.join(ENTRIES)}")
+    if kind not in REGISTRIES:
+        if job is not None:
+            raise ValueError(f"job kind '{kind}' has no jobs by name (job '{job}'); allowed: a job of "
+                             f"{', '.join(REGISTRIES)}")
+        return ENTRIES[kind]
+    import importlib
+
+    return ENTRIES[kind] + tuple(importlib.import_module(REGISTRIES[kind]).job_modules(job))
 
 
 def algorithm_modules(algorithms: Iterable[str]) -> tuple[str, ...]:
@@ -277,15 +299,15 @@ def outside_files(modules: Iterable[str]) -> dict[str, Path]:
 
 
 @functools.cache
-def fingerprint(kind: str, algorithms: tuple[str, ...] = ()) -> str:
-    """16 hex digits of sha256 over the closure of `kind`'s entries (train: plus the algorithms' modules and
-    the code outside hetfl they run, outside_code) and its data files, each file hashed with its path
-    relative to the package (outside hetfl: its module name; an installed distribution: name==version)."""
-    if kind not in ENTRIES:
-        raise ValueError(f"job kind '{kind}' is unknown; allowed: {', '.join(ENTRIES)}")
+def fingerprint(kind: str, algorithms: tuple[str, ...] = (), job: str | None = None) -> str:
+    """16 hex digits of sha256 over the closure of the entries of `kind`'s job `job` (job_entries: a table's
+    builder's modules, say; None: every job's of the kind; train: plus the algorithms' modules and the
+    code outside hetfl they run, outside_code) and its data files, each file hashed with its path relative
+    to the package (outside hetfl: its module name; an installed distribution: name==version)."""
+    entries = job_entries(kind, job)
     modules = algorithm_modules(algorithms)
     outside = outside_code(modules)
-    files = set(closure(ENTRIES[kind] + modules + outside.hetfl))
+    files = set(closure(entries + modules + outside.hetfl))
     for pattern in DATA.get(kind, ()):
         files.update(PACKAGE.glob(pattern))
     h = hashlib.sha256()

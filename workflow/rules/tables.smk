@@ -10,7 +10,7 @@ rule table:
     wildcard_constraints:
         table="|".join(TABLE_BUILDERS),
     params:
-        code=fingerprint("table"),
+        code=lambda wc: fingerprint("table", job=wc.table),
         references=table_references,
     priority: REPORT_PRIORITY
     shell:
@@ -29,7 +29,7 @@ rule table_readings:
     wildcard_constraints:
         table="|".join(TABLE_BUILDERS),
     params:
-        code=fingerprint("table"),
+        code=lambda wc: fingerprint("table", job=wc.table),
         references=table_references,
     priority: REPORT_PRIORITY
     shell:

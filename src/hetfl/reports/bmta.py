@@ -27,6 +27,8 @@ import pandas as pd
 
 from hetfl.algorithms import method_label
 from hetfl.reports.event_tables import curve
+from hetfl.reports.references import PRINT_RESOLUTION, load_reference
+from hetfl.reports.tables import load_runs, notes, shared_label
 from hetfl.reports.verdicts import (
     RULE_TEXT,
     Interval,
@@ -201,17 +203,6 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(list(out.values())).fillna("—")
 
 
-def shared_label(runs: pd.DataFrame) -> set[str]:
-    """The sources whose paper label (tables.load_runs' `dataset`) another source of the runs has too (mnist
-    and mnist5k, both "MNIST", under setting names of their own: validation allows that,
-    config.ONE_SOURCE_PER_LABEL): a caption's note per source names them "MNIST (mnist5k)", not the label
-    twice."""
-    if "dataset_name" not in runs or "dataset" not in runs:
-        return set()
-    pairs = runs[["dataset", "dataset_name"]].drop_duplicates()
-    return set(pairs.loc[pairs["dataset"].duplicated(keep=False), "dataset_name"].astype(str))
-
-
 def model_note(runs: pd.DataFrame) -> str:
     """'Models: MNIST mlp (hidden [64])' — the scale note names the model, not its parameters; one per
     source where two share a label (it named the first one's model only)."""
@@ -317,3 +308,11 @@ def _diff_cell(r: pd.Series) -> str:
 
 def _interval(mean: float, low: float, high: float, n: int) -> str:
     return interval_text(Interval(mean, math.nan, low, high, n), digits=2)
+
+
+def build(run_dirs: list[Path], out_stem: Path) -> Path:
+    """The table from run directories (reports.tables.BUILDERS)."""
+    runs = load_runs(run_dirs)
+    name = "ma2022_efl_table2_bmta"
+    write(runs, load_reference(name), out_stem, notes(runs), PRINT_RESOLUTION[name])
+    return out_stem

@@ -24,6 +24,7 @@ import pandas as pd
 
 from hetfl.reports.bmta import model_note, paired, per_run
 from hetfl.reports.fairness import final_value
+from hetfl.reports.tables import load_runs, notes
 from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval, verdict
 from hetfl.reports.writers import write_frame_tables
 
@@ -117,3 +118,10 @@ def write(runs: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFram
     tidy = lambda_table(runs)
     write_frame_tables(tidy, layout(tidy), out_stem, caption(tidy, settings_note + " " + model_note(runs)))
     return tidy
+
+
+def build(run_dirs: list[Path], out_stem: Path) -> Path:
+    """The table from run directories (reports.tables.BUILDERS)."""
+    runs = load_runs(run_dirs)
+    write(runs, out_stem, notes(runs))
+    return out_stem

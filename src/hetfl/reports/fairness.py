@@ -31,6 +31,7 @@ from hetfl.reports.bmta import (
     reference_runs,
 )
 from hetfl.reports.event_tables import curve
+from hetfl.reports.tables import load_runs, notes
 from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval, within
 from hetfl.reports.writers import write_frame_tables
 
@@ -116,3 +117,10 @@ def write(runs: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFram
     shown = [str(v) for v in tidy["verdict"] if isinstance(v, str) and v != "—"]
     write_frame_tables(tidy, layout(tidy), out_stem, caption(settings_note + " " + model_note(runs), shown))
     return tidy
+
+
+def build(run_dirs: list[Path], out_stem: Path) -> Path:
+    """The table from run directories (reports.tables.BUILDERS)."""
+    runs = load_runs(run_dirs)
+    write(runs, out_stem, notes(runs))
+    return out_stem

@@ -453,7 +453,8 @@ def _ok_runs(run_dirs: list[Path]) -> pd.DataFrame:
 def build(run_dirs: list[Path], out_stem: Path) -> Path:
     """The table from run directories (reports.tables.BUILDERS), of the runs under their experiments' own
     readings (a by-hand glob may include readings variants: build_readings shows those)."""
-    from hetfl.reports.ruan import own_readings, provenance_note
+    from hetfl.reports.ruan import own_readings
+    from hetfl.reports.tables import provenance_note
     from hetfl.reports.writers import write_frame_tables
 
     runs = own_readings(_ok_runs(run_dirs))
@@ -541,7 +542,8 @@ def concept_shift_table(runs: pd.DataFrame, how: str | None = None) -> pd.DataFr
 
 def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
     """Table 5 from run directories (reports.tables.BUILDERS)."""
-    from hetfl.reports.ruan import own_readings, provenance_note
+    from hetfl.reports.ruan import own_readings
+    from hetfl.reports.tables import provenance_note
     from hetfl.reports.verdicts import Interval
     from hetfl.reports.writers import write_frame_tables
 
@@ -664,7 +666,7 @@ def build_readings(table: str, run_dirs: list[Path], out_stem: Path) -> Path:
     """<stem>.csv (tidy: every cell under every reading) and <stem>.md (a column per reading)
     (reports.tables.READINGS_BUILDERS)."""
     from hetfl.io import atomic_write_text
-    from hetfl.reports.ruan import provenance_note
+    from hetfl.reports.tables import provenance_note
 
     tidy = readings_table(table, run_dirs)
     runs = _ok_runs(run_dirs)

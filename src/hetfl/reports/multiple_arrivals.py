@@ -73,8 +73,13 @@ def multiple_arrivals(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_multiple_arrivals(run_dirs: list[Path], out_stem: Path) -> Path:
-    from hetfl.reports.ruan import participation_note, provenance_note
-    from hetfl.reports.tables import load_event_runs, scale_note, settings_note
+    from hetfl.reports.tables import (
+        load_event_runs,
+        participation_note,
+        provenance_note,
+        scale_note,
+        settings_note,
+    )
 
     runs = load_event_runs(run_dirs)
     runs = runs[runs["reading"].fillna("") == ""] if "reading" in runs else runs

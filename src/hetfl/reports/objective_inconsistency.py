@@ -137,7 +137,7 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
 def build(run_dirs: list[Path], out_stem: Path) -> Path:
     """The table from run directories (reports.tables.BUILDERS)."""
     from hetfl.reports.results import collect_runs
-    from hetfl.reports.ruan import provenance_note
+    from hetfl.reports.tables import provenance_note
     from hetfl.reports.writers import write_frame_tables
 
     runs = collect_runs(run_dirs)

@@ -10,17 +10,24 @@ used, and the commits of the runs read. docs/readings.md explains every reading.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from hetfl.algorithms import method_label
 from hetfl.reports import accuracy_difference as ad
 from hetfl.reports import event_tables as ev
 from hetfl.reports.references import PRINT_RESOLUTION, load_reference
 from hetfl.reports.setups import setup_differences
+from hetfl.reports.tables import (  # the notes every table states live with the registries
+    PARTICIPATION_READINGS,
+    load_event_runs,
+    load_runs,
+    participation_note,
+    provenance_note,
+    scale_note,
+    settings_note,
+)
 from hetfl.reports.verdicts import RULE_TEXT, VERDICTS, counts_text, interval_text, verdict_counts
 from hetfl.reports.writers import markdown, write_frame_tables
 
@@ -72,68 +79,6 @@ def comparability_note(runs: pd.DataFrame) -> str:
     if not parts:
         return "Every cell's set-up is the paper's as far as the paper states it."
     return "Not comparable (set-up differs from the paper's): " + " | ".join(parts) + "."
-
-
-def participation_note(runs: pd.DataFrame) -> str:
-    """E[K_τ] per (setting, |T|) and P(complete) per trace, measured from the trace files the runs used."""
-    if "mean_complete_devices" not in runs or runs["mean_complete_devices"].isna().all():
-        return ""
-    unique = runs.dropna(subset=["mean_complete_devices"]).drop_duplicates(["traces_sha256", "dataset_name",
-                                                                            "setting", "local_work"])
-    kt = []
-    for (dataset, setting), g in unique.groupby(["dataset_name", "setting"], sort=True):
-        per_t = g.groupby("num_traces")["mean_complete_devices"].mean()
-        kt.append(f"{dataset} {setting} " + ", ".join(f"|T|={k}: {v:.1f}" for k, v in per_t.items()))
-    pooled: dict[str, list[float]] = {}
-    for p in unique["p_complete"].dropna():
-        for trace, value in p.items():
-            pooled.setdefault(trace, []).append(value)
-    pc = ", ".join(f"{t} {sum(v) / len(v):.3f}" for t, v in pooled.items())
-    return ("Measured from the trace files used (mean over rounds and seeds): devices completing their round "
-            f"E[K_τ]: {'; '.join(kt)}. P(complete round) per trace: {pc}.")
-
-
-def provenance_note(runs: pd.DataFrame) -> str:
-    """The commits of the runs read (issue: never mix old and new numbers without a word), and the
-    hyperparameters they ran with."""
-    counts = runs.groupby(["git_commit", "git_dirty"], dropna=False).size()
-    parts = [f"{str(c)[:10]}{' (uncommitted changes)' if d is True else ''}: {n} run(s)"
-             for (c, d), n in counts.items()]
-    codes = runs["code_fingerprint"].dropna().unique()
-    text = f"Runs read: {'; '.join(parts)}; code fingerprint(s) {', '.join(sorted(codes)) or 'unknown'}."
-    hyper = hyperparameter_note(runs)
-    return f"{text} {hyper}" if hyper else text
-
-
-def _shown(value: object) -> str | None:
-    """A run's hyperparameter value as a caption prints it; None where the run has no such field."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def hyperparameter_note(runs: pd.DataFrame) -> str:
-    """Each method's hyperparameters as its runs resolved them (defaults included; 'a|b' where the runs
-    differ): the tables name the methods, MLflow alone gave their settings (an open item of an audit)."""
-    cols = sorted(c for c in runs.columns if c.startswith("algorithm_params."))
-    if "algorithm" not in runs or not cols:
-        return ""
-    parts = []
-    for algorithm, g in runs.groupby("algorithm", sort=True):
-        values = []
-        for col in cols:
-            shown = sorted({s for s in map(_shown, g[col]) if s is not None})
-            if shown:
-                values.append(f"{col.split('.', 1)[1]} = {'|'.join(shown)}")
-        if values:
-            parts.append(f"{method_label(str(algorithm))}: {', '.join(values)}")
-    if not parts:
-        return ""
-    return "Hyperparameters (hetfl algorithms NAME describes each): " + "; ".join(parts) + "."
 
 
 #: readings a run's spec records only where they are not the default (config._events), so that specs made
@@ -195,8 +140,6 @@ COUNTED = {"fast_reboot": " (of the vanilla − fast cells; each policy's own co
 
 
 def _notes(runs: pd.DataFrame, table: str, tidy: pd.DataFrame, settings_note: str) -> str:
-    from hetfl.reports.tables import scale_note  # the generic notes live with the other tables
-
     readings = reading_values(runs, table)
     return " ".join(filter(None, [
         settings_note,
@@ -210,8 +153,6 @@ def _notes(runs: pd.DataFrame, table: str, tidy: pd.DataFrame, settings_note: st
 
 
 def build_accuracy_difference(run_dirs: list[Path], out_stem: Path) -> Path:
-    from hetfl.reports.tables import load_runs, settings_note
-
     runs = own_readings(with_setups(load_runs(run_dirs), "accuracy_difference"))
     tidy = compute_accuracy_difference(runs)
     caption = ad.default_caption(_notes(runs, "accuracy_difference", tidy, settings_note(runs)),
@@ -221,8 +162,6 @@ def build_accuracy_difference(run_dirs: list[Path], out_stem: Path) -> Path:
 
 
 def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
-    from hetfl.reports.tables import load_event_runs, settings_note
-
     runs = own_readings(with_setups(load_event_runs(run_dirs), "fast_reboot"))
     tidy = compute_fast_reboot(runs)
     caption = ("Reproduction of Ruan et al. (2021), Table 4: global epochs from the arrival round τ0 on "
@@ -243,8 +182,6 @@ def build_fast_reboot(run_dirs: list[Path], out_stem: Path) -> Path:
 
 
 def build_crossing_epochs(run_dirs: list[Path], out_stem: Path) -> Path:
-    from hetfl.reports.tables import load_event_runs, settings_note
-
     runs = own_readings(with_setups(load_event_runs(run_dirs), "crossing_epochs"))
     tidy = compute_crossing(runs)
     test_sets = {
@@ -282,8 +219,6 @@ def crossing_layout(tidy: pd.DataFrame) -> pd.DataFrame:
 # --- readings tables ----------------------------------------------------------------------------------------
 def _loaders() -> dict[str, tuple[Callable[[list[Path]], pd.DataFrame],
                                   Callable[[pd.DataFrame], pd.DataFrame]]]:
-    from hetfl.reports.tables import load_event_runs, load_runs
-
     return {"accuracy_difference": (load_runs, compute_accuracy_difference),
             "fast_reboot": (load_event_runs, compute_fast_reboot),
             "crossing_epochs": (load_event_runs, compute_crossing)}
@@ -373,10 +308,6 @@ def _iv(row: pd.Series):
     n_never = int(row["n_never"]) if "n_never" in row and pd.notna(row["n_never"]) else 0
     return Interval(row["reproduced_mean"], row["reproduced_std"], row["ci_low"], row["ci_high"],
                     int(row["n_seeds"]), n_never)
-
-
-#: readings that change who completes a round, so a reading's column has participation of its own
-PARTICIPATION_READINGS = ("completion", "trace_assignment", "p_inactive")
 
 
 def readings_notes(table: str, run_dirs: list[Path]) -> str:

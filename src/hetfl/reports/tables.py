@@ -1,13 +1,23 @@
-"""Paper tables built from run directories (results/ is the only input besides the paper references)."""
+"""Paper tables built from run directories (results/ is the only input besides the paper references).
+
+This module is what every table shares: the registries, the guard, the loading of runs and the notes every
+caption states. It imports no table's builder: BUILDERS and READINGS_BUILDERS name them ("module:function"),
+imported when the table is built, so a table's code is this module's import closure and its builders'
+(job_modules, hetfl.fingerprint) and an edit of one builder rebuilds that table only.
+"""
 
 from __future__ import annotations
 
+import importlib
+import math
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from hetfl.algorithms import method_label
 from hetfl.config import (  # the paper labels and the tables' cells (validation reads them too)
     DATASET_LABELS,
     ONE_SOURCE_PER_LABEL,
@@ -18,12 +28,7 @@ from hetfl.config import (  # the paper labels and the tables' cells (validation
     source_clash,
     spec_differences,
 )
-from hetfl.reports import bmta as bm
-from hetfl.reports import communication_cost as cc
-from hetfl.reports import efl_lambda, fairness, fedfor, ruan
-from hetfl.reports import objective_inconsistency as oi
-from hetfl.reports.multiple_arrivals import build_multiple_arrivals
-from hetfl.reports.references import PRINT_RESOLUTION, load_reference, package_file, reading_only
+from hetfl.reports.references import package_file, reading_only
 from hetfl.reports.results import collect_runs, load_run_json
 
 
@@ -55,9 +60,20 @@ def _work_unit(run: pd.Series) -> str:
     return "local updates" if run.get("local_work", "epochs") == "steps" else "epochs"
 
 
+def shared_label(runs: pd.DataFrame) -> set[str]:
+    """The sources whose paper label (load_runs' `dataset`) another source of the runs has too (mnist and
+    mnist5k, both "MNIST", under setting names of their own: validation allows that,
+    config.ONE_SOURCE_PER_LABEL): a caption's note per source names them "MNIST (mnist5k)", not the label
+    twice."""
+    if "dataset_name" not in runs or "dataset" not in runs:
+        return set()
+    pairs = runs[["dataset", "dataset_name"]].drop_duplicates()
+    return set(pairs.loc[pairs["dataset"].duplicated(keep=False), "dataset_name"].astype(str))
+
+
 def scale_note(runs: pd.DataFrame) -> str:
     notes = []
-    shared = bm.shared_label(runs)
+    shared = shared_label(runs)
     for dataset, g in runs.groupby("dataset_name", sort=True):
         f = g.iloc[0]
         sizes = f"sizes {f['sizes.distribution']}"
@@ -100,51 +116,116 @@ def low_participation_note(runs: pd.DataFrame) -> str:
         return ""
     low = runs[runs["num_traces"].fillna(1) > 1]
     readings = []
-    for key in ruan.PARTICIPATION_READINGS:
+    for key in PARTICIPATION_READINGS:
         if key in low:
             values = sorted({str(v) for v in low[key].dropna()})
             if values:
                 readings.append(f"{key} = {'|'.join(values)}")
     text = (("Readings of the |T| > 1 runs (docs/readings.md): " + ", ".join(readings) + ". ")
             if readings else "")
-    return text + ruan.participation_note(runs)
+    return text + participation_note(runs)
 
 
-def _notes(runs: pd.DataFrame) -> str:
+def notes(runs: pd.DataFrame) -> str:
+    """The notes of the EFL tables' captions (bmta, fairness, efl_lambda): settings, scale, participation
+    where |T| > 1, and provenance."""
     return " ".join(filter(None, [settings_note(runs), scale_note(runs), low_participation_note(runs),
-                                  ruan.provenance_note(runs)]))
+                                  provenance_note(runs)]))
 
 
-def build_bmta(run_dirs: list[Path], out_stem: Path) -> Path:
-    runs = load_runs(run_dirs)
-    name = "ma2022_efl_table2_bmta"
-    bm.write(runs, load_reference(name), out_stem, _notes(runs), PRINT_RESOLUTION[name])
-    return out_stem
+#: readings that change who completes a round, so a reading's column has participation of its own
+PARTICIPATION_READINGS = ("completion", "trace_assignment", "p_inactive")
 
 
-def build_fairness(run_dirs: list[Path], out_stem: Path) -> Path:
-    runs = load_runs(run_dirs)
-    fairness.write(runs, out_stem, _notes(runs))
-    return out_stem
+def participation_note(runs: pd.DataFrame) -> str:
+    """E[K_τ] per (setting, |T|) and P(complete) per trace, measured from the trace files the runs used."""
+    if "mean_complete_devices" not in runs or runs["mean_complete_devices"].isna().all():
+        return ""
+    unique = runs.dropna(subset=["mean_complete_devices"]).drop_duplicates(["traces_sha256", "dataset_name",
+                                                                            "setting", "local_work"])
+    kt = []
+    for (dataset, setting), g in unique.groupby(["dataset_name", "setting"], sort=True):
+        per_t = g.groupby("num_traces")["mean_complete_devices"].mean()
+        kt.append(f"{dataset} {setting} " + ", ".join(f"|T|={k}: {v:.1f}" for k, v in per_t.items()))
+    pooled: dict[str, list[float]] = {}
+    for p in unique["p_complete"].dropna():
+        for trace, value in p.items():
+            pooled.setdefault(trace, []).append(value)
+    pc = ", ".join(f"{t} {sum(v) / len(v):.3f}" for t, v in pooled.items())
+    return ("Measured from the trace files used (mean over rounds and seeds): devices completing their round "
+            f"E[K_τ]: {'; '.join(kt)}. P(complete round) per trace: {pc}.")
 
 
-def build_efl_lambda(run_dirs: list[Path], out_stem: Path) -> Path:
-    runs = load_runs(run_dirs)
-    efl_lambda.write(runs, out_stem, _notes(runs))
-    return out_stem
+def provenance_note(runs: pd.DataFrame) -> str:
+    """The commits of the runs read (issue: never mix old and new numbers without a word), and the
+    hyperparameters they ran with."""
+    counts = runs.groupby(["git_commit", "git_dirty"], dropna=False).size()
+    parts = [f"{str(c)[:10]}{' (uncommitted changes)' if d is True else ''}: {n} run(s)"
+             for (c, d), n in counts.items()]
+    codes = runs["code_fingerprint"].dropna().unique()
+    text = f"Runs read: {'; '.join(parts)}; code fingerprint(s) {', '.join(sorted(codes)) or 'unknown'}."
+    hyper = hyperparameter_note(runs)
+    return f"{text} {hyper}" if hyper else text
 
 
-BUILDERS = {"accuracy_difference": ruan.build_accuracy_difference, "fast_reboot": ruan.build_fast_reboot,
-            "crossing_epochs": ruan.build_crossing_epochs, "bmta": build_bmta, "fairness": build_fairness,
-            "efl_lambda": build_efl_lambda, "objective_inconsistency": oi.build, "fedfor_by_e": fedfor.build,
-            "communication_cost": cc.build, "fedfor_concept_shift": fedfor.build_concept_shift,
-            "multiple_arrivals": build_multiple_arrivals}
+def _shown(value: object) -> str | None:
+    """A run's hyperparameter value as a caption prints it; None where the run has no such field."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def hyperparameter_note(runs: pd.DataFrame) -> str:
+    """Each method's hyperparameters as its runs resolved them (defaults included; 'a|b' where the runs
+    differ): the tables name the methods, MLflow alone gave their settings (an open item of an audit)."""
+    cols = sorted(c for c in runs.columns if c.startswith("algorithm_params."))
+    if "algorithm" not in runs or not cols:
+        return ""
+    parts = []
+    for algorithm, g in runs.groupby("algorithm", sort=True):
+        values = []
+        for col in cols:
+            shown = sorted({s for s in map(_shown, g[col]) if s is not None})
+            if shown:
+                values.append(f"{col.split('.', 1)[1]} = {'|'.join(shown)}")
+        if values:
+            parts.append(f"{method_label(str(algorithm))}: {', '.join(values)}")
+    if not parts:
+        return ""
+    return "Hyperparameters (hetfl algorithms NAME describes each): " + "; ".join(parts) + "."
+
+
+#: table -> its builder, "module:function" (run_dirs, out_stem) -> out_stem. Named, not imported: a builder's
+#: module is imported when its table is built (builder), so `hetfl table NAME` runs the code of NAME's
+#: builder and this module only, which is what its rules' code fingerprint hashes (job_modules)
+BUILDERS: dict[str, str] = {
+    "accuracy_difference": "hetfl.reports.ruan:build_accuracy_difference",
+    "fast_reboot": "hetfl.reports.ruan:build_fast_reboot",
+    "crossing_epochs": "hetfl.reports.ruan:build_crossing_epochs",
+    "bmta": "hetfl.reports.bmta:build",
+    "fairness": "hetfl.reports.fairness:build",
+    "efl_lambda": "hetfl.reports.efl_lambda:build",
+    "objective_inconsistency": "hetfl.reports.objective_inconsistency:build",
+    "fedfor_by_e": "hetfl.reports.fedfor:build",
+    "communication_cost": "hetfl.reports.communication_cost:build",
+    "fedfor_concept_shift": "hetfl.reports.fedfor:build_concept_shift",
+    "multiple_arrivals": "hetfl.reports.multiple_arrivals:build_multiple_arrivals",
+}
 #: tables built from the runs of another table as well as their own: the workflow builds `fairness`
 #: whenever the config has `bmta` runs (workflow/rules/common.smk), from those runs
 SOURCES = {"fairness": "bmta"}
-#: tables with a readings axis: <table>_readings.{md,csv} (hetfl table NAME --readings)
-READINGS_BUILDERS = {**{name: ruan.build_readings for name in ruan.READING_COLUMNS},
-                     "fedfor_by_e": fedfor.build_readings, "fedfor_concept_shift": fedfor.build_readings}
+#: tables with a readings axis: <table>_readings.{md,csv} (hetfl table NAME --readings), each builder
+#: (table, run_dirs, out_stem) -> out_stem named as BUILDERS' are (Ruan's: the tables of ruan.READING_COLUMNS)
+READINGS_BUILDERS: dict[str, str] = {
+    **{name: "hetfl.reports.ruan:build_readings" for name in ("accuracy_difference", "fast_reboot",
+                                                              "crossing_epochs")},
+    "fedfor_by_e": "hetfl.reports.fedfor:build_readings",
+    "fedfor_concept_shift": "hetfl.reports.fedfor:build_readings",
+}
 #: table -> the reference tables (reports/references/<name>.csv) its builder and its readings table read.
 #: A table's rules rerun when one of these changes and for no other (workflow/rules/tables.smk, the
 #: `references` param: every table held every CSV, and an edit of one rebuilt them all); build_table
@@ -153,7 +234,8 @@ REFERENCES: dict[str, tuple[str, ...]] = {
     "accuracy_difference": ("ruan2021_table3_accuracy_difference",),
     "fast_reboot": ("ruan2021_table4_fast_reboot",), "crossing_epochs": ("ruan2021_table5_crossing_epochs",),
     "bmta": ("ma2022_efl_table2_bmta",), "fairness": (), "efl_lambda": (), "objective_inconsistency": (),
-    "fedfor_by_e": tuple(name for name, _, _ in fedfor.PAPER_TABLES.values()),  # the one its runs reproduce
+    "fedfor_by_e": ("tian2022_fedfor_table2_imbalanced_cifar10", "tian2022_fedfor_table3_domainnet",
+                    "tian2022_fedfor_table4_digits"),  # fedfor.PAPER_TABLES': the one its runs reproduce
     "communication_cost": (), "fedfor_concept_shift": ("tian2022_fedfor_table5_concept_shift",),
     "multiple_arrivals": ()}
 
@@ -225,6 +307,23 @@ def check_specs(name: str, specs: dict[str, dict[str, Any]]) -> None:
             f"cell's keys: {keys}); a table from each config's runs")
 
 
+def builder(target: str) -> Callable[..., Path]:
+    """The function a registry entry names ("module:function"), its module imported now."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def job_modules(table: str | None = None) -> tuple[str, ...]:
+    """The modules of `table`'s builders (its table's and its readings table's; every table's with None):
+    what building it imports beyond this module, whose import closures its rules' code fingerprint adds to
+    this module's (hetfl.fingerprint.REGISTRIES)."""
+    if table is not None and table not in BUILDERS:
+        raise ValueError(f"table '{table}' is unknown; allowed: {', '.join(sorted(BUILDERS))}")
+    names = BUILDERS if table is None else (table,)
+    targets = [BUILDERS[t] for t in names] + [READINGS_BUILDERS[t] for t in names if t in READINGS_BUILDERS]
+    return tuple(sorted({t.partition(":")[0] for t in targets}))
+
+
 def reference_files(table: str) -> tuple[str, ...]:
     """The files of REFERENCES[table], relative to the hetfl package (hetfl.fingerprint.data_fingerprint)."""
     return tuple(package_file(name) for name in REFERENCES[table])
@@ -238,5 +337,5 @@ def build_table(name: str, run_dirs: list[Path], out_stem: Path, readings: bool 
     check_runs(name, run_dirs)
     with reading_only(f"table '{name}'", REFERENCES[name], "hetfl.reports.tables.REFERENCES"):
         if readings:
-            return READINGS_BUILDERS[name](name, run_dirs, out_stem)
-        return BUILDERS[name](run_dirs, out_stem)
+            return builder(READINGS_BUILDERS[name])(name, run_dirs, out_stem)
+        return builder(BUILDERS[name])(run_dirs, out_stem)
