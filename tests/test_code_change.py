@@ -72,3 +72,72 @@ def test_editing_an_algorithm_reruns_its_runs_only(tmp_path):
     engine = repo / "src/hetfl/engine/runner.py"
     engine.write_text(engine.read_text() + "\n# an edit of the round loop\n")
     assert _planned(_snakemake(repo, work, "-n")) == {"train_plain", "train_prox", "track"}
+
+
+TABLES = """
+experiments:
+  t3:
+    table: accuracy_difference
+    dataset: synthetic
+    settings: {NIID: {alpha: 1.0, beta: 1.0}}
+    num_devices: 4
+    schemes: [A, B]
+    num_traces: [1]
+    rounds: 2
+    seeds: [0, 1]
+  oi:
+    table: objective_inconsistency
+    dataset: quadratic
+    model: quadratic
+    settings: {S: {a: [1.0, 2.0], b: [1.0, 5.0], local_steps: [2, 10]}}
+    algorithms: [fedavg, scaffold]
+    lr_schedule: constant
+    schemes: [B]
+    num_traces: [1]
+    batch_size: 1
+    eta0: 0.01
+    rounds: 20
+    eval_every: 10
+    seeds: [0]
+"""
+
+
+def _outputs(proc: subprocess.CompletedProcess) -> set[str]:
+    """The files a dry run plans to write (its jobs' `output:` lines)."""
+    return {f.strip() for m in re.finditer(r"^\s+output: (.+)$", proc.stdout + proc.stderr, re.M)
+            for f in m.group(1).split(",")}
+
+
+@pytest.mark.slow
+def test_editing_a_tables_builder_rebuilds_that_table_only(tmp_path):
+    """Every table and figure rule hashed one closure (hetfl.reports.tables imported every builder): an edit
+    of objective_inconsistency.py rebuilt Table 3 and its figure too. Each table's and figure's code is its
+    own now (hetfl.fingerprint.REGISTRIES); the report pages and the summary mirror of a rebuilt table
+    follow it, as its files change."""
+    repo = tmp_path / "repo"
+    for part in ("src", "workflow"):
+        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "Snakefile", repo / "Snakefile")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "c.yaml").write_text(TABLES)
+    first = _snakemake(repo, work)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
+
+    for module, rebuilt, kept in (
+            ("objective_inconsistency.py", {"reports/tables/objective_inconsistency.md",
+                                            "reports/figures/objective_inconsistency.png"},
+             {"reports/tables/accuracy_difference.md", "reports/figures/scheme_curves.png"}),
+            ("ruan.py", {"reports/tables/accuracy_difference.md"},
+             {"reports/tables/objective_inconsistency.md", "reports/figures/objective_inconsistency.png",
+              "reports/figures/scheme_curves.png"})):
+        path = repo / "src/hetfl/reports" / module
+        path.write_text(path.read_text() + "\n# an edit of one table's builder\n")
+        plan = _snakemake(repo, work, "-n")
+        assert plan.returncode == 0, plan.stderr[-3000:]
+        planned = _outputs(plan)
+        assert rebuilt <= planned and not kept & planned, (module, sorted(planned))
+        assert _planned(plan) <= {"table", "figure", "report_table", "fidelity_summary", "track"}, module
+        done = _snakemake(repo, work)  # as the edit is run, before the next one
+        assert done.returncode == 0, done.stderr[-3000:]

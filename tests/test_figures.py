@@ -73,12 +73,12 @@ def test_scheme_curves_shared_y_axis_shows_every_panels_curves(tmp_path):
 
 def test_scheme_curves_draw_a_grid_without_the_papers_trace_counts(tmp_path, monkeypatch):
     """num_traces [2] crashed the figure (and the workflow with it): every grid draws."""
-    from hetfl.reports.figures import FIGURES
+    from hetfl.reports.figures import drawing
 
     rows = [{"dataset": "SYNTHETIC", "setting": "NIID", "num_traces": 2, "scheme": sch,
              "run_dir": curve_run(tmp_path, f"T2{sch}", "test_accuracy", [0.1, 0.5, 0.7])} for sch in "ABC"]
     drawn = _capture(monkeypatch)
-    FIGURES["scheme_curves"][1](pd.DataFrame(rows), tmp_path / "fig3")
+    drawing("scheme_curves")(pd.DataFrame(rows), tmp_path / "fig3")
     (fig,) = drawn
     (ax,) = _visible(fig)
     assert ax.get_title() == "SYNTHETIC NIID, |T| = 2" and len(ax.get_lines()) == 3
@@ -94,14 +94,14 @@ def test_trace_panels_are_the_papers_when_present_else_the_grids():
 
 
 def test_arrival_curves_with_datasets_of_different_tau0_draw_every_panel_with_a_legend(tmp_path, monkeypatch):
-    from hetfl.reports.figures import FIGURES
+    from hetfl.reports.figures import drawing
 
     rows = [{"dataset": d, "setting": "NIID", "event_round": t, "event_policy": pol,
              "run_dir": curve_run(tmp_path, f"{d}{t}{pol}", "test_accuracy", [0.2, 0.4, 0.3, 0.5, 0.6, 0.7])}
             for d, taus in (("MNIST", (2, 3)), ("SYNTHETIC", (5,))) for t in taus
             for pol in ("fast_reboot", "vanilla")]
     drawn = _capture(monkeypatch)
-    FIGURES["arrival_curves"][1](pd.DataFrame(rows), tmp_path / "arr")
+    drawing("arrival_curves")(pd.DataFrame(rows), tmp_path / "arr")
     (fig,) = drawn
     panels = _visible(fig)
     assert sorted(ax.get_title() for ax in panels) == [

@@ -96,50 +96,62 @@ def test_the_table_registries_name_what_the_builders_modules_hold():
 
 
 def test_an_edit_of_one_tables_builder_rebuilds_that_table_only(package_copy):
-    """hetfl.reports.tables imported every builder, so the table kind's closure held every table module (49
-    files, the figure and report kinds' too): an edit of communication_cost.py rebuilt every table. A
-    table's code is now the closure of tables.py and its builders' modules (tables.job_modules, which the
-    registry names), and both table rules pass their table's (workflow/rules/tables.smk)."""
-    from hetfl.reports import tables
+    """hetfl.reports.tables imported every builder and figures every drawing module, so the table, figure
+    and report kinds shared one closure of 49 files: an edit of communication_cost.py rebuilt every table,
+    figure and report page. A table's code is now the closure of tables.py and its builders' modules
+    (tables.job_modules, which the registry names), a figure's that of figures.py and its drawing
+    function's module, and each rule passes its own (workflow/rules/tables.smk)."""
+    from hetfl.reports import figures, tables
 
     def fingerprints():
         fp.closure.cache_clear()
         fp.fingerprint.cache_clear()
         return ({t: fp.fingerprint("table", job=t) for t in tables.BUILDERS},
+                {f: fp.fingerprint("figure", job=f) for f in figures.FIGURES},
                 {kind: fp.fingerprint(kind) for kind in fp.ENTRIES})
 
     ruan = {"accuracy_difference", "fast_reboot", "crossing_epochs"}
     fedfor = {"fedfor_by_e", "fedfor_concept_shift"}  # they read ruan's own_readings and runs_under
-    edits = {  # file -> the tables it rebuilds
-        "reports/communication_cost.py": {"communication_cost"},
-        "reports/objective_inconsistency.py": {"objective_inconsistency"},
-        "reports/multiple_arrivals.py": {"multiple_arrivals"},
-        "reports/fedfor.py": fedfor,
-        "reports/ruan.py": ruan | fedfor,
-        "reports/fairness.py": {"fairness", "efl_lambda"},
-        "reports/tables.py": set(tables.BUILDERS),
+    edits = {  # file -> (the tables, the figures) it rebuilds
+        "reports/communication_cost.py": ({"communication_cost"}, {"communication_nonzeros"}),
+        "reports/objective_inconsistency.py": ({"objective_inconsistency"}, {"objective_inconsistency"}),
+        "reports/multiple_arrivals.py": ({"multiple_arrivals"}, set()),
+        "reports/fedfor.py": (fedfor, set()),
+        "reports/ruan.py": (ruan | fedfor, set()),
+        "reports/fairness.py": ({"fairness", "efl_lambda"}, set(figures.FIGURES)),  # figures: below
+        "reports/tables.py": (set(tables.BUILDERS), set(figures.FIGURES)),
     }
     before = fingerprints()
-    for rel, rebuilt in edits.items():
+    for rel, (rebuilt, redrawn) in edits.items():
         with open(package_copy / rel, "a") as f:
             f.write("\n# edited\n")
         after = fingerprints()
         assert {t for t, h in after[0].items() if h != before[0][t]} == rebuilt, rel
-        # the kind's fingerprint without a job is every table's code: it changes with any of theirs
-        assert after[1]["table"] != before[1]["table"], rel
+        assert {f for f, h in after[1].items() if h != before[1][f]} == redrawn, rel
+        # a kind's fingerprint without a job is every job's code: it changes with any of theirs
+        assert (after[2]["table"] != before[2]["table"]) == bool(rebuilt), rel
+        assert (after[2]["figure"] != before[2]["figure"]) == bool(redrawn), rel
+        if rel not in ("reports/fairness.py", "reports/tables.py"):  # no report page's code either
+            assert after[2]["report"] == before[2]["report"], rel
         before = after
+    # every figure's caption asks the EFL figures which runs they draw (figures.drawn_runs,
+    # report_pages.hidden_lines_note), so every figure's closure holds efl_figures.py and what it imports
+    assert package_copy / "reports/fairness.py" in fp.closure(fp.job_entries("figure", "scheme_curves"))
     rules = (Path(__file__).resolve().parents[1] / "workflow/rules/tables.smk").read_text()
-    for rule in ("rule table:", "rule table_readings:"):
-        param = 'code=lambda wc: fingerprint("table", job=wc.table),'
-        assert param in rules.split(rule)[1].split("\nrule ")[0], rule
+    for rule, param in (("rule table:", 'fingerprint("table", job=wc.table)'),
+                        ("rule table_readings:", 'fingerprint("table", job=wc.table)'),
+                        ("rule figure:", 'fingerprint("figure", job=wc.figure)')):
+        assert f"code=lambda wc: {param}," in rules.split(rule)[1].split("\nrule ")[0], rule
 
 
 def test_a_job_is_named_where_its_kind_has_a_registry():
     with pytest.raises(ValueError, match="table 'nope' is unknown; allowed: accuracy_difference, bmta"):
         fp.fingerprint("table", job="nope")
+    with pytest.raises(ValueError, match="figure 'nope' is unknown; allowed: scheme_curves"):
+        fp.fingerprint("figure", job="nope")
     with pytest.raises(ValueError, match="job kind 'train' has no jobs by name"):
         fp.fingerprint("train", job="bmta")
-    assert set(fp.REGISTRIES) == {"table"}
+    assert set(fp.REGISTRIES) == {"table", "figure"}
 
 
 def _reads_table4(*args):
@@ -164,12 +176,10 @@ def test_a_table_reading_a_reference_it_does_not_declare_is_refused(monkeypatch,
 
 def test_a_figure_reading_a_reference_is_refused(monkeypatch, tmp_path):
     """No figure reads a paper reference, so the figure rule hashes none: build_figure refuses a read."""
-    from hetfl.reports import figures, references
+    from hetfl.reports import figures
 
-    def draw(runs, out):
-        references.load_reference("ruan2021_table4_fast_reboot")
-
-    monkeypatch.setitem(figures.FIGURES, "scheme_curves", (figures.FIGURES["scheme_curves"][0], draw))
+    monkeypatch.setitem(figures.FIGURES, "scheme_curves",
+                        (figures.FIGURES["scheme_curves"][0], f"{__name__}:_reads_table4"))
     monkeypatch.setattr("hetfl.reports.tables.load_event_runs", lambda dirs: None)
     monkeypatch.setattr("hetfl.reports.report_pages.write_figure_caption", lambda *args: None)
     with pytest.raises(RuntimeError, match="figure 'scheme_curves' reads .*ruan2021_table4_fast_reboot"):

@@ -1,11 +1,12 @@
-"""A table's code fingerprint against what building it imports (hetfl.fingerprint.REGISTRIES).
+"""A table's and a figure's code fingerprint against what building it imports (hetfl.fingerprint.REGISTRIES).
 
 A table's rules hash the import closure of hetfl.reports.tables and of its builders' modules, which the
-registry names ("module:function") and build_table imports when it builds the table. The closure follows
-every import statement, but not a module a registry entry or importlib names: each table is built here,
-in a process of its own, on run directories made from a shipped experiment of its table, and every hetfl
-module the build imported must be in the closure its rule hashes. A module outside it is code whose edit
-would leave the table as it was, "Nothing to be done"."""
+registry names ("module:function") and build_table imports when it builds the table; a figure's, that of
+hetfl.reports.figures and its drawing function's module. The closure follows every import statement, but
+not a module a registry entry or importlib names: each table and figure is built here, in a process of
+its own, on run directories made from a shipped experiment of its table, and every hetfl module the build
+imported must be in the closure its rule hashes. A module outside it is code whose edit would leave the
+table or figure as it was, "Nothing to be done"."""
 
 import copy
 import functools
@@ -144,6 +145,15 @@ def test_every_table_imports_only_modules_its_fingerprint_hashes(root):
         assert builder in got["modules"], what
         outside = _outside("table", job["name"], got["modules"])
         assert outside == [], f"{what} imports {outside}, which its code fingerprint does not hash"
+
+
+def test_every_figure_imports_only_modules_its_fingerprint_hashes(root):
+    jobs = [{"kind": "figure", "name": f} for f in FIGURES]
+    for job, got in zip(jobs, _imports(root, jobs), strict=True):
+        assert got["error"] is None, f"figure {job['name']}: {got['error']}"
+        assert FIGURES[job["name"]][1].partition(":")[0] in got["modules"], job["name"]
+        outside = _outside("figure", job["name"], got["modules"])
+        assert outside == [], f"figure {job['name']} imports {outside}, which its fingerprint does not hash"
 
 
 def test_a_builder_importing_a_module_outside_its_closure_is_caught(root):

@@ -57,7 +57,7 @@ def test_multiple_arrivals_cells(tmp_path):
 def test_multiple_arrival_curves_mark_every_arrival(tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig))
-    figures.FIGURES["multiple_arrival_curves"][1](_runs(tmp_path), tmp_path / "fig5")
+    figures.drawing("multiple_arrival_curves")(_runs(tmp_path), tmp_path / "fig5")
     (fig,) = drawn
     (ax,) = [a for a in fig.axes if a.get_visible()]
     dashed = sorted(line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == "--")
@@ -76,7 +76,7 @@ def test_band_is_the_t_interval_over_seeds(tmp_path, monkeypatch):
     rows = [{"dataset": "SYN", "setting": "NIID", "num_traces": 3, "scheme": "A", "seed": s,
              "run_dir": curve_run(tmp_path, f"A{s}", "test_accuracy", [0.1, v, 0.8])}
             for s, v in ((0, 0.5), (1, 0.7))]
-    figures.FIGURES["scheme_curves"][1](pd.DataFrame(rows), tmp_path / "fig3")
+    figures.drawing("scheme_curves")(pd.DataFrame(rows), tmp_path / "fig3")
     (ax,) = [a for a in drawn[0].axes if a.get_visible()]
     (band,) = ax.collections
     ys = band.get_paths()[0].vertices
@@ -91,10 +91,10 @@ def test_one_trace_panel_says_the_schemes_coincide(tmp_path, monkeypatch):
     rows = [{"dataset": "SYN", "setting": "NIID", "num_traces": k, "scheme": sch, "seed": 0,
              "run_dir": curve_run(tmp_path, f"{k}{sch}", "test_accuracy", [0.1, 0.5])}
             for k in (1, 3) for sch in "ABC"]
-    figures.FIGURES["scheme_curves"][1](pd.DataFrame(rows), tmp_path / "fig3")
+    figures.drawing("scheme_curves")(pd.DataFrame(rows), tmp_path / "fig3")
     titles = [a.get_title() for a in drawn[0].axes if a.get_visible()]
     assert titles == [f"SYN NIID, |T| = 1\n{figures.ONE_TRACE_NOTE}", "SYN NIID, |T| = 3"]
     # a |T| = 1 grid whose one trace is not T_0 has incomplete devices: no note
     other = pd.DataFrame(rows[:3]).assign(trace_order=[["T_3"]] * 3)
-    figures.FIGURES["scheme_curves"][1](other, tmp_path / "fig3b")
+    figures.drawing("scheme_curves")(other, tmp_path / "fig3b")
     assert [a.get_title() for a in drawn[1].axes if a.get_visible()] == ["SYN NIID, |T| = 1"]

@@ -1,10 +1,11 @@
 """Code fingerprints: the source files a job's output depends on, hashed.
 
 A job's code is the import closure of its entry module inside hetfl (imports inside functions included;
-a table's job adds its builders' modules, which its registry names: REGISTRIES), plus the data
-files it reads (DATA; a table's paper references are a param of their own, data_fingerprint);
-a training job's also holds the modules of its algorithms and, for a plugin's algorithm, the code outside
-hetfl that they import (outside_code: local files hashed, installed distributions by name and version).
+a table's job adds its builders' modules, a figure's its drawing function's, which their registries name:
+REGISTRIES), plus the data files it reads (DATA; a table's paper references are a param of their own,
+data_fingerprint); a training job's also holds the modules of its algorithms and, for a plugin's algorithm,
+the code outside hetfl that they import (outside_code: local files hashed, installed distributions by name
+and version).
 The workflow passes each job's fingerprint as a Snakemake param, so editing a file under src/hetfl reruns
 exactly the jobs whose closure holds it (Snakemake's `params` rerun trigger); run.json records it beside
 the git commit and a dirty flag, and a training checkpoint is reused only under the same fingerprint.
@@ -39,12 +40,12 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "track": ("hetfl.tracking",),
     "report": ("hetfl.reports.report_pages",),
 }
-#: job kinds whose jobs each build one entry of a registry (a table) -> the module holding it. Its
+#: job kinds whose jobs each build one entry of a registry (a table, a figure) -> the module holding it. Its
 #: `job_modules(name)` names the modules that entry's job imports beyond the kind's ENTRIES (its builder's,
 #: named "module:function" and imported when it is built; every entry's with None): a job's code is the
 #: closure of both (job_entries), so an edit of one table's builder rebuilds that table only (the kind's
 #: entry imported every builder, and an edit of any rebuilt every table, figure and report page)
-REGISTRIES: dict[str, str] = {"table": "hetfl.reports.tables"}
+REGISTRIES: dict[str, str] = {"table": "hetfl.reports.tables", "figure": "hetfl.reports.figures"}
 #: data files (relative to the package) each kind reads besides code
 DATA: dict[str, tuple[str, ...]] = {
     # data.traces reads Table 2's moments and the (mu, sigma) fitted to them (_REFERENCE_CSV, _FITS_CSV):

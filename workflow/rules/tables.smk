@@ -54,7 +54,7 @@ rule figure:
     wildcard_constraints:
         figure="|".join(FIGURES) or "none",
     params:
-        code=fingerprint("figure"),
+        code=lambda wc: fingerprint("figure", job=wc.figure),
     priority: REPORT_PRIORITY
     shell:
         "hetfl figure {wildcards.figure} --out reports/figures/{wildcards.figure} {input.runs} > {log} 2>&1"

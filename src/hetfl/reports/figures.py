@@ -13,6 +13,7 @@ seeds (`hetfl.reports.catalog.figure_title`).
 
 from __future__ import annotations
 
+import importlib
 import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -199,46 +200,52 @@ def _scheme_figure(runs: pd.DataFrame, out: Path) -> None:
     scheme_curves(runs, out)
 
 
-def _efl_figure(name: str):
-    """EFL's figures live in reports/efl_figures.py, which imports this module's helpers: imported on use."""
-    def draw(runs: pd.DataFrame, out: Path) -> None:
-        from hetfl.reports import efl_figures
-
-        getattr(efl_figures, name)(runs, out)
-    return draw
+def arrival_curves(runs: pd.DataFrame, out: Path) -> None:
+    event_curves(runs, out, "test_accuracy", "arrival", "arrival_curves")
 
 
-def _objective_inconsistency(runs: pd.DataFrame, out: Path) -> None:
-    from hetfl.reports.objective_inconsistency import draw
-
-    draw(runs, out)
+def departure_curves(runs: pd.DataFrame, out: Path) -> None:
+    event_curves(runs, out, "test_loss", "departure", "departure_curves")
 
 
-def _communication_nonzeros(runs: pd.DataFrame, out: Path) -> None:
-    from hetfl.reports.communication_cost import draw_nonzeros
-
-    draw_nonzeros(runs, out)
+def multiple_arrival_curves(runs: pd.DataFrame, out: Path) -> None:
+    event_curves(runs, out, "test_accuracy", "arrivals", "multiple_arrival_curves")
 
 
-#: figure name -> (the table whose runs draw it, the drawing function). The workflow draws a figure
-#: whenever its table is in the config (workflow/rules/common.smk); `hetfl figure` takes these names;
-#: hetfl.reports.catalog.FIGURES names the paper's figure and the title's first sentence.
-FIGURES = {
-    "scheme_curves": ("accuracy_difference", _scheme_figure),
-    "arrival_curves": ("fast_reboot",
-                       lambda runs, out: event_curves(
-                           runs, out, "test_accuracy", "arrival", "arrival_curves")),
-    "departure_curves": ("crossing_epochs",
-                         lambda runs, out: event_curves(
-                             runs, out, "test_loss", "departure", "departure_curves")),
-    "multiple_arrival_curves": ("multiple_arrivals", lambda runs, out: event_curves(
-        runs, out, "test_accuracy", "arrivals", "multiple_arrival_curves")),
-    "efl_figure1": ("bmta", _efl_figure("figure1")),  # Ma et al. Figure 1: IID vs non-IID curves
-    "efl_figure2": ("efl_lambda", _efl_figure("figure2")),  # Ma et al. Figure 2: λ = 0 vs best λ
-    "efl_figure3": ("bmta", _efl_figure("figure3")),  # Ma et al. Figure 3: low participation (|T| > 1)
-    "objective_inconsistency": ("objective_inconsistency", _objective_inconsistency),
-    "communication_nonzeros": ("communication_cost", _communication_nonzeros),
+#: figure name -> (the table whose runs draw it, its drawing function (runs, out), "module:function"). The
+#: workflow draws a figure whenever its table is in the config (workflow/rules/common.smk); `hetfl figure`
+#: takes these names; hetfl.reports.catalog.FIGURES names the paper's figure and the title's first
+#: sentence. A drawing function is named, not imported: its module is imported when the figure is drawn
+#: (drawing), so a figure's code fingerprint is this module's closure and its drawing module's
+#: (job_modules): an edit of communication_cost.py redraws communication_nonzeros, not every figure.
+FIGURES: dict[str, tuple[str, str]] = {
+    "scheme_curves": ("accuracy_difference", "hetfl.reports.figures:_scheme_figure"),
+    "arrival_curves": ("fast_reboot", "hetfl.reports.figures:arrival_curves"),
+    "departure_curves": ("crossing_epochs", "hetfl.reports.figures:departure_curves"),
+    "multiple_arrival_curves": ("multiple_arrivals", "hetfl.reports.figures:multiple_arrival_curves"),
+    # Ma et al. Figure 1: IID vs non-IID curves; Figure 2: λ = 0 vs best λ; Figure 3: low participation
+    "efl_figure1": ("bmta", "hetfl.reports.efl_figures:figure1"),
+    "efl_figure2": ("efl_lambda", "hetfl.reports.efl_figures:figure2"),
+    "efl_figure3": ("bmta", "hetfl.reports.efl_figures:figure3"),
+    "objective_inconsistency": ("objective_inconsistency", "hetfl.reports.objective_inconsistency:draw"),
+    "communication_nonzeros": ("communication_cost", "hetfl.reports.communication_cost:draw_nonzeros"),
 }
+
+
+def drawing(name: str) -> Callable[[pd.DataFrame, Path], None]:
+    """Figure `name`'s drawing function (runs, out), its module imported now."""
+    module, _, attr = FIGURES[name][1].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def job_modules(name: str | None = None) -> tuple[str, ...]:
+    """The module of figure `name`'s drawing function (every figure's with None): what drawing it imports
+    beyond this module, whose import closure its rule's code fingerprint adds to this module's
+    (hetfl.fingerprint.REGISTRIES)."""
+    if name is not None and name not in FIGURES:
+        raise ValueError(f"figure '{name}' is unknown; allowed: {', '.join(FIGURES)}")
+    names = FIGURES if name is None else (name,)
+    return tuple(sorted({FIGURES[n][1].partition(":")[0] for n in names}))
 
 
 #: figures drawn only where the config's runs of their table can draw them (figure -> predicate over those
@@ -291,5 +298,5 @@ def build_figure(name: str, run_dirs: list[Path], out: Path) -> None:
     # no figure reads a paper reference, so the figure rule's fingerprint hashes none (hetfl.fingerprint.DATA)
     with reading_only(f"figure '{name}'", (), "hetfl.fingerprint.DATA (none for figures)"):
         runs = load_event_runs(run_dirs)
-        FIGURES[name][1](runs, out)
+        drawing(name)(runs, out)
         write_figure_caption(name, runs, FIGURES[name][0], out)  # <out>.caption.html, the report's caption
