@@ -44,6 +44,22 @@ def _snakemake(repo: Path, work: Path, *extra: str) -> subprocess.CompletedProce
                           capture_output=True, text=True, env=env, cwd=work)
 
 
+def _ran_once(tmp_path: Path, config: str) -> tuple[Path, Path]:
+    """A copy of the repository's code (repo) and a workflow directory (work) on which the config has run
+    once, to "Nothing to be done": an edit of the copy then shows what it reruns."""
+    repo = tmp_path / "repo"
+    for part in ("src", "workflow"):
+        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "Snakefile", repo / "Snakefile")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "c.yaml").write_text(config)
+    first = _snakemake(repo, work)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
+    return repo, work
+
+
 def _planned(proc: subprocess.CompletedProcess) -> set[str]:
     stats = (proc.stdout + proc.stderr).split("Job stats:")[1].split("Reasons")[0]
     return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+$", stats, re.M)} - {"total", "all"}
@@ -51,16 +67,7 @@ def _planned(proc: subprocess.CompletedProcess) -> set[str]:
 
 @pytest.mark.slow
 def test_editing_an_algorithm_reruns_its_runs_only(tmp_path):
-    repo = tmp_path / "repo"
-    for part in ("src", "workflow"):
-        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copy(ROOT / "Snakefile", repo / "Snakefile")
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "c.yaml").write_text(CONFIG)
-    first = _snakemake(repo, work)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
+    repo, work = _ran_once(tmp_path, CONFIG)
 
     fedprox = repo / "src/hetfl/algorithms/fedprox.py"
     fedprox.write_text(fedprox.read_text() + "\n# an edit of FedProx's code\n")
@@ -114,16 +121,7 @@ def test_editing_a_tables_builder_rebuilds_that_table_only(tmp_path):
     of objective_inconsistency.py rebuilt Table 3 and its figure too. Each table's and figure's code is its
     own now (hetfl.fingerprint.REGISTRIES); the report pages and the summary mirror of a rebuilt table
     follow it, as its files change."""
-    repo = tmp_path / "repo"
-    for part in ("src", "workflow"):
-        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copy(ROOT / "Snakefile", repo / "Snakefile")
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "c.yaml").write_text(TABLES)
-    first = _snakemake(repo, work)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
+    repo, work = _ran_once(tmp_path, TABLES)
 
     for module, rebuilt, kept in (
             ("objective_inconsistency.py", {"reports/tables/objective_inconsistency.md",
