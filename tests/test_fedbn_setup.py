@@ -125,25 +125,31 @@ def test_train_reports_the_domain_mean_with_the_pooled_value_beside_it():
                                        global_test=(gx, gy)), np.ones((2, 3)), cfg)
 
 
-def _fake_domainnet(root, train=(6, 4, 5), test=(1, 2, 3)):
-    """A prepared domainnet copy of three domains (train and test sizes per domain)."""
+def _prepared_copy(root, source, names, train, test, side):
+    """A prepared copy of a per-domain source (python -m hetfl.data.sources prepare's layout): RGB
+    side×side images of len(names) domains, train and test sizes per domain, random pixels and labels."""
     import datasets
     import numpy as np
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    names = ["clipart", "infograph", "painting"]
 
     def split(sizes):
         doms = [d for d, n in zip(names, sizes, strict=True) for _ in range(n)]
-        pixels = rng.integers(0, 256, (len(doms), 64, 64, 3), dtype=np.uint8)
+        pixels = rng.integers(0, 256, (len(doms), side, side, 3), dtype=np.uint8)
         feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10),
                                    "domain": datasets.Value("string")})
         return datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels],
                                            "label": rng.integers(0, 10, len(doms)).tolist(),
                                            "domain": doms}, features=feats)
 
-    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(str(root / "domainnet"))
+    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(str(root / source))
+
+
+def _fake_domainnet(root, train=(6, 4, 5), test=(1, 2, 3)):
+    """A prepared domainnet copy of three domains (train and test sizes per domain)."""
+    names = ["clipart", "infograph", "painting"]
+    _prepared_copy(root, "domainnet", names, train, test, side=64)
     return names
 
 
@@ -476,22 +482,7 @@ def test_the_checks_config_is_table_3_with_a_readings_axis():
 
 def _fake_digit5(root, train=(6, 6), test=(3, 3), names=("MNIST", "SVHN")):
     """A prepared digit5 copy (3×28×28 RGB) of len(names) domains, train and test sizes per domain."""
-    import datasets
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-
-    def split(sizes):
-        doms = [d for d, n in zip(names, sizes, strict=True) for _ in range(n)]
-        pixels = rng.integers(0, 256, (len(doms), 28, 28, 3), dtype=np.uint8)
-        feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10),
-                                   "domain": datasets.Value("string")})
-        return datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels],
-                                           "label": rng.integers(0, 10, len(doms)).tolist(),
-                                           "domain": doms}, features=feats)
-
-    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(str(root / "digit5"))
+    _prepared_copy(root, "digit5", names, train, test, side=28)
 
 
 def _table4(**changes):
