@@ -35,12 +35,12 @@ esac
 """
 
 JSONS = ["", "-profile", "-profile-unfold", "-nhwc", "-grouped", "-unfold", "-lstm-ops", "-lstm-2", "-lstm-3",
-         "-lstm-4", "-tf32", "-graphs", "-kept", "-steps20", "-fedfor-e1", "-steps20-graphs",
-         "-fedfor-e1-graphs", "-steps20-kept", "-fedfor-e1-kept"]
-#: every step of the five parts, in the order run
+         "-lstm-4", "-tf32", "-cell-fedfor", "-cell-efl", "-graphs", "-kept", "-steps20", "-fedfor-e1",
+         "-steps20-graphs", "-fedfor-e1-graphs", "-steps20-kept", "-fedfor-e1-kept"]
+#: every step of the six parts, in the order run
 STEPS = ["tests", "bench", "profile", "profile-unfold", "nhwc", "grouped", "unfold", "lstm-ops", "lstm-2",
-         "lstm-3", "lstm-4", "tf32", "graph-tests", "graphs", "kept", "steps20", "fedfor-e1",
-         "steps20-graphs", "fedfor-e1-graphs", "steps20-kept", "fedfor-e1-kept"]
+         "lstm-3", "lstm-4", "tf32", "cell-fedfor", "cell-efl", "graph-tests", "graphs", "kept", "steps20",
+         "fedfor-e1", "steps20-graphs", "fedfor-e1-graphs", "steps20-kept", "fedfor-e1-kept"]
 
 
 @pytest.fixture()
@@ -77,8 +77,8 @@ def test_every_part_runs_its_steps_and_the_tar_holds_every_file(fake: dict[str, 
     assert packed(fake) == expected
     assert not list(Path(fake["GPU_CHECK_TAR"]).parent.glob("*.part"))
     benches = [c for c in Path(fake["FAKE_LOG"]).read_text().splitlines() if "hetfl.bench" in c]
-    # the script's own options reach every bench (every JSON but the probe's), after the step's
-    assert len(benches) == len(JSONS) - 1 and all(c.endswith("--repeat 3") for c in benches)
+    # the script's own options reach every bench (every JSON but the probe's and the cells'), after the step's
+    assert len(benches) == len(JSONS) - 3 and all(c.endswith("--repeat 3") for c in benches)
     assert done.stdout.rstrip().endswith("fake report")
 
 
@@ -138,7 +138,7 @@ def test_a_check_killed_mid_step_leaves_the_tar_of_the_steps_before(fake: dict[s
 
 
 @pytest.mark.parametrize(("key", "value", "allowed"), [
-    ("GPU_CHECK_PARTS", "tests bogus", "allowed: tests, bench, compare, tf32, graphs"),
+    ("GPU_CHECK_PARTS", "tests bogus", "allowed: tests, bench, compare, tf32, cell, graphs"),
     ("GPU_CHECK_DEADLINE", "5m", "allowed: whole seconds above 0"),
     ("GPU_CHECK_DEADLINE", "0", "allowed: whole seconds above 0"),
 ])
@@ -168,3 +168,14 @@ def test_fedfor_e1_rounds_time_table_2s_batch_norm_resnet(fake: dict[str, str]) 
     assert check(fake, GPU_CHECK_PARTS="graphs").returncode == 0
     fedfor = [c for c in Path(fake["FAKE_LOG"]).read_text().splitlines() if "-fedfor-e1" in c]
     assert len(fedfor) == 3 and all('--model-params {"norm": "batch"}' in c for c in fedfor)
+
+
+def test_the_cell_part_times_paper_configs_that_exist_on_cuda(fake: dict[str, str]) -> None:
+    """Part cell: python -m hetfl.gpucell on FedFOR's and EFL's CIFAR configs, on CUDA, without the bench's
+    options (gpucell takes none of them)."""
+    assert check(fake, "--repeat", "3", GPU_CHECK_PARTS="cell").returncode == 0
+    cells = [c.split() for c in Path(fake["FAKE_LOG"]).read_text().splitlines() if "hetfl.gpureport" not in c]
+    assert [c[1] for c in cells] == ["hetfl.gpucell"] * 2 and all("--repeat" not in c for c in cells)
+    for command in cells:
+        assert (ROOT / command[2]).is_file() and command[command.index("--device") + 1] == "cuda"
+    assert [s[0] for s in steps(fake)] == ["cell-fedfor", "cell-efl"]

@@ -43,6 +43,8 @@ SMALL_ROUNDS = (2, 3, 4)
 STEPS_FILE = "steps"
 #: the exit status of a step `timeout` stopped at GPU_CHECK_DEADLINE
 TIMEOUT_STATUS = 124
+#: the paper cells of part `cell` (python -m hetfl.gpucell), by suffix
+CELLS = ("cell-fedfor", "cell-efl")
 #: the pytest logs gpu-check writes beside the JSONs (suffix, .log)
 TEST_LOGS = {"the tests with a CUDA case": "tests", "the CUDA-graph tests": "graph-tests"}
 #: failures or warnings listed per log, at most
@@ -392,6 +394,17 @@ def steps_section(steps: pd.DataFrame) -> str:
             f"{cut.sum()} cut by the deadline\n\n" + _table(shown, {"s": 0}))
 
 
+def cell_section(records: list[dict[str, Any]]) -> str:
+    """Part `cell`: paper cells' rounds (python -m hetfl.gpucell) against the cluster's time model."""
+    df = pd.DataFrame(records).set_index(["experiment", "run"])
+    shown = df[["model", "rounds", "split_s", "train_s", "modelled_s", "modelled_over_measured"]].rename(
+        columns={"split_s": "split s", "train_s": "training s", "modelled_s": "model s",
+                 "modelled_over_measured": "model ÷ measured"})
+    return ("## Paper cells against the cluster's time model (part `cell`)\n\nrandom stand-ins of the "
+            "sources at their real sizes; the model: hetfl.cluster.gpu_seconds_run for the same rounds, no "
+            "process start\n\n" + _table(shown, {"rounds": 0, "split s": 1, "training s": 1, "model s": 1}))
+
+
 def report(main_path: Path, min_gain: float = 1.05) -> str:
     """The markdown report of the gpu-check run whose main JSON is `main_path` (see the module doc)."""
     main = load(main_path)
@@ -411,6 +424,9 @@ def report(main_path: Path, min_gain: float = 1.05) -> str:
     tf32 = load(sibling(main_path, "tf32"))
     if tf32:
         sections.append(tf32_section(default, tf32, any(r.get("device") == "cuda" for r in tf32)))
+    cells = [r for suffix in CELLS if (r := load(sibling(main_path, suffix)))]
+    if cells:
+        sections.append(cell_section([r for records in cells for r in records]))
     probe_records = load(sibling(main_path, "graphs"))
     probe = None if probe_records is None else probe_table(probe_records)
     if probe is not None:

@@ -1,0 +1,94 @@
+"""python -m hetfl.gpucell: a paper cell's rounds on a random stand-in of its source, timed beside the
+cluster's time model (the CPU case here; scripts/gpu-check runs it on CUDA)."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetfl import gpucell
+from hetfl.cluster import estimate_run
+from hetfl.config import load_config
+from hetfl.data import sources
+
+CONFIG = """\
+description: a two-setting CIFAR-10 cell for hetfl.gpucell's test
+experiments:
+  cell:
+    table: bmta
+    dataset: cifar10
+    settings:
+      IID: {partition: {label_skew: iid}}
+      NIID: {partition: {label_skew: pathological, m: 2}}
+    num_devices: 4
+    sizes: {distribution: equal}
+    model: cnn_cifar
+    algorithms: [fedavg]
+    schemes: [C]
+    num_traces: [1]
+    local_work: epochs
+    batch_size: 16
+    rounds: 10
+    seeds: [0, 1]
+"""
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "cell.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_the_random_source_has_the_real_shape_and_counts_and_leaves_other_sources_alone(tmp_path):
+    with gpucell.random_source("cifar10", (30, 7), seed=3):
+        train = sources.load_source("cifar10", split="train")
+        test = sources.load_source("cifar10", split="test")
+        again = sources.load_source("cifar10", split="train")
+        assert sources.has_split("cifar10", "test") and sources.load_source("digits").x.shape[1:] == (1, 8, 8)
+    assert train.x.shape == (30, 3, 32, 32) and test.x.shape == (7, 3, 32, 32) and train.x.dtype == np.float32
+    assert 0 <= train.x.min() and train.x.max() <= 1 and set(np.unique(train.y)) <= set(range(10))
+    np.testing.assert_array_equal(train.x, again.x)  # seeded: a rerun makes the same split
+    assert not np.array_equal(train.x[:7], test.x)
+    assert sources.load_source is not None and sources.load_source.__module__ == "hetfl.data.sources"
+    with pytest.raises(ValueError, match=r"dataset 'femnist' has no random stand-in; allowed: mnist, "):
+        with gpucell.random_source("femnist"):
+            pass
+
+
+def test_runs_are_picked_one_per_setting_first_with_rounds_cut(tmp_path):
+    specs = gpucell.pick_runs(load_config(_config(tmp_path)), None, 3, 4)
+    assert [(s.setting, s.seed, s.rounds) for s in specs] == [("IID", 0, 4), ("NIID", 0, 4), ("IID", 1, 4)]
+    assert [s.rounds for s in gpucell.pick_runs(load_config(_config(tmp_path)), None, 1, 50)] == [10]
+    with pytest.raises(ValueError, match=r"--experiment has value 'nope', which is not allowed; allowed: ce"):
+        gpucell.pick_runs(load_config(_config(tmp_path)), "nope", 1, 1)
+
+
+def test_a_cell_trains_on_the_stand_in_and_is_set_beside_the_model(tmp_path, monkeypatch, capsys):
+    """No copy of CIFAR-10 is on this machine (HETFL_DATA_DIR empty, the hub offline): the run trains on
+    the stand-in, records every round, and the model's seconds are the CPU estimate of the cut run."""
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("HETFL_DATA_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "cell.json"
+    assert gpucell.main([str(_config(tmp_path)), "--rounds", "2", "--samples", "80,20", "--device", "cpu",
+                         "--json", str(out)]) == 0
+    [record] = json.loads(out.read_text())
+    assert record["status"] == "ok" and record["rounds_recorded"] == 2 and record["run"].startswith("IID_")
+    [spec] = gpucell.pick_runs(load_config(_config(tmp_path)), None, 1, 2)
+    assert record["modelled_s"] == pytest.approx(estimate_run(spec).seconds)
+    assert record["modelled_over_measured"] is None  # the model counts CIFAR-10's 50,000, not the 80
+    assert record["train_s"] > 0 and record["gpu_gflops"] is None
+    assert "cell/IID_T1_C_s0: cnn_cifar on cifar10, 2 rounds on cpu" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--samples", "80"], r"--samples has value '80', which is not allowed; allowed: TRAIN,TEST"),
+    (["--rounds", "0"], r"--runs and --rounds take positive numbers; got 1 and 0"),
+    (["--experiment", "x"], r"--experiment has value 'x'"),
+])
+def test_bad_options_are_refused_before_any_work(tmp_path, capsys, args, message):
+    assert gpucell.main([str(_config(tmp_path)), "--device", "cpu", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpucell: error: ") and re.search(message, err)
