@@ -209,7 +209,7 @@ def test_report_of_real_bench_and_probe_files(tmp_path: Path) -> None:
     assert "`hetfl bench --device cpu`" in text and "≥ 10×" not in text  # the CUDA target only on CUDA
     table_row(text, "20 steps per client", "logreg-synthetic", f"{rate['-steps20']:,.0f}",
               f"{rate['-steps20-graphs']:,.0f}", f"{rate['-steps20-graphs'] / rate['-steps20']:.2f}")
-    assert "set `cuda_graphs = True` on `hetfl.models.logreg.LogReg`" in text
+    assert "keep `cuda_graphs = True` on `hetfl.models.logreg.LogReg`, which sets it now" in text
     # kept graphs at the bench's own steps: said, without the CUDA target on the CPU
     line = next(x for x in text.splitlines() if "at the bench's own steps with kept graphs" in x)
     assert line.endswith("the loop") and "10×" not in line

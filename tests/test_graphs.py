@@ -131,8 +131,8 @@ def test_a_failed_capture_names_the_option(monkeypatch):
 
 def test_the_rule_is_the_models_and_on_cuda_only(monkeypatch):
     """executor.graphs_rule: graphs on CUDA for a model whose class sets `cuda_graphs`, never elsewhere;
-    of the zoo, the two LSTMs set it (measured on an H100, docs/engine.md), the others not. graphs_on: an
-    option given overrides it either way."""
+    of the zoo, the logistic regression, the MLP and the two LSTMs set it (measured on an H100,
+    docs/engine.md), the others not. graphs_on: an option given overrides it either way."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert executor.graphs_rule(SimpleNamespace(cuda_graphs=True), cuda)
     assert not executor.graphs_rule(SimpleNamespace(cuda_graphs=True), cpu)
@@ -140,9 +140,10 @@ def test_the_rule_is_the_models_and_on_cuda_only(monkeypatch):
     zoo = {"logreg": 60, "mlp": 784, "cnn": (1, 28, 28), "cnn_bn": (1, 28, 28), "vgg11": (3, 32, 32),
            "resnet20": (3, 32, 32), "char_lstm": 80, "sent_lstm": 25}
     for name, shape in zoo.items():
-        assert executor.graphs_rule(make_model(name, shape, 10), cuda) == name.endswith("lstm"), name
+        graphed = name.endswith("lstm") or name in ("logreg", "mlp")
+        assert executor.graphs_rule(make_model(name, shape, 10), cuda) == graphed, name
         assert not executor.graphs_rule(make_model(name, shape, 10), cpu), name
-    m = make_model("mlp", 784, 10)
+    m = make_model("cnn", (1, 28, 28), 10)
     monkeypatch.setattr(type(m), "cuda_graphs", True, raising=False)
     assert executor.graphs_on(m, cuda, None) and not executor.graphs_on(m, cuda, False)
     assert not executor.graphs_on(m, cpu, None) and executor.graphs_on(m, cpu, True)

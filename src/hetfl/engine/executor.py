@@ -23,9 +23,9 @@ timing taken during a run, so a run is reproduced by the same executor), docs/en
   putting every model's blocks on workers, "off" none, "auto" the rule.
 
 Beside the plan, on CUDA only: whether a block's runs of local steps are replayed from CUDA graphs
-(engine.graphs; `graphs_rule`), for the models whose `cuda_graphs` says so. No zoo model says so yet: the
-rule waits for a GPU's measurement (docs/engine.md, "CUDA graphs in the engine"); local_sgd's and the
-CLI's `graphs` option overrides it either way (`graphs_on`).
+(engine.graphs; `graphs_rule`), for the models whose `cuda_graphs` says so: those an H100 measured gaining
+from them (the logistic regression, the MLP and the two LSTMs; docs/engine.md, "On a GPU"); local_sgd's
+and the CLI's `graphs` option overrides it either way (`graphs_on`).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ the next is captured and every later one replayed. A run shorter than GRAPH_MIN_
 capture costs about an eager step plus the graph's instantiation.
 
 Used where the executor's rule says (engine.executor.graphs_rule: a model whose class sets `cuda_graphs`:
-the two LSTMs, which an H100 measured gaining from them) or where asked (`local_sgd(..., graphs=True)`,
-`hetfl train` and `hetfl bench --graphs`; `--no-graphs` turns them off either way). On any other device
+the logistic regression, the MLP and the two LSTMs, which an H100 measured gaining from them) or where
+asked (`local_sgd(..., graphs=True)`, `hetfl train` and `hetfl bench --graphs`; `--no-graphs` turns them
+off either way). On any other device
 "capture" returns the step itself, so the same sequence of feeds and steps runs eagerly there: that is how
 the orchestration is tested without a GPU (tests/test_graphs.py).
 """
@@ -30,7 +31,8 @@ from torch import Tensor
 #: eager steps of a run before its capture (on the capture's stream)
 GRAPH_WARMUP = 2
 #: a run of fewer steps trains eagerly: the largest `graph_min_steps` (the shortest run that gains) the
-#: graph probe measured for the models that set `cuda_graphs` (H100: char-LSTM 8, sent-LSTM 5)
+#: graph probe measured for the models that set `cuda_graphs` (H100: logreg 7, MLP 7, char-LSTM 8,
+#: sent-LSTM 5)
 GRAPH_MIN_STEPS = 8
 #: a kept graph (GraphCache) is captured in the first run of at least this many steps (its warm-up; the
 #: capture runs nothing): the capture is paid once for every later round, so the capturing run need not
