@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetfl.config import TEXT_MODELS, RunSpec
 from hetfl.data.sources import SOURCES
@@ -37,7 +37,8 @@ class ModelCost:
     """A model at its reference input: trainable parameters, forward FLOPs per sample (multiply-add =
     2), floats kept per sample for the backward pass, whether a GPU is worth asking for, the FLOP/s
     one CPU core sustains on it in the batched engine, and on a GPU the share of the card's float32
-    matmul rate the batched engine sustains (``gpu_estimate``; 0 for a model never given a GPU)."""
+    matmul rate the batched engine sustains in training and in evaluating the global model (``gpu_estimate``;
+    0 for a model never given a GPU)."""
 
     params: int
     flops: float
@@ -45,6 +46,7 @@ class ModelCost:
     gpu: bool
     rate: float
     gpu_share: float = 0.0
+    gpu_eval_share: float = 0.0
 
 
 # On a GPU: the batched engine's share of the card's float32 matmul rate ("% matmul"), `hetfl bench --device
@@ -54,6 +56,12 @@ class ModelCost:
 # the EMNIST ResNet at ResNet-20's.
 GPU_SHARES = {"cnn": 0.207, "cnn_bn": 0.190, "cnn_cifar": 0.207, "vgg11": 0.486, "resnet20": 0.110,
               "resnet_emnist": 0.110, "char_lstm": 0.191, "sent_lstm": 0.029}
+# Evaluating the global model, the same way: `hetfl bench --device cuda --eval 4096` on one H100 (the fourth
+# lease, matmul 42.7 TFLOP/s; docs/engine.md): CNN 58.7 %, CNN + BN 52.1, VGG-11 28.8, ResNet-20 30.9,
+# char-LSTM 69.7, sent-LSTM 12.9. VGG-11 evaluates at 0.6x its training share, the others faster than
+# they train. Unmeasured: as in GPU_SHARES.
+GPU_EVAL_SHARES = {"cnn": 0.587, "cnn_bn": 0.521, "cnn_cifar": 0.587, "vgg11": 0.288, "resnet20": 0.309,
+                   "resnet_emnist": 0.309, "char_lstm": 0.697, "sent_lstm": 0.129}
 #: HETFL_SLURM_GPU_GFLOPS's default: that H100's float32 matmul rate (43.4-43.8 TFLOP/s measured)
 GPU_GFLOPS = 43_400
 #: a block's local step on a GPU is launch-bound in small rounds: 25-60 ms at up to 64 clients
@@ -72,17 +80,19 @@ DENSE_FLOPS = 5e9
 # (FedFOR Table 2) trains the same parameters and convolutions: its running statistics (2 per channel,
 # 0.5 % of ResNet-20's entries) are not counted, as cnn_bn's are not.
 MODEL_COSTS: dict[str, ModelCost] = {
-    "cnn": ModelCost(1_663_370, 24.5e6, 90_000, True, CONV_FLOPS, GPU_SHARES["cnn"]),
-    "cnn_bn": ModelCost(1_663_562, 24.5e6, 127_000, True, CONV_FLOPS, GPU_SHARES["cnn_bn"]),
-    "cnn_cifar": ModelCost(797_962, 29.4e6, 133_000, True, CONV_FLOPS, GPU_SHARES["cnn_cifar"]),
-    "vgg11": ModelCost(9_750_922, 306.6e6, 336_000, True, CONV_FLOPS, GPU_SHARES["vgg11"]),
-    "resnet20": ModelCost(269_722, 81.1e6, 377_000, True, CONV_FLOPS, GPU_SHARES["resnet20"]),
-    "resnet_emnist": ModelCost(171_038, 108.8e6, 351_000, True, CONV_FLOPS, GPU_SHARES["resnet_emnist"]),
+    "cnn": ModelCost(1_663_370, 24.5e6, 90_000, True, CONV_FLOPS),
+    "cnn_bn": ModelCost(1_663_562, 24.5e6, 127_000, True, CONV_FLOPS),
+    "cnn_cifar": ModelCost(797_962, 29.4e6, 133_000, True, CONV_FLOPS),
+    "vgg11": ModelCost(9_750_922, 306.6e6, 336_000, True, CONV_FLOPS),
+    "resnet20": ModelCost(269_722, 81.1e6, 377_000, True, CONV_FLOPS),
+    "resnet_emnist": ModelCost(171_038, 108.8e6, 351_000, True, CONV_FLOPS),
     # LSTM activations: sequence length × layers × hidden × 6 (four gates, cell and hidden state)
-    "char_lstm": ModelCost(819_920, 127.2e6, 80 * 2 * 256 * 6, True, CONV_FLOPS, GPU_SHARES["char_lstm"]),
-    "sent_lstm": ModelCost(1_141_802, 7.0e6, 25 * 2 * 100 * 6, True, CONV_FLOPS, GPU_SHARES["sent_lstm"]),
+    "char_lstm": ModelCost(819_920, 127.2e6, 80 * 2 * 256 * 6, True, CONV_FLOPS),
+    "sent_lstm": ModelCost(1_141_802, 7.0e6, 25 * 2 * 100 * 6, True, CONV_FLOPS),
     "quadratic": ModelCost(1, 4.0, 1, False, DENSE_FLOPS),
 }
+MODEL_COSTS.update({name: replace(MODEL_COSTS[name], gpu_share=share, gpu_eval_share=GPU_EVAL_SHARES[name])
+                    for name, share in GPU_SHARES.items()})
 
 SYNTHETIC_SHAPE = (60, 10)  # FedProx SYNTHETIC(α, β): 60 features, 10 classes (data/synthetic.py)
 
@@ -282,17 +292,18 @@ def estimate(specs: Sequence[RunSpec]) -> Estimate:
 
 def gpu_seconds_run(spec: RunSpec, gpu_gflops: float) -> float:
     """One run on a GPU of ``gpu_gflops`` float32 matmul GFLOP/s, a rough model: the FLOPs of
-    ``estimate_run`` at the model's GPU_SHARES of that rate, plus GPU_STEP_SECONDS for every local step
-    of every round (round_local_steps) and ROUND_SECONDS a round. Measured rates are at 64 clients a round;
-    smaller rounds are slower per client, which the step floor stands in for. A model without a measured
-    share (the dense ones, never given a GPU of their own) keeps its CPU time."""
+    ``estimate_run`` at the model's GPU_SHARES of that rate (its evaluation's at GPU_EVAL_SHARES), plus
+    GPU_STEP_SECONDS for every local step of every round (round_local_steps) and ROUND_SECONDS a round.
+    Measured rates are at 64 clients a round; smaller rounds are slower per client, which the step floor
+    stands in for. A model without a measured share (the dense ones, never given a GPU of their own) keeps
+    its CPU time."""
     cost = model_cost(spec)
     if not cost.gpu_share:
         return estimate_run(spec).seconds
-    rate = cost.gpu_share * gpu_gflops * 1e9
     sample_steps, evaluated, n_train = _work(spec)
     steps = round_local_steps(spec, n_train)
-    return ((3 * sample_steps + evaluated) * cost.flops / rate
+    flops = cost.flops * (3 * sample_steps / cost.gpu_share + evaluated / cost.gpu_eval_share)
+    return (flops / (gpu_gflops * 1e9)
             + spec.rounds * (ROUND_SECONDS + steps * GPU_STEP_SECONDS))
 
 
