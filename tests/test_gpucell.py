@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hetfl import gpucell
-from hetfl.cluster import estimate_run
+from hetfl.cluster import estimate_run, gpu_seconds_run
 from hetfl.config import load_config
 from hetfl.data import sources
 
@@ -79,8 +79,8 @@ def test_a_cell_trains_on_the_stand_in_and_is_set_beside_the_model(tmp_path, mon
     [spec] = gpucell.pick_runs(load_config(_config(tmp_path)), None, 1, 2)
     assert record["modelled_s"] == pytest.approx(estimate_run(spec).seconds)
     assert record["modelled_over_measured"] is None  # the model counts CIFAR-10's 50,000, not the 80
-    assert record["train_s"] > 0 and record["gpu_gflops"] is None
-    assert "cell/IID_T1_C_s0: cnn_cifar on cifar10, 2 rounds on cpu" in capsys.readouterr().out
+    assert record["train_s"] > 0 and record["warmup_s"] > 0 and record["gpu_gflops"] is None
+    assert "cell/IID_T1_C_s0: cnn_cifar on cifar10, 2 rounds on cpu: split " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -92,3 +92,14 @@ def test_bad_options_are_refused_before_any_work(tmp_path, capsys, args, message
     assert gpucell.main([str(_config(tmp_path)), "--device", "cpu", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpucell: error: ") and re.search(message, err)
+
+
+def test_a_gpu_run_is_modelled_at_the_cards_rate_as_the_slurm_profile_reads_it():
+    assert gpucell.card_gflops("cuda", {"HETFL_SLURM_GPU_GFLOPS": "19000"}) == 19_000
+    assert gpucell.card_gflops("cuda", {}) == 43_400
+    with pytest.raises(ValueError, match=r"HETFL_SLURM_GPU_GFLOPS has value '19T'"):
+        gpucell.card_gflops("cuda", {"HETFL_SLURM_GPU_GFLOPS": "19T"})
+    efl = Path(__file__).parents[1] / "workflow/config/paper/ma2022_efl_table2_cifar100.yaml"
+    [spec] = gpucell.pick_runs(load_config(efl), None, 1, 3)
+    assert gpucell.modelled_seconds(spec, "cuda", 19_000) == pytest.approx(gpu_seconds_run(spec, 19_000))
+    assert gpucell.modelled_seconds(spec, "cpu", 19_000) == pytest.approx(estimate_run(spec).seconds)

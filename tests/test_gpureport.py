@@ -330,11 +330,13 @@ def test_report_sets_paper_cells_beside_the_time_model(check_dir: Path) -> None:
     assert "## Paper cells" not in gpureport.report(check_dir / "gpu-bench.json")
     cell = {"model": "resnet20", "rounds": 20, "split_s": 4.2, "train_s": 12.5, "modelled_s": 50.0,
             "modelled_over_measured": 4.0}
-    write(check_dir, "gpu-bench-cell-fedfor.json", [{"experiment": "fedfor", "run": "E1_s0", **cell}])
+    write(check_dir, "gpu-bench-cell-fedfor.json", [{"experiment": "fedfor", "run": "E1_s0", **cell,
+                                                     "warmup_s": 3.5}])
     efl = {**cell, "model": "vgg11", "rounds": 3, "train_s": 40.0, "modelled_over_measured": 1.25}
     write(check_dir, "gpu-bench-cell-efl.json", [{"experiment": "efl", "run": "IID_s0", **efl}])
     text = gpureport.report(check_dir / "gpu-bench.json")
     section = text.split("## Paper cells")[1].split("\n## ")[0]
-    assert table_row(section, "fedfor", "E1_s0", "resnet20", "20", "4.2", "12.5", "50.0", "4.00")
-    assert table_row(section, "efl", "IID_s0", "vgg11", "3", "4.2", "40.0", "50.0", "1.25")
+    assert table_row(section, "fedfor", "E1_s0", "resnet20", "20", "4.2", "3.5", "12.5", "50.0", "4.00")
+    # a record from before the warm-up round was timed
+    assert table_row(section, "efl", "IID_s0", "vgg11", "3", "4.2", "—", "40.0", "50.0", "1.25")
     assert text.index("## Paper cells") < text.index("## The CUDA graph probe")
