@@ -635,8 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "engine.executor, docs/engine.md); run.json says cpu_workers")
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="on CUDA, replay local steps from CUDA graphs (engine.graphs), or not (--no-graphs); "
-                        "default: the engine's rule per model (the two LSTMs); --graphs needs --device cuda "
-                        "or auto (auto without CUDA trains eagerly)")
+                        "default: the engine's rule per model (logreg, the MLP, the two LSTMs); --graphs "
+                        "needs --device cuda or auto (auto without CUDA trains eagerly)")
     p.add_argument("--keep-graphs", action="store_true",
                    help="where CUDA graphs are on (--graphs, or the rule), keep them across rounds "
                         "(engine.graphs.GraphCache): a round that repeats a block's clients, minibatch and "

@@ -32,9 +32,9 @@ class LogReg:
 
     name = "logreg"
     trainable = (True, True)  # no buffers
-    # CUDA graphs (engine.graphs) on CUDA: an H100 (docs/engine.md, "On a GPU: the fourth lease") ran 20
-    # steps per client at K = 64 1.79x faster with graphs captured per run than eagerly, each replay
-    # bitwise the eager step (the probe: 5.28x a step; a run gains from 7 steps)
+    # CUDA graphs (engine.graphs) on CUDA: an H100 (docs/engine.md, "On a GPU: one H100, the fourth
+    # lease") ran 20 steps per client at K = 64 1.79x faster with graphs captured per run than eagerly,
+    # each replay bitwise the eager step (the probe: 5.28x a step; a run gains from 7 steps)
     cuda_graphs = True
 
     def __init__(self, input_dim: int, num_classes: int) -> None:

@@ -19,9 +19,9 @@ class MLP(LayerNet):
     """
 
     name = "mlp"
-    # CUDA graphs (engine.graphs) on CUDA: an H100 (docs/engine.md, "On a GPU: the fourth lease") ran 20
-    # steps per client at K = 64 2.32x faster with graphs captured per run than eagerly, each replay
-    # bitwise the eager step (the probe: 3.47x a step; a run gains from 7 steps)
+    # CUDA graphs (engine.graphs) on CUDA: an H100 (docs/engine.md, "On a GPU: one H100, the fourth
+    # lease") ran 20 steps per client at K = 100 2.32x faster with graphs captured per run than eagerly,
+    # each replay bitwise the eager step (the probe: 3.47x a step; a run gains from 7 steps)
     cuda_graphs = True
 
     def __init__(self, input_dim: int | Sequence[int], num_classes: int,
