@@ -149,6 +149,22 @@ def test_the_rule_is_the_models_and_on_cuda_only(monkeypatch):
     assert not executor.graphs_on(m, cpu, None) and executor.graphs_on(m, cpu, True)
 
 
+def test_a_graphed_block_on_cuda_takes_half_the_eager_share_of_free_memory():
+    """A captured step keeps its activations in the graph's own pool beside the eager warm-up's cached
+    blocks (an H100 reserved 1.6-2.8x the eager block), so on CUDA a block replayed from graphs is sized
+    at CUDA_GRAPH_MEMORY_SHARE, half the eager share: the clients the model says fit, halved. Eager
+    blocks, and every block on the CPU, are as the model says."""
+    model = SimpleNamespace(client_block=lambda params, x: 40)
+    on_cuda = SimpleNamespace(device=torch.device("cuda"))  # only the minibatch's device is read
+    on_cpu = SimpleNamespace(device=torch.device("cpu"))
+    assert executor.make_plan(model, [], on_cuda, 100).block == 40
+    assert executor.make_plan(model, [], on_cuda, 100, graphs=True).block == 20
+    assert executor.make_plan(model, [], on_cuda, 15, graphs=True).block == 15  # all fit: one block
+    assert executor.make_plan(model, [], on_cpu, 100, graphs=True).block == 40
+    tiny = SimpleNamespace(client_block=lambda params, x: 1)
+    assert executor.make_plan(tiny, [], on_cuda, 100, graphs=True).block == 1  # at least one client
+
+
 #: a run one step longer than the shortest that is captured
 RUN = graphs.GRAPH_MIN_STEPS + 1
 

@@ -86,7 +86,8 @@ def _with_executor(model, plan: tuple[int, int] | None, monkeypatch) -> None:
         return
     block, workers = plan
     monkeypatch.setattr(executor, "make_plan",
-                        lambda m, p, x, k: executor.Plan(max(1, min(block, k)), workers), raising=True)
+                        lambda m, p, x, k, graphs=False: executor.Plan(max(1, min(block, k)), workers),
+                        raising=True)
     if hasattr(model, "client_block"):  # the model's own blocks inside a step: the same
         monkeypatch.setattr(model, "client_block", lambda p, x: block, raising=False)
 

@@ -253,10 +253,12 @@ def workload_problem(w: Workload, steps: int | None, device: torch.device, clien
     return make_problem(w, steps or w.steps, device, clients)
 
 
-def batched_plan(prob: Problem) -> executor.Plan:
-    """The executor the batched engine picks for the problem's round (its blocks, its CPU workers)."""
+def batched_plan(prob: Problem, graphs: bool | None = None) -> executor.Plan:
+    """The executor the batched engine picks for the problem's round (its blocks, its CPU workers), with
+    the graphs option (None: the executor's rule)."""
     return executor.make_plan(prob.model, [p.unsqueeze(0) for p in prob.params],
-                              prob.x[:prob.workload.batch].unsqueeze(0), len(prob.steps))
+                              prob.x[:prob.workload.batch].unsqueeze(0), len(prob.steps),
+                              batched_graphs(prob, graphs))
 
 
 def batched_graphs(prob: Problem, graphs: bool | None) -> bool:
@@ -371,7 +373,7 @@ def run_workload(w: Workload, steps: int | None, device: torch.device, repeat: i
             if device.type == "cuda":
                 peak_dev[engine] = max(peak_dev[engine], torch.cuda.max_memory_allocated(device) / 2 ** 20)
                 peak_res[engine] = max(peak_res[engine], torch.cuda.max_memory_reserved(device) / 2 ** 20)
-    plan = batched_plan(prob)
+    plan = batched_plan(prob, graphs)
     graphed = batched_graphs(prob, graphs)
     records = []
     for engine in engines:

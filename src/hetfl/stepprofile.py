@@ -88,7 +88,7 @@ def profile_workload(w: Workload, device: torch.device, steps: int | None = None
     them: the profiled rounds replay)."""
     prob = workload_problem(w, steps, device, clients, batch, model_params)
     w, steps, K = prob.workload, int(prob.steps[0]), len(prob.steps)
-    workers = batched_plan(prob).workers
+    workers = batched_plan(prob, graphs).workers
     fn = engine_fn("batched", prob, graphs=graphs, keep_graphs=keep_graphs)
     fn()  # untimed: first calls (allocator, library handles, cuDNN's algorithm choice)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

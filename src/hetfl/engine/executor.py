@@ -10,7 +10,8 @@ timing taken during a run, so a run is reproduced by the same executor), docs/en
   the same hand-written layers (no autograd). The model decides (`client_block`): on the CPU the small
   fused models take as many clients as fit in cache, the zoo's convolutional and recurrent models one
   (their per-client oneDNN kernels beat a grouped convolution or a batched recurrence); on CUDA every
-  client fits in one block, or as many as half the free device memory holds, except that a round of
+  client fits in one block, or as many as half the free device memory holds (a quarter for a block
+  replayed from CUDA graphs: CUDA_GRAPH_MEMORY_SHARE), except that a round of
   fewer than `cuda_batched_from` clients (the LSTMs: 3) trains client by client on the model's fused
   per-client kernels (cuDNN's LSTM), which a small batched recurrence does not beat.
 * `workers`: on the CPU, models whose per-client kernels scale poorly over cores (`client_parallel`)
@@ -41,6 +42,12 @@ from torch import Tensor
 # Share of the free device memory one block of clients may take on CUDA (the rest: the stacked parameters
 # of the round, the data, evaluation).
 CUDA_MEMORY_SHARE = 0.5
+# The same where the block's steps are replayed from a CUDA graph: a captured step keeps its activations in
+# the graph's own memory pool beside what its eager warm-up steps left in the allocator's cache, so a block
+# reserves more than eagerly (an H100, 20 steps at 64-100 clients: 1.6x VGG-11 to 2.8x the sent-LSTM;
+# docs/engine.md, "On a GPU: one H100, the fourth lease"). At half the eager share the block stays within
+# the free memory.
+CUDA_GRAPH_MEMORY_SHARE = CUDA_MEMORY_SHARE / 2
 
 _threads_lock = threading.Lock()
 
@@ -83,14 +90,18 @@ def graphs_on(model, device: torch.device, option: bool | None) -> bool:
     return graphs_rule(model, device) if option is None else option
 
 
-def make_plan(model, params: list[Tensor], x: Tensor, clients: int) -> Plan:
+def make_plan(model, params: list[Tensor], x: Tensor, clients: int, graphs: bool = False) -> Plan:
     """The executor for `clients` clients of `model` on x's device; params: the stacked parameters, x a
-    minibatch [m, B, ...] (shapes past the client axis, dtype and device matter)."""
+    minibatch [m, B, ...] (shapes past the client axis, dtype and device matter). graphs: the block's steps
+    are replayed from CUDA graphs (graphs_on), whose blocks on CUDA are sized by CUDA_GRAPH_MEMORY_SHARE."""
     if clients == 0 or (x.device.type == "cuda" and clients < getattr(model, "cuda_batched_from", 0)):
         return Plan(1, 1)
     block = clients
     if hasattr(model, "client_block"):
-        block = max(1, min(clients, int(model.client_block(params, x))))
+        fits = int(model.client_block(params, x))
+        if graphs and x.device.type == "cuda":
+            fits = int(fits * CUDA_GRAPH_MEMORY_SHARE / CUDA_MEMORY_SHARE)
+        block = max(1, min(clients, fits))
     workers = 1
     parallel = {"auto": getattr(model, "client_parallel", False), "on": True, "off": False}[_cpu_workers]
     if x.device.type == "cpu" and parallel:

@@ -64,7 +64,7 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     shapes = tuple((tuple(p.shape[1:]), p.dtype) for p in params)
 
     def make_plan() -> executor.Plan:
-        return executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K)
+        return executor.make_plan(model, params, x_train[:batch].unsqueeze(0), K, graphed)
 
     # Blocks of clients (engine.executor: how many per block, and CPU workers): each block runs all its
     # steps before the next, so its weights stay in cache between steps. Clients are independent, so the
