@@ -165,6 +165,29 @@ def test_a_graphed_block_on_cuda_takes_half_the_eager_share_of_free_memory():
     assert executor.make_plan(tiny, [], on_cuda, 100, graphs=True).block == 1  # at least one client
 
 
+@pytest.mark.parametrize("option,kept", [(True, False), (True, True), (False, False), (None, False)])
+def test_every_plan_of_graphed_steps_is_made_as_graphed(option, kept, monkeypatch):
+    """The executor halves a block only where told that its steps are replayed from graphs: local_sgd
+    tells it its own decision, for a run's plan and for a plan kept in a GraphCache, and the bench's
+    batched_plan the option's (None: the rule; on the CPU, eagerly)."""
+    from hetfl import bench
+
+    asked: list[bool] = []
+    real = executor.make_plan
+
+    def spy(model, params, x, clients, graphs=False):
+        asked.append(graphs)
+        return real(model, params, x, clients, graphs)
+
+    monkeypatch.setattr(executor, "make_plan", spy)
+    m, params, x, y, idx, steps = _mlp_round()
+    cache = graphs.GraphCache() if kept else None
+    local_sgd(m, params, x, y, idx, steps, 0.1, graphs=option, graph_cache=cache)
+    prob = bench.make_problem(bench.WORKLOADS["logreg-synthetic"], 2, torch.device("cpu"), clients=2)
+    bench.batched_plan(prob, option)
+    assert asked == [bool(option)] * 2
+
+
 #: a run one step longer than the shortest that is captured
 RUN = graphs.GRAPH_MIN_STEPS + 1
 
