@@ -673,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the engine replays each run of steps with the same working clients from a "
                              f"CUDA graph (engine.graphs; a run of fewer than {GRAPH_MIN_STEPS} steps trains "
                              f"eagerly: give --steps {GRAPH_MIN_STEPS} or more), or not (--no-graphs); "
-                             f"default: the engine's rule per model (the two LSTMs)")
+                             f"default: the engine's rule per model (logreg, the MLP, the two LSTMs)")
     parser.add_argument("--keep-graphs", action="store_true",
                         help="where graphs are on (--graphs, or the rule), keep them across the timed "
                              "rounds (engine.graphs.GraphCache): the first round captures, later rounds "
