@@ -140,11 +140,11 @@ class GraphCache:
 
 def keeps(device: torch.device, blocks: int) -> bool:
     """Whether a round of `blocks` client blocks keeps its graphs (where a GraphCache is given): not on
-    CUDA when the round needs more than one block. There the blocks were sized by the free memory (half of
-    it, engine.executor.CUDA_MEMORY_SHARE), and each kept graph holds its own memory pool, one block step's
-    activations: the blocks' graphs (the full blocks' and the last, smaller one's) could not all be
-    kept. Such rounds capture per run, as without a cache. On the CPU nothing is captured and the rule
-    does not apply (the tests run kept graphs through every executor there)."""
+    CUDA when the round needs more than one block. There the blocks were sized by the free memory (a
+    quarter of it, engine.executor.CUDA_GRAPH_MEMORY_SHARE), and each kept graph holds its own memory
+    pool, one block step's activations: the blocks' graphs (the full blocks' and the last, smaller
+    one's) could not all be kept. Such rounds capture per run, as without a cache. On the CPU nothing is
+    captured and the rule does not apply (the tests run kept graphs through every executor there)."""
     return device.type != "cuda" or blocks <= 1
 
 
