@@ -103,3 +103,22 @@ def test_a_gpu_run_is_modelled_at_the_cards_rate_as_the_slurm_profile_reads_it()
     [spec] = gpucell.pick_runs(load_config(efl), None, 1, 3)
     assert gpucell.modelled_seconds(spec, "cuda", 19_000) == pytest.approx(gpu_seconds_run(spec, 19_000))
     assert gpucell.modelled_seconds(spec, "cpu", 19_000) == pytest.approx(estimate_run(spec).seconds)
+
+
+def test_each_runs_record_is_written_as_it_ends(tmp_path, monkeypatch):
+    """gpu-check's deadline can stop the check mid-run: the runs that ended are in the JSON already."""
+    out, done = tmp_path / "cells.json", []
+
+    def time_run(spec, work, device, gflops, sizes=None):
+        if done:
+            raise KeyboardInterrupt  # stopped in the second run
+        done.append(spec.run)
+        return {"experiment": spec.experiment, "run": spec.run, "model": spec.model, "dataset": spec.dataset,
+                "rounds": spec.rounds, "device": device, "split_s": 1.0, "warmup_s": 1.0, "train_s": 2.0,
+                "modelled_s": 3.0, "modelled_over_measured": None}
+
+    monkeypatch.setattr(gpucell, "time_run", time_run)
+    with pytest.raises(KeyboardInterrupt):
+        gpucell.main([str(_config(tmp_path)), "--runs", "2", "--samples", "80,20", "--device", "cpu",
+                      "--json", str(out)])
+    assert [r["run"] for r in json.loads(out.read_text())] == done == ["IID_T1_C_s0"]

@@ -18,7 +18,8 @@ downloaded and no data copy is needed, so it runs on a GPU machine without `data
 Reported per run: the seconds the split took (not modelled: a split job's), the seconds of a first
 `run_training` of one round (a warm-up: in the first run of a process it holds the process's first CUDA
 work, which the model counts in its process start), the seconds `run_training` then took for the run's
-rounds, the model's seconds for the same rounds (`gpu_seconds_run` on CUDA at
+rounds (its whole call: reading the split and moving it to the device too, a few of the model's process
+start's seconds), the model's seconds for the same rounds (`gpu_seconds_run` on CUDA at
 HETFL_SLURM_GPU_GFLOPS or its default; on the CPU `estimate_run`, one core's), and their ratio (none under
 `--samples`, a resized stand-in for tests: the model counts the real source's samples).
 `scripts/gpu-check` runs it on Table 2 of FedFOR and of EFL (CIFAR-100) in its part `cell`.
@@ -203,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['device']}: split {r['split_s']:.1f} s, warm-up round {r['warmup_s']:.1f} s, training "
               f"{r['train_s']:.1f} s, model "
               f"{r['modelled_s']:.1f} s{ratio}", flush=True)
-    write_json(records, args.json)
+        if args.json not in (None, "-"):  # after every run: a check's deadline keeps the runs before it
+            write_json(records, args.json)
+    if args.json == "-":
+        write_json(records, args.json)
     return 0
 
 
