@@ -215,6 +215,47 @@ def test_a_mistyped_target_is_refused_when_the_config_is_validated(monkeypatch):
     validate_config({"experiments": {"q": {**exp, "algorithm": "fedavg"}}})
 
 
+@pytest.mark.parametrize("where", ["algo", "ops"])
+@pytest.mark.parametrize("mistake", ["missing_dependency", "syntax_error"])
+def test_a_plugin_module_that_cannot_import_is_refused_when_the_config_is_validated(tmp_path, monkeypatch,
+                                                                                    where, mistake):
+    """A plugin class whose module (or the helper module of its package it imports) imports a package not
+    installed passed validation and failed in its training job after Snakemake started; one with a syntax
+    error raised a SyntaxError traceback out of `hetfl validate` and Snakemake's start (an audit)."""
+    from hetfl.algorithms.hparams import NoParams
+
+    name = f"demo_broken_{mistake}_{where}"  # find_spec of the target imported the package: one per case
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ops.py").write_text("import math\n\n\ndef scale(x):\n    return x\n")
+    (pkg / "algo.py").write_text("from hetfl.algorithms.base import Algorithm\n\nfrom . import ops\n\n\n"
+                                 "class Demo(Algorithm):\n    name = 'demobroken'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(CATALOG, "demobroken", AlgorithmEntry("demobroken", f"{name}.algo:Demo", NoParams,
+                                                              "p"))
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "local_steps": [2, 3], "rounds": 1, "schemes": ["B"], "num_traces": [1], "seeds": [0],
+           "algorithm": "demobroken"}
+    from hetfl.algorithms.registry import target_problem
+
+    validate_config({"experiments": {"q": exp}})  # the package as written is fine
+    path = pkg / f"{where}.py"
+    broken = {"missing_dependency": "import demo_not_installed_dep\n" + path.read_text(),
+              "syntax_error": path.read_text() + "\ndef half(:\n"}[mistake]
+    path.write_text(broken)
+    target_problem.cache_clear()  # cached per target, and it was read above
+    expected = {"missing_dependency": f"module {name}.{where} ({path}) imports "
+                                      "demo_not_installed_dep, which is not installed where hetfl runs",
+                "syntax_error": f"module {name}.{where} ({path}) is not valid Python: "}[mistake]
+    with pytest.raises(ConfigError) as err:
+        validate_config({"experiments": {"q": exp}})
+    assert "config key 'experiments.q.algorithm' names algorithm 'demobroken', whose class cannot be " \
+           "imported" in str(err.value)
+    assert expected in str(err.value), str(err.value)
+    target_problem.cache_clear()
+
+
 def test_optional_and_tuple_hyperparameters_and_unsupported_types(monkeypatch):
     """A plugin's `float | None` or `tuple[int, ...]` field was checked as a number, so null or a list
     was refused with "allowed: a value of type float | None", which no value could meet; a type a config

@@ -168,7 +168,8 @@ def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
             key = "algorithms" if "algorithms" in given else "algorithm"
             raise ConfigError(f"config key 'experiments.{name}.{key}' names algorithm '{algo}', whose "
                               f"class cannot be imported: {problem}; allowed: a registered target that "
-                              "exists (fix the AlgorithmEntry's target in the package that registers it)")
+                              "exists and imports (fix the AlgorithmEntry's target in the package that "
+                              "registers it, or the module, or install what it imports)")
         problem = class_problem(CATALOG[algo].target)  # it failed in its training job, or ran as FedAvg
         if problem:
             key = "algorithms" if "algorithms" in given else "algorithm"

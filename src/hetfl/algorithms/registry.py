@@ -79,11 +79,75 @@ def entry_from(obj: Any, name: str, source: str) -> AlgorithmEntry:
     return entry
 
 
+def _source_file(module: str) -> Path | None:
+    """The .py file of an absolute module name, found without importing anything (find_spec of a dotted
+    name imports its parents, a plugin's __init__ perhaps torch); None when it has none to read."""
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    for loc in spec.submodule_search_locations or ():
+        base = Path(loc).joinpath(*rest)
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return path
+    return None
+
+
+def _installed(top: str) -> bool:
+    """Whether a top-level module can be found (find_spec of a top-level name imports nothing)."""
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):  # a module in sys.modules without a spec: it is there
+        return True
+
+
+def _import_problem(module: str, path: Path, tree: ast.Module, seen: set[str]) -> str | None:
+    """A module-level import of `module` (or of a module of its own package that it imports, such as a
+    helper ops.py, transitively) that is not installed where hetfl runs; None when every one is found.
+    Imports inside try/if blocks are optional and left alone."""
+    top = module.split(".")[0]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            source = ".".join([*base, *([node.module] if node.module else [])])
+            names = [source, *(f"{source}.{a.name}" for a in node.names)]  # `from pkg import ops` too
+        else:
+            continue
+        for name in filter(None, names):
+            if not _installed(name.split(".")[0]):
+                return f"module {module} ({path}) imports {name}, which is not installed where hetfl runs"
+            if name.split(".")[0] != top or top == "hetfl" or name in seen:
+                continue  # hetfl's own modules: its test suite imports every one
+            seen.add(name)
+            own = _source_file(name)
+            if own is None:
+                continue
+            try:
+                tree_of = ast.parse(own.read_text(encoding="utf-8"), str(own))
+                problem = _import_problem(name, own, tree_of, seen)
+            except SyntaxError as err:
+                problem = f"module {name} ({own}) is not valid Python: {err.msg}, line {err.lineno}"
+            if problem:
+                return problem
+    return None
+
+
 @functools.cache
 def target_problem(target: str) -> str | None:
     """Why an entry's "module:Class" target cannot be imported, found without importing the module (it
-    imports torch): the module must exist and define the name at its top level. None when it does, or
-    when the module has no Python source to read (the import then decides)."""
+    imports torch): the module must exist, parse, find what it imports at its top level (a plugin's
+    missing dependency failed only in its training job, after Snakemake started) and define the name at
+    its top level. None when it does, or when the module has no Python source to read (the import then
+    decides)."""
     module, sep, attr = target.partition(":")
     if not sep or not module or not attr.isidentifier():
         return f"target {target!r} is not of the form 'module:Class'"
@@ -95,8 +159,15 @@ def target_problem(target: str) -> str | None:
         return f"target {target!r}: module {module} cannot be found"
     if not spec.origin or not spec.origin.endswith(".py"):
         return None
-    with open(spec.origin, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read(), spec.origin)
+    try:
+        with open(spec.origin, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), spec.origin)
+    except SyntaxError as err:  # it raised a traceback out of hetfl validate and Snakemake's start
+        return f"target {target!r}: module {module} ({spec.origin}) is not valid Python: {err.msg}, line " \
+               f"{err.lineno}"
+    problem = _import_problem(module, Path(spec.origin), tree, {module})
+    if problem:
+        return f"target {target!r}: {problem}"
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
