@@ -80,8 +80,13 @@ def test_schema_enum_and_smoke_grid_are_the_registry():
     assert [r.algorithm for r in runs] == [a for a in CATALOG if a != "efl"]
     runs = list(expand_runs(validate_config({"experiments": {"q": {**exp, "schemes": ["C"]}}})))
     assert "fednova" not in {r.algorithm for r in runs} and "efl" in {r.algorithm for r in runs}
-    with pytest.raises(ConfigError, match=r"'experiments.q.algorithms' has value \"every\".*one of \"all\""):
-        validate_config({"experiments": {"q": {**exp, "algorithms": "every"}}})
+    allowed = ('allowed: "all" (every registered algorithm), or a list of registered algorithm names such as '
+               '[fedavg, fedprox] (one algorithm: a list of one, or the key `algorithm`)')
+    for value in ("every", "fedprox"):  # a name, not a list, was told only "one of \"all\"" is allowed
+        with pytest.raises(ConfigError) as err:
+            validate_config({"experiments": {"q": {**exp, "algorithms": value}}})
+        assert f"'experiments.q.algorithms' has value \"{value}\", which is not allowed; {allowed}" \
+            in str(err.value), str(err.value)
 
 
 def test_every_builtin_has_a_table_label():
