@@ -57,6 +57,19 @@ def test_a_value_where_a_mapping_belongs_says_a_mapping():
             "mapping of keys to values ({key: value, ...})") in str(err.value)
 
 
+@pytest.mark.parametrize(("path", "value", "allowed"), [
+    (["seeds"], [0, 0], "each item at most once (no duplicates)"),
+    (["schemes"], [], "at least 1 item"),
+])
+def test_a_list_of_duplicates_or_of_nothing_says_what_is_allowed_in_words(path, value, allowed):
+    """'allowed: uniqueItems = True' and 'minItems = 1' named JSON Schema's keywords, not what a config may
+    write (an audit: a seed or algorithm given twice)."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with(path, value))
+    assert (f"'experiments.{EXP}.{path[-1]}' has value {json.dumps(value)}, which is not allowed; "
+            f"allowed: {allowed}") in str(err.value)
+
+
 def test_unknown_key_is_named():
     cfg = _with(["learning_rate"], 0.1)
     with pytest.raises(ConfigError, match=rf"'experiments.{EXP}.learning_rate' is not allowed.*eta0"):

@@ -93,8 +93,12 @@ def _allowed(error: jsonschema.ValidationError) -> str:
         return "only the keys " + ", ".join(allowed) if allowed else "no additional keys"
     if v == "required":
         return "the key to be present"
-    if v in ("minItems", "maxItems", "uniqueItems", "minProperties"):
-        return f"{v} = {error.validator_value}"
+    if v == "uniqueItems":  # "uniqueItems = True" named the schema's keyword, not what a config may write
+        return "each item at most once (no duplicates)"
+    if v in ("minItems", "maxItems", "minProperties"):
+        n = error.validator_value
+        what = "item" if v != "minProperties" else "key"
+        return f"{'at most' if v == 'maxItems' else 'at least'} {n} {what}{'s' if n != 1 else ''}"
     if v == "pattern":
         return f"a string matching {error.validator_value}"
     return s.get("description", error.message)
