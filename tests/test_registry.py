@@ -391,6 +391,45 @@ def test_a_plugin_class_that_does_not_fit_the_engine_is_refused_before_any_job(t
     assert CLASS_MISTAKES[case][1] in str(err.value)
 
 
+PARAMS_MISTAKES = {
+    "none": ("", "class Demo sets no Params (so it takes Algorithm's NoParams) but is registered with "
+                 "DemoParams; allowed: `Params = DemoParams` on the class, the dataclass it is registered "
+                 "with"),
+    "other": ("    Params = dict\n", "class Demo has Params = dict but is registered with DemoParams; "
+                                      "allowed: `Params = DemoParams` on the class"),
+    "alias": ("    Params = DP\n", None),  # the registered dataclass under another name: fine
+    "same": ("    Params = DemoParams\n", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARAMS_MISTAKES))
+def test_a_plugin_class_without_its_registered_params_is_refused_before_any_job(tmp_path, monkeypatch, case):
+    """A plugin class that forgot `Params = ...` (or set another one) passed validation, and its training
+    job refused it after Snakemake had started ("has Params = NoParams but is registered with ...")."""
+    import dataclasses
+
+    body, message = PARAMS_MISTAKES[case]
+    module = f"demo_params_{case}"
+    (tmp_path / f"{module}.py").write_text(
+        "from dataclasses import dataclass\n\nfrom hetfl.algorithms.base import Algorithm\n\n\n"
+        "@dataclass(frozen=True)\nclass DemoParams:\n    pass\n\n\nDP = DemoParams\n\n\n"
+        f"class Demo(Algorithm):\n    name = 'demoparams'\n{body}")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    params = dataclasses.make_dataclass("DemoParams", [], frozen=True)
+    monkeypatch.setitem(CATALOG, "demoparams", AlgorithmEntry("demoparams", f"{module}:Demo", params, "p"))
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "local_steps": [2, 3], "rounds": 1, "schemes": ["B"], "num_traces": [1], "seeds": [0],
+           "algorithm": "demoparams"}
+    if message is None:
+        validate_config({"experiments": {"q": exp}})
+        return
+    with pytest.raises(ConfigError) as err:
+        validate_config({"experiments": {"q": exp}})
+    assert f"'experiments.q.algorithm' names algorithm 'demoparams', whose class {module}:Demo does not " \
+           "fit the engine: " in str(err.value)
+    assert message in str(err.value), str(err.value)
+
+
 def test_every_builtin_class_fits_the_engine():
     from hetfl.algorithms import algorithm_class
     from hetfl.algorithms.registry import class_problem

@@ -21,7 +21,7 @@ import yaml
 
 from hetfl.algorithms import method_label
 from hetfl.algorithms.hparams import CATALOG, REFUSED, check_scheme, parse_hyperparameters
-from hetfl.algorithms.registry import class_problem, target_problem
+from hetfl.algorithms.registry import class_problem, params_problem, target_problem
 from hetfl.data.quadratic import DEFAULT_A, DEFAULT_B
 from hetfl.data.tracesets import traceset_label
 from hetfl.errors import ConfigError
@@ -175,6 +175,7 @@ def _check_algorithms(name: str, exp: dict[str, Any], given: set[str]) -> None:
                               "exists and imports (fix the AlgorithmEntry's target in the package that "
                               "registers it, or the module, or install what it imports)")
         problem = class_problem(CATALOG[algo].target)  # it failed in its training job, or ran as FedAvg
+        problem = problem or params_problem(CATALOG[algo].target, CATALOG[algo].params.__name__)
         if problem:
             key = "algorithms" if "algorithms" in given else "algorithm"
             raise ConfigError(f"config key 'experiments.{name}.{key}' names algorithm '{algo}', whose "

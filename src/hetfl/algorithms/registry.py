@@ -269,6 +269,52 @@ def class_problem(target: str) -> str | None:
     return None
 
 
+@functools.cache
+def params_problem(target: str, params: str) -> str | None:
+    """Why the class a "module:Class" target names would not take the hyperparameters it is registered with
+    (the dataclass named `params`), read from its module's source: `Params = Other`, or no `Params` on a
+    class whose bases are all Algorithm (it inherits NoParams). The training job refused both
+    (hetfl.algorithms.algorithm_class) after Snakemake had started; a Params inherited from a base of the
+    plugin's own, or made at run time, is still left to it. None when nothing is wrong that the source
+    shows."""
+    module, _, attr = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    with open(spec.origin, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), spec.origin)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == attr), None)
+    if node is None:
+        return None
+    given = None
+    for item in node.body:
+        targets = item.targets if isinstance(item, ast.Assign) else [item.target] \
+            if isinstance(item, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "Params" for t in targets):
+            given = item.value
+    fix = f"allowed: `Params = {params}` on the class, the dataclass it is registered with"
+    if given is None:
+        only_algorithm = all((isinstance(b, ast.Name) and b.id == "Algorithm")
+                             or (isinstance(b, ast.Attribute) and b.attr == "Algorithm") for b in node.bases)
+        if node.bases and only_algorithm and params != "NoParams":
+            return f"class {attr} sets no Params (so it takes Algorithm's NoParams) but is registered with " \
+                   f"{params}; {fix}"
+        return None
+    name = given.id if isinstance(given, ast.Name) else \
+        given.attr if isinstance(given, ast.Attribute) else None
+    aliases = {a.asname: a.name for n in tree.body if isinstance(n, ast.ImportFrom)
+               for a in n.names if a.asname}
+    aliases.update({t.id: n.value.id for n in tree.body if isinstance(n, ast.Assign)
+                    and isinstance(n.value, ast.Name) for t in n.targets if isinstance(t, ast.Name)})
+    name = aliases.get(name, name)  # `from reg import HalfParams as HP`, `Params = HP`
+    if name is not None and name != params:
+        return f"class {attr} has Params = {name} but is registered with {params}; {fix}"
+    return None
+
+
 def _entry_points(group: str) -> Iterable[metadata.EntryPoint]:
     return metadata.entry_points(group=group)
 
