@@ -70,14 +70,14 @@ def test_editing_an_algorithm_reruns_its_runs_only(tmp_path):
     repo, work = _ran_once(tmp_path, CONFIG)
 
     fedprox = repo / "src/hetfl/algorithms/fedprox.py"
-    fedprox.write_text(fedprox.read_text() + "\n# an edit of FedProx's code\n")
+    fedprox.write_text(fedprox.read_text() + "\n_EDITED = True  # an edit of FedProx's code\n")
     plan = _snakemake(repo, work, "-n")
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert _planned(plan) == {"train_prox", "track"}  # the FedProx cell and its mirror; not FedAvg's
     assert "Params have changed" in plan.stdout + plan.stderr
 
     engine = repo / "src/hetfl/engine/runner.py"
-    engine.write_text(engine.read_text() + "\n# an edit of the round loop\n")
+    engine.write_text(engine.read_text() + "\n_EDITED = True  # an edit of the round loop\n")
     assert _planned(_snakemake(repo, work, "-n")) == {"train_plain", "train_prox", "track"}
 
 
@@ -131,7 +131,7 @@ def test_editing_a_tables_builder_rebuilds_that_table_only(tmp_path):
              {"reports/tables/objective_inconsistency.md", "reports/figures/objective_inconsistency.png",
               "reports/figures/scheme_curves.png"})):
         path = repo / "src/hetfl/reports" / module
-        path.write_text(path.read_text() + "\n# an edit of one table's builder\n")
+        path.write_text(path.read_text() + "\n_EDITED = True  # an edit of one table's builder\n")
         plan = _snakemake(repo, work, "-n")
         assert plan.returncode == 0, plan.stderr[-3000:]
         planned = _outputs(plan)

@@ -18,11 +18,13 @@ import functools
 import hashlib
 import importlib.machinery
 import importlib.util
+import io
 import os
 import site
 import subprocess
 import sys
 import sysconfig
+import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,6 +302,40 @@ def outside_files(modules: Iterable[str]) -> dict[str, Path]:
 
 
 @functools.cache
+def code_text(source: bytes) -> bytes:
+    """A Python file's bytes as its fingerprint hashes them: without its comments and without the lines
+    that hold nothing else or nothing at all (outside strings), the rest byte for byte, docstrings
+    included (an argparse description or a caption may print one). An edit of a comment or of blank lines
+    then reruns nothing: it retrained every run of a grid whose closure held the file, hours at paper
+    scale. Text that does not tokenize is hashed as it is. Keyed by the bytes, as _imports_in is."""
+    try:
+        tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    encoding = tokens[0].string if tokens and tokens[0].type == tokenize.ENCODING else "utf-8"
+    lines = source.splitlines(keepends=True)
+    comments = {t.start[0]: t.start[1] for t in tokens if t.type == tokenize.COMMENT}
+    code_rows = {row for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING,
+                                                       tokenize.ENDMARKER, tokenize.DEDENT)
+                 for row in range(t.start[0], t.end[0] + 1)}
+    out = []
+    for row, line in enumerate(lines, 1):
+        if row not in code_rows:
+            continue  # blank, or a comment alone (a line inside a string belongs to its STRING token)
+        if row in comments:  # tokenize counts columns in characters
+            text = line.decode(encoding)
+            line = text[:comments[row]].rstrip().encode(encoding) + b"\n"
+        out.append(line)
+    return b"".join(out)
+
+
+def _hashed(path: Path) -> bytes:
+    """What a fingerprint hashes of a file: a Python file's code_text, any other file's bytes."""
+    data = path.read_bytes()
+    return code_text(data) if path.suffix == ".py" else data
+
+
+@functools.cache
 def fingerprint(kind: str, algorithms: tuple[str, ...] = (), job: str | None = None) -> str:
     """16 hex digits of sha256 over the closure of the entries of `kind`'s job `job` (job_entries: a table's
     builder's modules, say; None: every job's of the kind; train: plus the algorithms' modules and the
@@ -313,9 +349,9 @@ def fingerprint(kind: str, algorithms: tuple[str, ...] = (), job: str | None = N
         files.update(PACKAGE.glob(pattern))
     h = hashlib.sha256()
     for path in sorted(files):
-        h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + _hashed(path) + b"\0")
     for name, path in sorted(outside.files.items()):
-        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(name.encode() + b"\0" + _hashed(path) + b"\0")
     for dist, version in sorted(outside.distributions.items()):
         h.update(f"{dist}=={version}".encode() + b"\0")
     return h.hexdigest()[:16]
