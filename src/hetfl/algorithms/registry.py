@@ -240,12 +240,10 @@ def method_problem(owner: str, method: Method) -> str | None:
     return None
 
 
-@functools.cache
-def class_problem(target: str) -> str | None:
-    """Why the class a "module:Class" target names does not fit the engine, read from its module's source
-    without importing it: no base class, a hook whose signature the engine's call does not fit, or a
-    misspelt hook. None when nothing is wrong that the class's own source shows (what it inherits from a
-    base of its own is checked when the training job imports it: hetfl.algorithms.algorithm_class)."""
+def _class_source(target: str) -> tuple[ast.Module, ast.ClassDef] | None:
+    """The parsed module of a "module:Class" target and its class's node, read without importing the
+    module; None where the module has no Python source or does not define the class at its top level
+    (target_problem says why)."""
     module, _, attr = target.partition(":")
     try:
         spec = importlib.util.find_spec(module)
@@ -256,8 +254,20 @@ def class_problem(target: str) -> str | None:
     with open(spec.origin, encoding="utf-8") as fh:
         tree = ast.parse(fh.read(), spec.origin)
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == attr), None)
-    if node is None:
+    return None if node is None else (tree, node)
+
+
+@functools.cache
+def class_problem(target: str) -> str | None:
+    """Why the class a "module:Class" target names does not fit the engine, read from its module's source
+    without importing it: no base class, a hook whose signature the engine's call does not fit, or a
+    misspelt hook. None when nothing is wrong that the class's own source shows (what it inherits from a
+    base of its own is checked when the training job imports it: hetfl.algorithms.algorithm_class)."""
+    found = _class_source(target)
+    if found is None:
         return None
+    tree, node = found
+    attr = node.name
     if not node.bases:
         return (f"class {attr} has no base class; allowed: a subclass of hetfl.algorithms.base.Algorithm "
                 "(its hooks default to FedAvg's)")
@@ -277,18 +287,11 @@ def params_problem(target: str, params: str) -> str | None:
     (hetfl.algorithms.algorithm_class) after Snakemake had started; a Params inherited from a base of the
     plugin's own, or made at run time, is still left to it. None when nothing is wrong that the source
     shows."""
-    module, _, attr = target.partition(":")
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
+    found = _class_source(target)
+    if found is None:
         return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    with open(spec.origin, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read(), spec.origin)
-    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == attr), None)
-    if node is None:
-        return None
+    tree, node = found
+    attr = node.name
     given = None
     for item in node.body:
         targets = item.targets if isinstance(item, ast.Assign) else [item.target] \
