@@ -122,3 +122,30 @@ def test_each_runs_record_is_written_as_it_ends(tmp_path, monkeypatch):
         gpucell.main([str(_config(tmp_path)), "--runs", "2", "--samples", "80,20", "--device", "cpu",
                       "--json", str(out)])
     assert [r["run"] for r in json.loads(out.read_text())] == done == ["IID_T1_C_s0"]
+
+
+def test_the_text_stand_ins_are_dealt_as_leafs_speakers_and_users_in_text_order(tmp_path):
+    """Shakespeare: every speaker one text of LEAF's mean size whose windows follow each other (the temporal
+    holdout's check passes, and a split of it is made); Sent140: hashed word ids (0 is padding) and users of
+    LEAF's mean size."""
+    from hetfl.config import RunSpec
+    from hetfl.data.build import make_split
+
+    with gpucell.random_source("shakespeare", (20_000, 0)):
+        text = sources.load_source("shakespeare", split="train")
+        assert not sources.has_split("shakespeare", "test")
+    assert text.x.shape == (20_000, 80) and text.x.dtype == np.int64
+    np.testing.assert_array_equal(text.x[1, :-1], text.x[0, 1:])
+    assert text.x[1, -1] == text.y[0]
+    _, per = np.unique(text.client_ids, return_counts=True)
+    assert list(per[:-1]) == [3_743] * 5 and per[-1] == 20_000 - 5 * 3_743
+    sources.check_text_order(text, np.arange(len(text)))
+    spec = RunSpec.from_dict({**gpucell.pick_runs(load_config(_config(tmp_path)), None, 1, 1)[0].to_dict(),
+                              "dataset": "shakespeare", "model": "char_lstm", "num_devices": 3,
+                              "partition": {"label_skew": "natural"}, "sizes": None, "global_test": False})
+    with gpucell.random_source("shakespeare", (20_000, 0)):
+        make_split(tmp_path / "split.npz", spec.split_spec(), 0)  # natural, temporal holdout
+    with gpucell.random_source("sent140", (5_000, 100)):
+        words = sources.load_source("sent140", split="train")
+    assert words.x.shape == (5_000, 25) and words.x.min() >= 1 and words.x.max() < 20_000
+    assert set(np.unique(words.y)) == {0, 1} and 5_000 / len(np.unique(words.client_ids)) < 3

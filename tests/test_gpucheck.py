@@ -35,12 +35,12 @@ esac
 """
 
 JSONS = ["", "-profile", "-profile-unfold", "-nhwc", "-grouped", "-unfold", "-lstm-ops", "-lstm-2", "-lstm-3",
-         "-lstm-4", "-tf32", "-cell-fedfor", "-cell-efl", "-graphs", "-kept", "-steps20", "-fedfor-e1",
-         "-steps20-graphs", "-fedfor-e1-graphs", "-steps20-kept", "-fedfor-e1-kept"]
+         "-lstm-4", "-tf32", "-cell-fedfor", "-cell-efl", "-cell-text", "-graphs", "-kept", "-steps20",
+         "-fedfor-e1", "-steps20-graphs", "-fedfor-e1-graphs", "-steps20-kept", "-fedfor-e1-kept"]
 #: every step of the six parts, in the order run
 STEPS = ["tests", "bench", "profile", "profile-unfold", "nhwc", "grouped", "unfold", "lstm-ops", "lstm-2",
-         "lstm-3", "lstm-4", "tf32", "cell-fedfor", "cell-efl", "graph-tests", "graphs", "kept", "steps20",
-         "fedfor-e1", "steps20-graphs", "fedfor-e1-graphs", "steps20-kept", "fedfor-e1-kept"]
+         "lstm-3", "lstm-4", "tf32", "cell-fedfor", "cell-efl", "cell-text", "graph-tests", "graphs", "kept",
+         "steps20", "fedfor-e1", "steps20-graphs", "fedfor-e1-graphs", "steps20-kept", "fedfor-e1-kept"]
 
 
 @pytest.fixture()
@@ -78,7 +78,7 @@ def test_every_part_runs_its_steps_and_the_tar_holds_every_file(fake: dict[str, 
     assert not list(Path(fake["GPU_CHECK_TAR"]).parent.glob("*.part"))
     benches = [c for c in Path(fake["FAKE_LOG"]).read_text().splitlines() if "hetfl.bench" in c]
     # the script's own options reach every bench (every JSON but the probe's and the cells'), after the step's
-    assert len(benches) == len(JSONS) - 3 and all(c.endswith("--repeat 3") for c in benches)
+    assert len(benches) == len(JSONS) - 4 and all(c.endswith("--repeat 3") for c in benches)
     assert done.stdout.rstrip().endswith("fake report")
 
 
@@ -175,7 +175,7 @@ def test_the_cell_part_times_paper_configs_that_exist_on_cuda(fake: dict[str, st
     options (gpucell takes none of them)."""
     assert check(fake, "--repeat", "3", GPU_CHECK_PARTS="cell").returncode == 0
     cells = [c.split() for c in Path(fake["FAKE_LOG"]).read_text().splitlines() if "hetfl.gpureport" not in c]
-    assert [c[1] for c in cells] == ["hetfl.gpucell"] * 2 and all("--repeat" not in c for c in cells)
+    assert [c[1] for c in cells] == ["hetfl.gpucell"] * 3 and all("--repeat" not in c for c in cells)
     for command in cells:
         assert (ROOT / command[2]).is_file() and command[command.index("--device") + 1] == "cuda"
-    assert [s[0] for s in steps(fake)] == ["cell-fedfor", "cell-efl"]
+    assert [s[0] for s in steps(fake)] == ["cell-fedfor", "cell-efl", "cell-text"]

@@ -7,10 +7,13 @@ this times the whole of `hetfl train`'s work for a run of a paper config (schedu
 the config's own clients, batch and steps, evaluation, aggregation, its checkpoint-free bookkeeping), on
 the config's source at its real size, so that the model can be checked where it is used.
 
-The source is random: uint8-valued pixels of the source's shape scaled to [0, 1] and uniform labels, as many
-as hetfl.cluster's SOURCE_SIZES (the copies docs/datasets.md names), stood in for `load_source` while the
-split is made. Training time does not depend on the pixels' values; the accuracies mean nothing. Nothing is
-downloaded and no data copy is needed, so it runs on a GPU machine without `datasets`.
+The source is random, as many samples as hetfl.cluster's SOURCE_SIZES (the copies docs/datasets.md names),
+stood in for `load_source` while the split is made: for an image source uint8-valued pixels of its shape
+scaled to [0, 1] and uniform labels; for Shakespeare random letters, every speaker (as many as LEAF's mean,
+cluster.NATURAL_SAMPLES_PER_DEVICE) one text whose windows follow each other in text order, as the temporal
+holdout requires; for Sent140 random hashed word ids and labels, dealt to users of LEAF's mean size.
+Training time does not depend on the values; the accuracies mean nothing. Nothing is downloaded and no data
+copy is needed, so it runs on a GPU machine without `datasets`.
 
     python -m hetfl.gpucell CONFIG [--experiment NAME] [--runs N] [--rounds R] [--device cuda]
                             [--samples TRAIN,TEST] [--json PATH]
@@ -44,9 +47,33 @@ import numpy as np
 from hetfl.bench import check_json_path, resolve_device, write_json
 from hetfl.config import RunSpec
 
-#: the image sources a random stand-in can take the place of (no writer or domain column to invent)
+#: the sources a random stand-in can take the place of: images without a writer or domain column, and the
+#: two LEAF text sources, whose speakers and users it deals at LEAF's mean size
 RANDOM_SOURCES = ("mnist", "mnist5k", "digits", "emnist-balanced", "emnist-byclass", "emnist-letters",
-                  "cifar10", "cifar100")
+                  "cifar10", "cifar100", "shakespeare", "sent140")
+
+
+def _random_arrays(name: str, n: int, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(x, y, client ids) of n random samples of source `name` (see the module doc)."""
+    from hetfl.cluster import NATURAL_SAMPLES_PER_DEVICE
+    from hetfl.data.sources import SOURCES
+
+    info = SOURCES[name]
+    if info.task == "image":
+        x = rng.integers(0, 256, (n, *info.input_shape), dtype=np.uint8).astype(np.float32) / 255
+        return x, rng.integers(0, info.num_classes, n), None
+    size = max(1, round(NATURAL_SAMPLES_PER_DEVICE[name]))  # a speaker's or user's samples
+    clients = -(-n // size)
+    if info.task == "next-char":  # each speaker one text: window i + 1 is window i shifted by its target
+        width = info.input_shape[0]
+        text = rng.integers(0, info.num_classes, (clients, size + width))
+        x = np.lib.stride_tricks.sliding_window_view(text, width, axis=1)[:, :size].reshape(-1, width)[:n]
+        speakers = np.repeat(np.arange(clients), size)[:n]
+        return np.ascontiguousarray(x), text[:, width:].reshape(-1)[:n], speakers
+    # sentiment: hashed word ids 1 .. vocab - 1 (0 pads; hetfl.data.leaf.hash_tokens), users of LEAF's mean
+    x = rng.integers(1, 20_000, (n, *info.input_shape))
+    return x, rng.integers(0, info.num_classes, n), rng.integers(0, clients, n)
 
 
 @contextlib.contextmanager
@@ -66,11 +93,10 @@ def random_source(name: str, sizes: tuple[int, int] | None = None, seed: int = 0
     def load(source: str, *, split: str = "train", **kwargs: Any) -> sources.SourceData:
         if source != name:
             return real_load(source, split=split, **kwargs)
-        rng = np.random.default_rng([seed, ("train", "test").index(split)])
-        n = counts[split]
-        x = rng.integers(0, 256, (n, *info.input_shape), dtype=np.uint8).astype(np.float32) / 255
-        return sources.SourceData(x, rng.integers(0, info.num_classes, n), info.num_classes, None,
-                                  info.input_shape, name, "random (hetfl.gpucell)")
+        x, y, clients = _random_arrays(name, counts[split], np.random.default_rng([seed, ("train", "test")
+                                                                                  .index(split)]))
+        return sources.SourceData(x, y, info.num_classes, clients, info.input_shape, name,
+                                  "random (hetfl.gpucell)")
 
     def has(source: str, split: str, **kwargs: Any) -> bool:
         return bool(counts.get(split)) if source == name else real_has(source, split, **kwargs)

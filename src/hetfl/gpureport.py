@@ -44,7 +44,7 @@ STEPS_FILE = "steps"
 #: the exit status of a step `timeout` stopped at GPU_CHECK_DEADLINE
 TIMEOUT_STATUS = 124
 #: the paper cells of part `cell` (python -m hetfl.gpucell), by suffix
-CELLS = ("cell-fedfor", "cell-efl")
+CELLS = ("cell-fedfor", "cell-efl", "cell-text")
 #: the pytest logs gpu-check writes beside the JSONs (suffix, .log)
 TEST_LOGS = {"the tests with a CUDA case": "tests", "the CUDA-graph tests": "graph-tests"}
 #: failures or warnings listed per log, at most
