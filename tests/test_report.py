@@ -3,10 +3,13 @@ readings table), figure and split chart of the run, each with its caption, group
 fidelity summary (main tables totalled, readings per reading); with Chromium present, its first page renders
 to a non-blank screenshot."""
 
+import base64
 import html
 import json
+import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +60,48 @@ def test_every_table_and_figure_is_in_the_report_with_its_caption(workflow_dir, 
     fidelity = _entry(report_html, "reports/report/fidelity.html")["caption"]
     for name in tables:
         assert f"{name}.html" in fidelity
+
+
+def _script_var(report: str, script_id: str):
+    """The JSON value of `<script id="<script_id>"> var <name> = ...;` in Snakemake's report template."""
+    at = report.index(" = ", report.index(f'<script id="{script_id}">')) + len(" = ")
+    return json.JSONDecoder().raw_decode(report, at)[0]
+
+
+def _hrefs(fragment: str) -> list[str]:
+    class Hrefs(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.found = []
+
+        def handle_starttag(self, tag, attrs):
+            self.found += [value for key, value in attrs if key == "href"]
+
+    parser = Hrefs()
+    parser.feed(fragment)
+    return parser.found
+
+
+@pytest.mark.slow
+def test_every_link_in_the_report_leads_somewhere(report_html):
+    """Snakemake's report shows an HTML result in an iframe of its data: URL: a relative href has no base
+    there and a javascript: href runs in the frame's window, without the report's `app`, so a result's page
+    may hold only #anchors and absolute web links. A caption and the landing page are in the report's own
+    document, where javascript:app.showResultInfo('<path>') opens the result keyed <path> (docs/report.md)."""
+    results, landing = (_script_var(report_html, name) for name in ("results", "workflow-desc"))
+    opened = []
+    for where, fragment in [("landing page", landing), *((f"{p} caption", r["caption"] or "")
+                                                          for p, r in results.items())]:
+        for href in _hrefs(fragment):
+            target = re.fullmatch(r"javascript:app\.showResultInfo\('([^']*)'\)", href)
+            assert target and target.group(1) in results, (where, href)
+            opened.append(target.group(1))
+    assert "reports/report/tables/accuracy_difference.html" in opened  # the fidelity caption's links
+    for path, result in results.items():
+        if result["mime_type"] == "text/html":
+            page = base64.b64decode(result["data_uri"].split(";base64,", 1)[1]).decode()
+            for href in _hrefs(page):
+                assert href.startswith(("#", "https://", "http://")), (path, href)
 
 
 def _categories(report: str) -> dict:
@@ -223,6 +268,24 @@ def test_fidelity_total_counts_the_tables_and_readings_per_reading(tmp_path):
     page = report_pages.verdict_line("accuracy_difference_readings", csv)
     assert page.startswith("per reading, paper/default: 2 agrees,")
     assert "; completion=nearest: 3 agrees" in page
+
+
+def test_fidelity_page_names_each_tables_menu_place_and_its_caption_links_it(tmp_path):
+    """The report shows fidelity.html in an iframe of a data: URL (Snakemake's content.js), whose own window
+    has no `app` and may not reach the report's: a javascript:app.showResultInfo link there does nothing
+    (docs/report.md). The page names where each table is in the menu; the caption, rendered in the report's
+    own document (the result's description and the landing page), keeps the links."""
+    _fidelity_tables(tmp_path)
+    names = ["accuracy_difference", "fast_reboot", "accuracy_difference_readings"]
+    report_pages.write_fidelity(names, tmp_path, tmp_path / "fidelity")
+    page = (tmp_path / "fidelity.html").read_text()
+    fragment = (tmp_path / "fidelity.caption.html").read_text()
+    assert "href=" not in page
+    for name in names:
+        path = f"{report_pages.TABLE_PAGES}/{name}.html"
+        place = f"{catalog.subcategory(report_pages.base_table(name))} › {path}"
+        assert f"<td>{html.escape(place)}</td>" in page, name
+        assert f"href=\"javascript:app.showResultInfo('{path}')\"" in fragment, name
 
 
 def test_fidelity_of_readings_without_their_reading_column_names_it_and_writes_nothing(tmp_path, capsys):

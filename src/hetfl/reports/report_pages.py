@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -210,14 +211,26 @@ TABLE_PAGES = "reports/report/tables"
 
 
 def _result_link(path: str) -> str:
-    """A link that opens a result of the Snakemake report (its own rst links call the same function)."""
+    """A link that opens a result of the Snakemake report (its own rst links call the same function). It
+    works in a caption or the landing page, which are in the report's own document, not in a result's
+    page: the report shows an HTML result in an iframe of its data: URL, whose window has no `app`
+    (docs/report.md)."""
     return (f"<a href=\"javascript:app.showResultInfo('{html.escape(path)}')\">"
             f"{html.escape(Path(path).name)}</a>")
 
 
+def _menu_place(name: str) -> str:
+    """Where a table's page is in the report's menu, below its paper: its subcategory and its path (the
+    menu lists a result without labels by its path). The fidelity page names it in place of the link, which
+    cannot work in the iframe the page is shown in."""
+    return html.escape(f"{catalog.subcategory(base_table(name))} › {TABLE_PAGES}/{name}.html")
+
+
 def write_fidelity(tables: list[str], tables_dir: Path, out: Path) -> None:
-    """<out>.html and <out>.caption.html: every table with its paper, verdict counts and a link (the report
-    links a result by its file name, e.g. `accuracy_difference.html`).
+    """<out>.html and <out>.caption.html: every table with its paper, verdict counts and where it is. The
+    caption links each table (the report opens a result by its path, e.g.
+    `reports/report/tables/accuracy_difference.html`); the page, which the report shows in an iframe where
+    such a link does nothing, names the table's place in the menu instead (docs/report.md).
 
     The total counts the main tables only. A <table>_readings file shows its counts per reading and adds
     nothing to the total: its paper/default reading is the main table's cells again, and each other reading
@@ -227,23 +240,28 @@ def write_fidelity(tables: list[str], tables_dir: Path, out: Path) -> None:
     parts = {name: verdict_parts(name, tidy) for name, tidy in tidies.items()}  # every check before writing
     mains = [n for n in tables if n == base_table(n)]
     total = [v for n in mains for v in catalog.counted_verdicts(n, tidies[n]) or []]
-    rows = []
-    for name in tables:
-        rows.append(f"<tr><td>{html.escape(catalog.category(base_table(name)))}</td>"
-                    f"<td>{html.escape(table_label(name))}</td>"  # a paper's name may hold ': ' itself
-                    f"<td>{'<br>'.join(html.escape(p) for p in parts[name])}</td>"
-                    f"<td>{_result_link(f'{TABLE_PAGES}/{name}.html')}</td></tr>")
     summary = counts_text(total) if total else "no verdicts"
     n_readings = len(tables) - len(mains)
     readings = (f" {n_readings} readings table(s), counted per reading and not added to the total: their "
                 "paper/default reading is the table itself, every other reading an alternative to it."
                 if n_readings else "")
-    fragment = (f"<p><strong>Fidelity summary</strong>: {len(mains)} table(s); all counted cells of the "
-                f"tables: {html.escape(summary)}.{readings} Each table is under its paper's category (left "
-                "menu), as &lt;table&gt;.html with its caption.</p>\n<table><thead><tr><th>paper</th>"
-                f"<th>table</th><th>verdicts</th><th>file</th></tr></thead><tbody>{''.join(rows)}</tbody>"
-                "</table>\n")
+
+    def fidelity_table(head: str, cell: Callable[[str], str]) -> str:
+        rows = "".join(f"<tr><td>{html.escape(catalog.category(base_table(name)))}</td>"
+                       f"<td>{html.escape(table_label(name))}</td>"  # a paper's name may hold ': ' itself
+                       f"<td>{'<br>'.join(html.escape(p) for p in parts[name])}</td>"
+                       f"<td>{cell(name)}</td></tr>" for name in tables)
+        return (f"<table><thead><tr><th>paper</th><th>table</th><th>verdicts</th><th>{head}</th></tr></thead>"
+                f"<tbody>{rows}</tbody></table>\n")
+
+    lead = (f"<p><strong>Fidelity summary</strong>: {len(mains)} table(s); all counted cells of the "
+            f"tables: {html.escape(summary)}.{readings} Each table is under its paper's category (left "
+            "menu), as &lt;table&gt;.html with its caption.")
+    fragment = (lead + "</p>\n"
+                + fidelity_table("file", lambda name: _result_link(f"{TABLE_PAGES}/{name}.html")))
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Fidelity summary</title>{_STYLE}"
-            f"</head><body><h2>Fidelity summary</h2>\n{fragment}</body></html>\n")
+            f"</head><body><h2>Fidelity summary</h2>\n{lead} The last column is where each table is in the "
+            "menu, below its paper; this summary's description (its ⓘ button) and the report's first page "
+            f"link each table.</p>\n{fidelity_table('in the menu', _menu_place)}</body></html>\n")
     atomic_write_text(out.with_name(out.name + ".html"), page)
     atomic_write_text(out.with_name(out.name + ".caption.html"), fragment)
