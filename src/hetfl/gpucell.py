@@ -71,8 +71,11 @@ def _random_arrays(name: str, n: int, rng: np.random.Generator
         x = np.lib.stride_tricks.sliding_window_view(text, width, axis=1)[:, :size].reshape(-1, width)[:n]
         speakers = np.repeat(np.arange(clients), size)[:n]
         return np.ascontiguousarray(x), text[:, width:].reshape(-1)[:n], speakers
-    # sentiment: hashed word ids 1 .. vocab - 1 (0 pads; hetfl.data.leaf.hash_tokens), users of LEAF's mean
-    x = rng.integers(1, 20_000, (n, *info.input_shape))
+    # sentiment: hashed word ids 1 .. vocab - 1 (0 pads; hetfl.data.leaf.hash_tokens) of the model's hashed
+    # vocabulary, users of LEAF's mean size
+    from hetfl.models.zoo import SentLSTM
+
+    x = rng.integers(1, SentLSTM.default_vocab, (n, *info.input_shape))
     return x, rng.integers(0, info.num_classes, n), rng.integers(0, clients, n)
 
 
