@@ -35,18 +35,19 @@ experiments:
 """
 
 
-def _snakemake(repo: Path, work: Path, *extra: str) -> subprocess.CompletedProcess:
+def _snakemake(repo: Path, work: Path, *extra: str, site: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "PYTHONPATH": str(repo / "src")}
+           "PYTHONPATH": os.pathsep.join(str(p) for p in (repo / "src", site) if p)}
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "--directory",
                            str(work), "--configfile", str(work / "c.yaml"), "--cores", "2", *extra],
                           capture_output=True, text=True, env=env, cwd=work)
 
 
-def _ran_once(tmp_path: Path, config: str) -> tuple[Path, Path]:
+def _ran_once(tmp_path: Path, config: str, site: Path | None = None) -> tuple[Path, Path]:
     """A copy of the repository's code (repo) and a workflow directory (work) on which the config has run
-    once, to "Nothing to be done": an edit of the copy then shows what it reruns."""
+    once, to "Nothing to be done": an edit of the copy then shows what it reruns. site: a directory of
+    installed plugins, put on the workflow's path."""
     repo = tmp_path / "repo"
     for part in ("src", "workflow"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
@@ -54,9 +55,9 @@ def _ran_once(tmp_path: Path, config: str) -> tuple[Path, Path]:
     work = tmp_path / "work"
     work.mkdir()
     (work / "c.yaml").write_text(config)
-    first = _snakemake(repo, work)
+    first = _snakemake(repo, work, site=site)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n", site=site))
     return repo, work
 
 
@@ -139,3 +140,83 @@ def test_editing_a_tables_builder_rebuilds_that_table_only(tmp_path):
         assert _planned(plan) <= {"table", "figure", "report_table", "fidelity_summary", "track"}, module
         done = _snakemake(repo, work)  # as the edit is run, before the next one
         assert done.returncode == 0, done.stderr[-3000:]
+
+
+# A plugin whose registration (the entry point's AlgorithmEntry, with the table label) is a module of its
+# own that its algorithm's module does not import: the label is outside the runs' code fingerprint.
+LABEL_PLUGIN = {
+    "params.py": """
+from dataclasses import dataclass
+from hetfl.algorithms.hparams import hyper
+
+
+@dataclass(frozen=True)
+class HalfParams:
+    step: float = hyper(0.5, "server step size", exclusive_minimum=0.0)
+""",
+    "algo.py": """
+from demo_labels.params import HalfParams
+from hetfl.algorithms.base import Algorithm, deltas, weighted_sum
+from hetfl.engine import comm
+
+
+class FedHalf(Algorithm):
+    name = "demolabel"
+    Params = HalfParams
+
+    def aggregate(self, state, params, finals, info):
+        step = weighted_sum(deltas(params, finals), info.weights)
+        new = [w + self.hp.step * s for w, s in zip(params, step)]
+        return new, state, comm.round_metrics(up=deltas(params, finals), down=params,
+                                              clients=len(info.clients))
+""",
+    "registration.py": """
+from demo_labels.params import HalfParams
+from hetfl.algorithms.registry import AlgorithmEntry
+
+ENTRY = AlgorithmEntry("demolabel", "demo_labels.algo:FedHalf", HalfParams, "a test plugin", "FedHalf")
+""",
+    "__init__.py": "",
+}
+LABELS = """
+experiments:
+  efl:
+    table: bmta
+    dataset: synthetic
+    settings: {NIID: {alpha: 1.0, beta: 1.0}}
+    num_devices: 4
+    algorithms: [fedavg, demolabel]
+    schemes: [C]
+    num_traces: [1]
+    rounds: 2
+    seeds: [0, 1]
+"""
+
+
+@pytest.mark.slow
+def test_a_plugins_new_label_rebuilds_the_tables_and_figures_that_print_it(tmp_path):
+    """A plugin's table label was in no fingerprint: renamed in the plugin, the tables and figures kept
+    printing the old one ("Nothing to be done"). The table and figure rules' `labels` param is the label of
+    each algorithm they show (workflow/rules/common.smk, method_labels); the runs do not retrain."""
+    site = tmp_path / "site"
+    pkg = site / "demo_labels"
+    pkg.mkdir(parents=True)
+    for name, text in LABEL_PLUGIN.items():
+        (pkg / name).write_text(text)
+    info = site / "demo_labels-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-labels\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[hetfl.algorithms]\ndemolabel = demo_labels.registration:ENTRY\n")
+    repo, work = _ran_once(tmp_path, LABELS, site=site)
+    table = work / "reports/tables/bmta.md"
+    assert "FedHalf" in table.read_text()
+
+    registration = pkg / "registration.py"
+    registration.write_text(registration.read_text().replace('"FedHalf")', '"FedHalf (renamed)")'))
+    plan = _snakemake(repo, work, "-n", site=site)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert {"reports/tables/bmta.md", "reports/tables/fairness.md"} <= _outputs(plan)
+    assert _planned(plan) <= {"table", "figure", "report_table", "fidelity_summary", "track"}
+    done = _snakemake(repo, work, site=site)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "FedHalf (renamed)" in table.read_text()

@@ -4,6 +4,7 @@ import os
 import re
 import sys
 
+from hetfl.algorithms import method_label
 from hetfl.config import (ConfigError, by_cell, check_data, expand_runs, read_config_file, specs_to_json,
                           validate_config)
 from hetfl.fingerprint import data_fingerprint, fingerprint, git_environ
@@ -135,6 +136,15 @@ def trace_assignment(wc):
 def trace_p_inactive(wc):
     found = re.search(r"_pi([0-9.]+)", wc.opts)
     return found.group(1) if found else "0.05"
+
+
+def method_labels(table):
+    """The names that table's rows and legends print for its runs' algorithms (hetfl.algorithms.method_label),
+    as one string: a table or figure rule's `labels` param. A plugin's label lives in its own package,
+    outside every table's and figure's code fingerprint, so a new label left the old one in the tables."""
+    tables = {table, TABLE_SOURCES.get(table)}
+    names = sorted({s.algorithm for s in RUNS.values() if s.table in tables})
+    return ";".join(f"{name}={method_label(name)}" for name in names)
 
 
 def table_references(wc):

@@ -12,6 +12,7 @@ rule table:
     params:
         code=lambda wc: fingerprint("table", job=wc.table),
         references=table_references,
+        labels=lambda wc: method_labels(wc.table),
     priority: REPORT_PRIORITY
     shell:
         "hetfl table {wildcards.table} --out reports/tables/{wildcards.table} {input.runs} > {log} 2>&1"
@@ -31,6 +32,7 @@ rule table_readings:
     params:
         code=lambda wc: fingerprint("table", job=wc.table),
         references=table_references,
+        labels=lambda wc: method_labels(wc.table),
     priority: REPORT_PRIORITY
     shell:
         "hetfl table {wildcards.table} --readings --out reports/tables/{wildcards.table}_readings {input.runs}"
@@ -55,6 +57,7 @@ rule figure:
         figure="|".join(FIGURES) or "none",
     params:
         code=lambda wc: fingerprint("figure", job=wc.figure),
+        labels=lambda wc: method_labels(FIGURES[wc.figure]),
     priority: REPORT_PRIORITY
     shell:
         "hetfl figure {wildcards.figure} --out reports/figures/{wildcards.figure} {input.runs} > {log} 2>&1"
