@@ -430,6 +430,35 @@ def test_a_plugin_class_without_its_registered_params_is_refused_before_any_job(
     assert message in str(err.value), str(err.value)
 
 
+def test_a_plugin_subclass_runs_under_its_registered_name_not_its_bases(tmp_path, monkeypatch):
+    """The engine checks a run's scheme under the algorithm's `name`, which a subclass inherits from its
+    base unless it sets its own. A FedNova subclass registered as an AlgorithmEntry under a name of its own
+    and allowing Scheme C passed validation, then its training job refused C as FedNova
+    ("not allowed with algorithm fednova"). make_algorithm names the instance as registered."""
+    import numpy as np
+
+    from hetfl.algorithms import make_algorithm
+    from hetfl.algorithms.fednova import FedNova
+    from hetfl.data.quadratic import build_quadratic
+    from hetfl.engine.runner import TrainSettings, train
+    from hetfl.models.quadratic import Quadratic
+
+    (tmp_path / "demo_nova.py").write_text("from hetfl.algorithms.fednova import FedNova\n\n\n"
+                                           "class NovaPlus(FedNova):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(CATALOG, "novaplus", AlgorithmEntry("novaplus", "demo_nova:NovaPlus", FedNova.Params,
+                                                            "a test plugin"))
+    exp = {"table": "none", "dataset": "quadratic", "model": "quadratic", "settings": {"Q": {}},
+           "local_steps": [2, 3], "rounds": 1, "schemes": ["C"], "num_traces": [1], "seeds": [0],
+           "algorithm": "novaplus"}
+    validate_config({"experiments": {"q": exp}})  # the entry allows C
+    algorithm = make_algorithm("novaplus")
+    cfg = TrainSettings("C", 1, 1, 0.1, 1, lr_schedule="constant", local_steps=(2, 3))
+    data = build_quadratic((1.0, 2.0), (1.0, 5.0))
+    assert train(Quadratic(), data, np.ones((1, 2)), cfg, algorithm=algorithm).status == "ok"
+    assert algorithm.name == "novaplus" and type(algorithm).name == "fednova"
+
+
 def test_every_builtin_class_fits_the_engine():
     from hetfl.algorithms import algorithm_class
     from hetfl.algorithms.registry import class_problem

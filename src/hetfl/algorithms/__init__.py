@@ -69,9 +69,15 @@ def _class_problem(cls: Any) -> str | None:
 
 
 def make_algorithm(name: str, params: dict[str, Any] | None = None, **hyperparameters: Any) -> Algorithm:
-    """An algorithm instance; `params` (a config's algorithm_params entry) is validated first."""
+    """An algorithm instance named as registered; `params` (a config's algorithm_params entry) is validated
+    first."""
     hp = parse_hyperparameters(name, {**(params or {}), **hyperparameters}, key=f"algorithm_params.{name}")
-    return algorithm_class(name)(**{k: getattr(hp, k) for k in hp.__dataclass_fields__})
+    algorithm = algorithm_class(name)(**{k: getattr(hp, k) for k in hp.__dataclass_fields__})
+    # the run's algorithm is the registered name: the engine checks the scheme under `name`, which a
+    # plugin's subclass inherits from its base unless it sets its own (a FedNova subclass registered as an
+    # AlgorithmEntry under a name of its own, allowing Scheme C, was refused C by its training job as FedNova)
+    algorithm.name = name
+    return algorithm
 
 
 _LAZY = {"Algorithm": "hetfl.algorithms.base", "RoundInfo": "hetfl.algorithms.base",
