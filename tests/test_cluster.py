@@ -103,9 +103,9 @@ def test_cnn_job_by_hand():
 def test_a_gpu_jobs_time_is_the_gpu_models():
     """A job given a GPU asked for the time a CPU core would take (hours where the GPU takes minutes). Its
     time is now a rough GPU model: the FLOPs at the engine's share of the card's float32 matmul rate (H100,
-    64 clients a round: the CNN 20.7 %, docs/engine.md; its evaluation of the global model 58.7 %) of
-    HETFL_SLURM_GPU_GFLOPS (default the H100's 43,400), plus 60 ms a local step for the launch-bound block
-    step, 10 ms a round, 30 s to start."""
+    64 clients a round: the CNN 20.7 %, docs/engine-measurements.md; its evaluation of the global model
+    58.7 %) of HETFL_SLURM_GPU_GFLOPS (default the H100's 43,400), plus 60 ms a local step for the
+    launch-bound block step, 10 ms a round, 30 s to start."""
     (spec,) = _cnn()
     # 200 sample steps × 3 × 24.5 MFLOP; 2 evaluations × 70,000 samples × 24.5 MFLOP; 2 rounds of E = 1 step
     train_s, eval_s = 200 * 3 * 24.5e6 / (0.207 * 43_400e9), 2 * 70_000 * 24.5e6 / (0.587 * 43_400e9)

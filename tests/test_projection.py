@@ -152,8 +152,8 @@ def test_a_kept_directory_with_an_earlier_projection_is_refused(tmp_path, monkey
 
 
 def test_the_workflow_is_run_at_make_reproduces_job_rate(tmp_path, monkeypatch):
-    """Snakemake's default 100/1s rate costs minutes of scheduler CPU on a grid (docs/engine.md); a
-    projection must time the grid as `make reproduce` runs it."""
+    """Snakemake's default 100/1s rate costs minutes of scheduler CPU on a grid (docs/engine-measurements.md,
+    "`make reproduce`: where its time goes"); a projection must time the grid as `make reproduce` runs it."""
     import subprocess
 
     from hetfl.reproduce import LOCAL_JOB_RATE
