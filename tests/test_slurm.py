@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hetfl.cluster import ENVIRONMENT, ClusterOptions
+from hetfl.cluster import ENVIRONMENT, ClusterOptions, split_resources
 from hetfl.data.sources import DATA_DIR_ENV
 from hetfl.fingerprint import GIT_ENV
 
@@ -191,14 +191,16 @@ def _slurm_missing() -> str | None:
 
 
 def _outputs(root: Path) -> dict[str, bytes]:
-    """Every run's metrics and every table, by path."""
-    files = [*root.glob("results/*/*/metrics.parquet"), *root.glob("reports/tables/*")]
+    """Every split (its arrays and manifest), every run's metrics and every table, by path."""
+    files = [*root.glob("data_splits/*/*/seed*/split.npz"), *root.glob("data_splits/*/*/seed*/manifest.json"),
+             *root.glob("results/*/*/metrics.parquet"), *root.glob("reports/tables/*")]
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(files)}
 
 
 def _tiny_grid() -> set[str]:
-    """What the tiny config must write (every run's metrics.parquet; each table as .md, .csv, .tex and
-    each readings table as .md, .csv: workflow/rules/common.smk)."""
+    """What the tiny config must write (every split's split.npz and manifest.json; every run's
+    metrics.parquet; each table as .md, .csv, .tex and each readings table as .md, .csv:
+    workflow/rules/common.smk)."""
     from hetfl.config import expand_runs, validate_config
     from hetfl.reports.tables import SOURCES
 
@@ -207,6 +209,7 @@ def _tiny_grid() -> set[str]:
     tables |= {t for t, source in SOURCES.items() if source in tables}
     readings = {s.table for s in runs if s.reading} - {"none"}
     paths = {f"results/{s.experiment}/{s.run}/metrics.parquet" for s in runs}
+    paths |= {f"data_splits/{s.split_key}/{name}" for s in runs for name in ("split.npz", "manifest.json")}
     paths |= {f"reports/tables/{t}.{ext}" for t in tables for ext in ("md", "csv", "tex")}
     paths |= {f"reports/tables/{t}_readings.{ext}" for t in readings for ext in ("md", "csv")}
     return paths
@@ -248,33 +251,90 @@ def _slurm_elapsed(jobids: list[str]) -> str:
     return (proc.stdout or proc.stderr).strip().replace("\n", "; ")
 
 
+def _submitted(log: str) -> dict[str, str]:
+    """The cluster jobs a Snakemake log says it submitted: SLURM job id -> what ran in it, the name of its
+    log's folder under .snakemake/slurm_logs (rule_<rule> for one job, group_<group>_<rules> for a group)."""
+    pattern = r"submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/([^/\s]+)/"
+    return {m.group(1): m.group(2) for m in re.finditer(pattern, log)}
+
+
+def _minutes(limit: str) -> int:
+    """squeue's time limit ([days-]hours:minutes:seconds or minutes:seconds) in whole minutes."""
+    days, _, clock = limit.rpartition("-")
+    parts = [int(v) for v in clock.split(":")]
+    seconds = sum(v * 60**i for i, v in enumerate(reversed(parts)))
+    return int(days or 0) * 1440 + seconds // 60
+
+
+def _megabytes(memory: str) -> int:
+    """squeue's memory request (e.g. 256M, 2G) in MB."""
+    return round(float(memory[:-1]) * {"K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}[memory[-1]])
+
+
+def _slurm_requests(jobids: list[str]) -> dict[str, tuple[str, int, int]]:
+    """squeue's (state, time limit in minutes, memory in MB) of the cluster jobs, by job id."""
+    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i %T %l %m"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    return {i: (state, _minutes(limit), _megabytes(mem)) for i, state, limit, mem in rows}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(_slurm_missing() is not None, reason=str(_slurm_missing()))
 def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
-    """The slurm profile against a real scheduler: training in SLURM jobs (the short runs grouped), the
-    light rules on this host, and metrics and tables byte-identical to a local run of the same config."""
+    """The slurm profile against a real scheduler: training in SLURM jobs (the short runs grouped), every
+    split a split_large cluster job (HETFL_SLURM_LOCAL_SPLIT_MB=0) asking for the memory and time
+    limit hetfl.cluster.split_resources gives it, the light rules on this host, and splits, metrics and
+    tables byte-identical to a local run of the same config. Then, with the variable unset, nothing is
+    rerun, and a split remade in the local rule split (on this host) is byte-identical too."""
     expected = _tiny_grid()
+    splits = {p for p in expected if p.endswith("/split.npz")}
     local = _timed("local (--cores 2)", _snakemake, tmp_path / "local", TINY, "--cores", "2")
     assert local.returncode == 0, local.stderr[-3000:]
     train_jobs = _train_jobs_planned(local.stdout + local.stderr)
     # the profile as a user runs it (its cores: 1). Without an accounting database sacct knows no jobs:
     # squeue answers for them (MinJobAge 600 s)
-    slurm = _timed("through SLURM", _snakemake, tmp_path / "slurm", TINY, "--profile", str(PROFILE),
-                   "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5")
+    status = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5")
+    every_split_on_the_cluster = {"HETFL_SLURM_LOCAL_SPLIT_MB": "0"}
+    slurm = _timed("through SLURM, every split a cluster job", _snakemake, tmp_path / "slurm", TINY,
+                   "--profile", str(PROFILE), *status, env=every_split_on_the_cluster)
     log = slurm.stdout + slurm.stderr
     assert slurm.returncode == 0, log[-5000:]
 
-    for rule in ("split", "trace", "table", "table_readings", "figure", "split_figure", "track"):
+    for rule in ("trace", "table", "table_readings", "figure", "split_figure", "track"):
         assert f"localrule {rule}:" in log
     assert "localrule train_" not in log and "Group job hetfl_short" in log
+    assert "localrule split:" not in log
     # Snakemake's job stats count the training jobs it planned: the same jobs as the local run's
     assert train_jobs >= 2 and _train_jobs_planned(log) == train_jobs
-    submitted = re.findall(r"submitted with SLURM jobid (\d+)", log)
-    print(f"cluster jobs submitted: {len(submitted)} for {train_jobs} training jobs; squeue (id state "
-          f"elapsed cpus): {_slurm_elapsed(submitted)}")
-    assert 1 <= len(submitted) < train_jobs  # the short training jobs share cluster jobs (group hetfl_short)
+    submitted = _submitted(log)
+    print(f"cluster jobs submitted: {len(submitted)} ({len(splits)} splits, {train_jobs} training jobs); "
+          f"squeue (id state elapsed cpus): {_slurm_elapsed(list(submitted))}")
+    split_jobs = [i for i, what in submitted.items() if what == "rule_split_large"]
+    training = [i for i, what in submitted.items() if what != "rule_split_large"]
+    assert len(split_jobs) == len(splits)  # one cluster job a split
+    assert 1 <= len(training) < train_jobs  # the short training jobs share cluster jobs (group hetfl_short)
+    # what a split of SYNTHETIC asks for: 2 × its estimate (120 MB) rounded up to 256 MB, 60 min
+    asked = split_resources("synthetic", ClusterOptions.from_environ(every_split_on_the_cluster))
+    assert (asked["mem_mb"], asked["runtime"]) == (256, 60)
+    requests = _slurm_requests(split_jobs)
+    assert requests == {i: ("COMPLETED", asked["runtime"], asked["mem_mb"]) for i in split_jobs}
 
     ours, theirs = _outputs(tmp_path / "local"), _outputs(tmp_path / "slurm")
     assert set(ours) == expected
     assert ours.keys() == theirs.keys()
     assert [k for k in ours if ours[k] != theirs[k]] == []
+
+    # the rule a split ran in does not matter: unset, the variable puts the splits back in the local rule
+    # split, and that reruns nothing
+    again = _snakemake(tmp_path / "slurm", TINY, "--profile", str(PROFILE), "-n", *status)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" in again.stdout + again.stderr
+    # and a split remade there, on this host, writes the same bytes
+    split = sorted(splits)[0]
+    remade = _snakemake(tmp_path / "slurm", TINY, "--profile", str(PROFILE), *status, "--force", split)
+    log = remade.stdout + remade.stderr
+    assert remade.returncode == 0, log[-3000:]
+    assert "localrule split:" in log and not _submitted(log)
+    assert (tmp_path / "slurm" / split).read_bytes() == ours[split]
