@@ -57,6 +57,14 @@ DATA: dict[str, tuple[str, ...]] = {
     # figure reads one (reports.figures.build_figure refuses the read)
 }
 
+#: job kind -> the installed distributions whose version can change its numbers: a rule's `versions` param
+#: (installed_versions), so an upgrade reruns the jobs it can change. numpy draws the splits and traces (its
+#: Generator's streams are not promised across versions); torch and numpy train (both key a training
+#: checkpoint too, pipeline.checkpoint_key). After an upgrade the runs, splits and traces of the old
+#: versions stayed "Nothing to be done" while a later edit retrained some runs only. Tables, figures and
+#: mirrors format numbers (pandas, matplotlib) and are left out: a version there changes bytes, not numbers
+VERSIONS: dict[str, tuple[str, ...]] = {"split": ("numpy",), "trace": ("numpy",), "train": ("numpy", "torch")}
+
 
 def module_file(name: str) -> Path | None:
     """The file of module `name` inside hetfl (a package's __init__.py), or None outside it."""
@@ -367,6 +375,20 @@ def data_fingerprint(files: tuple[str, ...]) -> str:
         h.update(rel.encode() + b"\0" + (PACKAGE / rel).read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
+
+def installed_versions(kind: str, extra: Iterable[str] = ()) -> str:
+    """`name==version` of VERSIONS[kind] and `extra`, installed here, sorted and joined by spaces ("name==?"
+    where one is not installed): a rule's `versions` param. The workflow's jobs import what its process
+    would (the same environment; a cluster node runs the submitting host's venv)."""
+    from importlib import metadata
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "?"
+
+    return " ".join(f"{d}=={version(d)}" for d in sorted({*VERSIONS.get(kind, ()), *extra}))
 
 #: environment variables through which the workflow hands its checkout's git state to jobs on nodes
 #: without git (workflow/rules/common.smk sets them; SLURM passes the submitting environment on)

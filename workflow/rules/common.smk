@@ -5,9 +5,9 @@ import re
 import sys
 
 from hetfl.algorithms import method_label
-from hetfl.config import (ConfigError, by_cell, check_data, expand_runs, read_config_file, specs_to_json,
-                          validate_config)
-from hetfl.fingerprint import data_fingerprint, fingerprint, git_environ
+from hetfl.config import (DEFAULT_P_INACTIVE, ConfigError, by_cell, check_data, expand_runs,
+                          read_config_file, specs_to_json, validate_config)
+from hetfl.fingerprint import data_fingerprint, fingerprint, git_environ, installed_versions
 from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
 from hetfl.reports.catalog import has_class_labels
 from hetfl.reports.figures import DRAWN_WHEN as FIGURE_DRAWN_WHEN
@@ -136,6 +136,14 @@ def trace_assignment(wc):
 def trace_p_inactive(wc):
     found = re.search(r"_pi([0-9.]+)", wc.opts)
     return found.group(1) if found else "0.05"
+
+
+def trace_versions(wc):
+    """The trace rule's `versions` param: numpy's (hetfl.fingerprint.VERSIONS), and scipy's where the
+    traces' (mu, sigma) are fitted in the job (a p_inactive other than the default, whose fits
+    reports/references/ruan2021_table2_fits.csv holds; hetfl.data.traces)."""
+    fitted = float(trace_p_inactive(wc)) != DEFAULT_P_INACTIVE
+    return installed_versions("trace", ("scipy",) if fitted else ())
 
 
 def method_labels(table):

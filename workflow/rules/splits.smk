@@ -18,6 +18,7 @@ rule split:
     params:
         spec=split_spec_json,
         code=fingerprint("split"),
+        versions=installed_versions("split"),
     # a priority is not passed on to a job's inputs: without their own, splits waited behind training
     priority: REPORT_PRIORITY
     shell:
@@ -35,6 +36,7 @@ rule split_large:
     params:
         spec=split_spec_json,
         code=fingerprint("split"),
+        versions=installed_versions("split"),
     threads: 1
     resources:
         **split_job_resources(),
@@ -53,6 +55,7 @@ rule trace:
         assignment=trace_assignment,
         p_inactive=trace_p_inactive,
         code=fingerprint("trace"),
+        versions=trace_versions,
     priority: REPORT_PRIORITY
     shell:
         "hetfl trace --traceset {wildcards.traceset} --num-devices {wildcards.n} --rounds {wildcards.r}"

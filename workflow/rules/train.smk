@@ -81,6 +81,7 @@ for _exp, _suffix, _templates, _cells in _GROUPS:
             cell=lambda wc, specs_of=_specs_of: specs_to_json(specs_of(wc)),
             code=lambda wc, specs_of=_specs_of: fingerprint(
                 "train", tuple(sorted({s.algorithm for s in specs_of(wc)}))),
+            versions=installed_versions("train"),  # torch and numpy (hetfl.fingerprint.VERSIONS)
             logs=f"logs/train/{_exp}",
             device=cluster_device(_specs_of),  # cuda when the job gets a GPU
         # cluster placement (workflow/rules/cluster.smk, hetfl.cluster): memory, time limit, GPU, partition
