@@ -1,6 +1,7 @@
 """A change under src/hetfl reruns exactly the jobs whose code it is (issue: old and new numbers must never be
 mixed without a word). The workflow runs on a copy of the package, which the test then edits."""
 
+import json
 import os
 import re
 import shutil
@@ -248,3 +249,18 @@ def test_a_new_version_of_torch_or_numpy_reruns_the_jobs_it_can_change(tmp_path)
     assert logs.count("(restored)") == 2, logs[-2000:]
     assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n", site=site))
 
+
+@pytest.mark.slow
+def test_another_mlflow_store_mirrors_again(tmp_path):
+    """The mirror's store (MLFLOW_TRACKING_URI, else results/mlflow.db) reached no rule: pointed at another
+    store, the workflow said "Nothing to be done", and that store never got the runs while mlflow.json
+    still named the old one. The store is the track rule's `store` param."""
+    repo, work = _ran_once(tmp_path, CONFIG)
+    store = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'other.db'}"}
+    plan = _snakemake(repo, work, "-n", environ=store)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert _planned(plan) == {"track"}
+    done = _snakemake(repo, work, environ=store)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((work / "results/plain/mlflow.json").read_text())["tracking_uri"] == store[
+        "MLFLOW_TRACKING_URI"]

@@ -19,6 +19,9 @@ rule track:
         # --description=... : an empty description (a config without one) must stay an argument
         description=config.get("description", ""),
         code=fingerprint("track"),
+        # the store mirrored to (MLFLOW_TRACKING_URI, else results/mlflow.db: hetfl.tracking.tracking_uri):
+        # another store gets the mirror made again; mlflow.json names the store
+        store=os.environ.get("MLFLOW_TRACKING_URI", ""),
     priority: REPORT_PRIORITY
     shell:
         "hetfl track --prune --results-root results --out {output} --description={params.description:q}"
