@@ -429,3 +429,18 @@ def test_the_git_state_of_a_scratch_checkout(tmp_path, monkeypatch):
     assert fp.git_state({}) == (head, False)
     (tmp_path / "pkg" / "new.py").write_text("B = 2\n")  # untracked inside it
     assert fp.git_state({}) == (head, True)
+
+
+def test_installed_versions_name_what_each_kind_computes_with():
+    """A rule's `versions` param (hetfl.fingerprint.VERSIONS): torch and numpy for training, numpy for
+    splits and traces, a distribution not installed as "?"; the tables' kinds have none."""
+    from importlib import metadata
+
+    from hetfl.fingerprint import installed_versions
+
+    numpy, torch = (f"{d}=={metadata.version(d)}" for d in ("numpy", "torch"))
+    assert installed_versions("train") == f"{numpy} {torch}"
+    assert installed_versions("split") == installed_versions("trace") == numpy
+    assert installed_versions("trace", ("scipy",)) == f"{numpy} scipy=={metadata.version('scipy')}"
+    assert installed_versions("table") == ""
+    assert installed_versions("trace", ("no-such-dist-hetfl",)) == f"no-such-dist-hetfl==? {numpy}"
