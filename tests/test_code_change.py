@@ -219,11 +219,14 @@ def test_a_plugins_new_label_rebuilds_the_tables_and_figures_that_print_it(tmp_p
     registration.write_text(registration.read_text().replace('"FedHalf")', '"FedHalf (renamed)")'))
     plan = _snakemake(repo, work, "-n", site=site)
     assert plan.returncode == 0, plan.stderr[-3000:]
-    assert {"reports/tables/bmta.md", "reports/tables/fairness.md"} <= _outputs(plan)
+    # the tables that print the label (fairness is built from bmta's runs) and the figure drawn from them
+    assert {"reports/tables/bmta.md", "reports/tables/fairness.md",
+            "reports/figures/efl_figure1.png"} <= _outputs(plan)
     assert _planned(plan) <= {"table", "figure", "report_table", "fidelity_summary", "track"}
     done = _snakemake(repo, work, site=site)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "FedHalf (renamed)" in table.read_text()
+    assert "FedHalf (renamed)" in (work / "reports/figures/efl_figure1.caption.html").read_text()
 
 
 @pytest.mark.slow
