@@ -83,7 +83,8 @@ DEFAULT_WORKLOADS = ("logreg-synthetic", "mlp-mnist", "cnn-mnist", "cnn-bn-mnist
 ENGINES = ("batched", "reference")
 #: clients per round on CUDA unless --clients says otherwise: on a GPU the batched rate grows with the
 #: round's clients until the card fills (an H200: VGG-11 3.6x the loop at the 4-client default, the
-#: char-LSTM 0.55x; at 64, 3.2x and 5.8x, docs/engine.md), where on the CPU it is flat past a few blocks
+#: char-LSTM 0.55x; at 64, 3.2x and 5.8x, docs/engine-measurements.md), where on the CPU it is flat past
+#: a few blocks
 CUDA_CLIENTS = 64
 
 

@@ -51,15 +51,15 @@ class ModelCost:
 
 # On a GPU: the batched engine's share of the card's float32 matmul rate ("% matmul"), `hetfl bench --device
 # cuda` on one H100 at 64 clients a round, IEEE float32 and deterministic mode as `hetfl train` runs
-# (docs/engine.md, "On a GPU: one H100, the third lease"): CNN 20.7 %, CNN + BN 19.0, VGG-11 48.6,
-# ResNet-20 11.0, char-LSTM 19.1, sent-LSTM 2.9. Unmeasured there: the CIFAR CNN taken at the CNN's share,
-# the EMNIST ResNet at ResNet-20's.
+# (docs/engine-measurements.md, "On a GPU: one H100, the third lease"): CNN 20.7 %, CNN + BN 19.0,
+# VGG-11 48.6, ResNet-20 11.0, char-LSTM 19.1, sent-LSTM 2.9. Unmeasured there: the CIFAR CNN taken at the
+# CNN's share, the EMNIST ResNet at ResNet-20's.
 GPU_SHARES = {"cnn": 0.207, "cnn_bn": 0.190, "cnn_cifar": 0.207, "vgg11": 0.486, "resnet20": 0.110,
               "resnet_emnist": 0.110, "char_lstm": 0.191, "sent_lstm": 0.029}
 # Evaluating the global model, the same way: `hetfl bench --device cuda --eval 4096` on one H100 (the fourth
-# lease, matmul 42.7 TFLOP/s; docs/engine.md): CNN 58.7 %, CNN + BN 52.1, VGG-11 28.8, ResNet-20 30.9,
-# char-LSTM 69.7, sent-LSTM 12.9. VGG-11 evaluates at 0.6x its training share, the others faster than
-# they train. Unmeasured: as in GPU_SHARES.
+# lease, matmul 42.7 TFLOP/s; docs/engine-measurements.md, "On a GPU: one H100, the fourth lease"): CNN
+# 58.7 %, CNN + BN 52.1, VGG-11 28.8, ResNet-20 30.9, char-LSTM 69.7, sent-LSTM 12.9. VGG-11 evaluates at
+# 0.6x its training share, the others faster than they train. Unmeasured: as in GPU_SHARES.
 GPU_EVAL_SHARES = {"cnn": 0.587, "cnn_bn": 0.521, "cnn_cifar": 0.587, "vgg11": 0.288, "resnet20": 0.309,
                    "resnet_emnist": 0.309, "char_lstm": 0.697, "sent_lstm": 0.129}
 #: HETFL_SLURM_GPU_GFLOPS's default: that H100's float32 matmul rate (43.4-43.8 TFLOP/s measured)

@@ -347,8 +347,9 @@ class CharLSTM(TwinNet):
     name = "char_lstm"
     default_vocab, default_embed, default_hidden = 80, 8, 256
     # On CUDA, rounds of fewer clients train client by client on cuDNN's fused LSTM (engine.executor).
-    # On an H200 (docs/engine.md, "On a GPU") a block's step took 25-60 ms at 2 to 64 clients (kernel
-    # launches, not arithmetic). With the fused cells, a round of 3 clients trained 1.16x (char)
+    # On an H200 (docs/engine-measurements.md, "On a GPU: the second H200 lease") a block's step took
+    # 25-60 ms at 2 to 64 clients (kernel launches, not arithmetic). With the fused cells, a round of 3
+    # clients trained 1.16x (char)
     # and 1.46x (sent) faster batched than client by client on cuDNN, and a round of 2 0.71x and 0.75x.
     cuda_batched_from = 3
     # CUDA graphs (engine.graphs) on CUDA: an H100 (docs/engine.md, "The first lease with graphs") ran
