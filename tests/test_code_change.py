@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_registry import PLUGIN_ALGO  # tests/ is on the path (pytest's rootdir conftest)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """
@@ -158,22 +159,9 @@ from hetfl.algorithms.hparams import hyper
 class HalfParams:
     step: float = hyper(0.5, "server step size", exclusive_minimum=0.0)
 """,
-    "algo.py": """
-from demo_labels.params import HalfParams
-from hetfl.algorithms.base import Algorithm, deltas, weighted_sum
-from hetfl.engine import comm
-
-
-class FedHalf(Algorithm):
-    name = "demolabel"
-    Params = HalfParams
-
-    def aggregate(self, state, params, finals, info):
-        step = weighted_sum(deltas(params, finals), info.weights)
-        new = [w + self.hp.step * s for w, s in zip(params, step)]
-        return new, state, comm.round_metrics(up=deltas(params, finals), down=params,
-                                              clients=len(info.clients))
-""",
+    # test_registry's plugin class (FedAvg with a server step size), its Params from the module above
+    "algo.py": PLUGIN_ALGO.replace("from demo_plugin import", "from demo_labels.params import")
+                          .replace('"demohalf"', '"demolabel"'),
     "registration.py": """
 from demo_labels.params import HalfParams
 from hetfl.algorithms.registry import AlgorithmEntry
