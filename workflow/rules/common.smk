@@ -66,9 +66,15 @@ def run_files(specs, reading=None):
     return [f"results/{s.experiment}/{s.run}/run.json" for s in specs if reading is None or s.reading == reading]
 
 
-def runs_of_table(table, reading=""):
+def specs_of_table(table):
+    """The runs a table's rules read: its own and those of the table it is built from (fairness reads bmta's:
+    hetfl.reports.tables.SOURCES)."""
     tables = {table, TABLE_SOURCES.get(table)}
-    return run_files([s for s in RUNS.values() if s.table in tables], reading)
+    return [s for s in RUNS.values() if s.table in tables]
+
+
+def runs_of_table(table, reading=""):
+    return run_files(specs_of_table(table), reading)
 
 
 # A cell = the runs that share a split; each cell trains in one `hetfl train --cell` process (imports and
@@ -150,8 +156,7 @@ def method_labels(table):
     """The names that table's rows and legends print for its runs' algorithms (hetfl.algorithms.method_label),
     as one string: a table or figure rule's `labels` param. A plugin's label lives in its own package,
     outside every table's and figure's code fingerprint, so a new label left the old one in the tables."""
-    tables = {table, TABLE_SOURCES.get(table)}
-    names = sorted({s.algorithm for s in RUNS.values() if s.table in tables})
+    names = sorted({s.algorithm for s in specs_of_table(table)})
     return ";".join(f"{name}={method_label(name)}" for name in names)
 
 
