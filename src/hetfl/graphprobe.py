@@ -1,18 +1,17 @@
 """How much a CUDA graph of one batched SGD step gains: a probe for issue 12's 10× on CUDA, the upper
 bound of what the engine's own graphs (engine.graphs) can gain.
 
-On an H200 ResNet-20's batched round runs at 13 % of the card's float32 matmul rate and the LSTMs' at
-2-15 %: their steps are bound by kernel launches (docs/engine-measurements.md, "On a GPU"). A CUDA graph
-replays a captured step's kernels without Python or launch overhead, the same kernels on the same
-addresses, so the arithmetic, and with deterministic kernels the result, does not change. This measures
-the gain on
-one block's step of each workload of `hetfl bench`, without the engine's minibatch gathers, its warm-up
-steps or its captures (`hetfl bench --graphs` times the whole engine with them): K clients' `sgd_step`
-(forward, backward and update of the whole block, in place) run eagerly and replayed from a graph, each
-`--steps` times from the same parameters, with the parameters they end at compared. It also times what
-the engine pays per run of steps before its first replay (`capture` with GRAPH_WARMUP eager warm-up
-steps on a new side stream, then the capture and the graph's instantiation) and says from how many steps
-a run gains (`graph_min_steps`): the measured GRAPH_MIN_STEPS.
+On an H200 ResNet-20's batched round runs at 13 % of the card's float32 matmul rate and the LSTMs' at 2-15 %:
+their steps are bound by kernel launches (docs/engine-measurements.md, "On a GPU"). A CUDA graph replays a
+captured step's kernels without Python or launch overhead, the same kernels on the same addresses, so the
+arithmetic, and with deterministic kernels the result, does not change. This measures the gain on one block's
+step of each workload of `hetfl bench`, without the engine's minibatch gathers, its warm-up steps or its
+captures (`hetfl bench --graphs` times the whole engine with them): K clients' `sgd_step` (forward, backward
+and update of the whole block, in place) run eagerly and replayed from a graph, each `--steps` times from the
+same parameters, with the parameters they end at compared. It also times what the engine pays per run of steps
+before its first replay (`capture` with GRAPH_WARMUP eager warm-up steps on a new side stream, then the
+capture and the graph's instantiation) and says from how many steps a run gains (`graph_min_steps`): the
+measured GRAPH_MIN_STEPS.
 
     python -m hetfl.graphprobe [--workloads W1,...] [--clients K] [--steps S] [--repeat R] [--json PATH]
 
