@@ -364,6 +364,11 @@ CLASS_MISTAKES = {
                  "Mis defines agregate, which is no hook of Algorithm: the engine never calls it and the "
                  "algorithm runs its base class's aggregate; allowed: a hook's name (aggregate?), or a "
                  "helper named apart from the hooks (_agregate)"),
+    # make_algorithm names each instance as registered: a read-only `name` failed the training job only
+    "nameprop": ("from hetfl.algorithms.base import Algorithm\n\nclass Mis(Algorithm):\n    @property\n"
+                 "    def name(self):\n        return 'mis'\n",
+                 "Mis defines name as a method or property; allowed: a plain class attribute "
+                 "(name = \"...\"), or none: each instance is named as the algorithm is registered"),
 }
 
 
@@ -485,7 +490,8 @@ def test_the_training_job_refuses_the_same_class_where_the_source_cannot_tell(tm
         algorithm_class("mis")
     expected = {"nobase": "is not a subclass of hetfl.algorithms.base.Algorithm; allowed: a subclass",
                 "signature": message.replace("Mis.", "Base."),
-                "misspelt": message.replace("Mis defines", "Base defines")}[case]
+                "misspelt": message.replace("Mis defines", "Base defines"),
+                "nameprop": message.replace("Mis defines", "Base defines")}[case]
     assert f"algorithm 'mis' ({module}:Mis): " in str(err.value), str(err.value)
     assert expected in str(err.value), str(err.value)
 

@@ -47,12 +47,15 @@ def _class_problem(cls: Any) -> str | None:
     import inspect
 
     from hetfl.algorithms.base import Algorithm
-    from hetfl.algorithms.registry import method_problem
+    from hetfl.algorithms.registry import method_problem, name_problem
 
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
         what = f"class {cls.__qualname__}" if isinstance(cls, type) else f"a {type(cls).__name__}"
         return (f"{what} is not a subclass of hetfl.algorithms.base.Algorithm; allowed: a subclass (its "
                 "hooks default to FedAvg's)")
+    if not isinstance(inspect.getattr_static(cls, "name"), str):
+        owner = next(k for k in cls.__mro__ if "name" in vars(k))
+        return name_problem(owner.__qualname__)
     for klass in cls.__mro__[:cls.__mro__.index(Algorithm)]:
         for attr, value in vars(klass).items():
             if not inspect.isfunction(value) or getattr(cls, attr) is not getattr(klass, attr, None):

@@ -219,6 +219,13 @@ def _base_names() -> frozenset[str]:
     return frozenset(names)
 
 
+def name_problem(owner: str) -> str:
+    """Why a class that defines `name` other than as a plain string does not fit the engine: every instance
+    is named as registered (hetfl.algorithms.make_algorithm), which a property cannot take."""
+    return (f"{owner} defines name as a method or property; allowed: a plain class attribute "
+            "(name = \"...\"), or none: each instance is named as the algorithm is registered")
+
+
 def method_problem(owner: str, method: Method) -> str | None:
     """Why a method a subclass of Algorithm defines does not fit the engine, or None: a hook whose
     positional parameters the engine's call cannot fill, or a public name one typo away from a hook's (the
@@ -272,6 +279,8 @@ def class_problem(target: str) -> str | None:
         return (f"class {attr} has no base class; allowed: a subclass of hetfl.algorithms.base.Algorithm "
                 "(its hooks default to FedAvg's)")
     for item in node.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "name":
+            return name_problem(attr)
         if isinstance(item, ast.FunctionDef) and not item.decorator_list:
             problem = method_problem(attr, _method(item))
             if problem:
