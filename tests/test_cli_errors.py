@@ -331,3 +331,31 @@ def test_a_split_the_data_cannot_make_names_the_config_entry(capsys, tmp_path):
     assert "config entry 'experiments.big.settings.NIID' (seed 0) gives a split the data cannot make" in err
     assert "allowed: fewer devices (its experiment's num_devices)" in err
     assert not (tmp_path / "s/split.npz").exists()
+
+
+def test_cell_inputs_of_every_cell_are_checked_before_the_first_cell_trains(capsys, tmp_path, monkeypatch):
+    """`hetfl train --cell` with two cells whose second split (or a run's traces) is missing trained every run
+    of the first cell, then stopped with "No such file or directory", naming no flag (an audit)."""
+    from hetfl.config import specs_to_json
+
+    monkeypatch.chdir(tmp_path)
+    specs = list(expand_runs(validate_config({"experiments": {"e": {**TINY["experiments"]["e"],
+                                                                    "seeds": [0, 1]}}})))
+    for spec in specs:
+        trace = Path("data_splits/traces", f"{spec.trace_key}.npz")
+        if spec.seed == 0 and not trace.exists():
+            make_traces(trace, traceset=spec.traceset, num_devices=4, rounds=2, seed=0)
+    make_split(Path("data_splits", specs[0].split_key, "split.npz"), specs[0].split_spec(), 0)
+    cell = ["train", "--no-mlflow", "--cell", specs_to_json(specs), "--splits-root", "data_splits",
+            "--results-root", "res"]
+    rc, err = _main(capsys, *cell)
+    assert rc == 2 and err.strip() == (
+        "hetfl train: error: --splits-root has value 'data_splits', which holds no split of cell "
+        "e/NIID/seed1 (data_splits/e/NIID/seed1/split.npz does not exist); allowed: the directory `hetfl "
+        "split` wrote the cells' splits to (<splits-root>/<experiment>/<setting>/seed<s>/split.npz)"), err
+    make_split(Path("data_splits", specs[-1].split_key, "split.npz"), specs[-1].split_spec(), 1)
+    rc, err = _main(capsys, *cell)
+    assert rc == 2 and err.startswith(
+        "hetfl train: error: --traces-root has value 'data_splits', which holds no traces of cell "
+        "e/NIID/seed1 (data_splits/traces/T1/n4_r2_seed1.npz"), err
+    assert not Path("res").exists()  # no run of the first cell trained

@@ -308,9 +308,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if args.split and len(cells) > 1:
             raise ConfigError(f"hetfl train --split names one split, but --cell has runs of {len(cells)} "
                               f"cells ({', '.join(cells)}); use --splits-root")
+        inputs = {key: (Path(args.split or paths.split_dir(specs[0], args.splits_root) / "split.npz"),
+                        {s.run: paths.trace_file(s, args.traces_root) for s in specs})
+                  for key, specs in cells.items()}
+        for key, (split, traces) in inputs.items():  # every cell's, before the first cell trains
+            if not split.is_file():
+                raise ConfigError(f"--splits-root has value {args.splits_root!r}, which holds no split of "
+                                  f"cell {key} ({split} does not exist); allowed: the directory `hetfl "
+                                  "split` wrote the cells' splits to (<splits-root>/<experiment>/<setting>/"
+                                  "seed<s>/split.npz)")
+            missing = sorted({str(t) for t in traces.values() if not t.is_file()})
+            if missing:
+                raise ConfigError(f"--traces-root has value {args.traces_root!r}, which holds no traces of "
+                                  f"cell {key} ({', '.join(missing)} do(es) not exist); allowed: the "
+                                  "directory `hetfl trace` wrote the runs' traces under (<traces-root>/"
+                                  "traces/<traceset>/n<N>_r<R>_seed<s>.npz)")
         for key, specs in cells.items():
-            split = Path(args.split or paths.split_dir(specs[0], args.splits_root) / "split.npz")
-            traces = {s.run: paths.trace_file(s, args.traces_root) for s in specs}
+            split, traces = inputs[key]
             statuses = run_cell(specs, split, traces, args.results_root or "results", args.log_dir,
                                 device=args.device, checkpoint_every=args.checkpoint_every,
                                 graphs=args.graphs, keep_graphs=args.keep_graphs, tf32=args.tf32)
