@@ -359,3 +359,31 @@ def test_cell_inputs_of_every_cell_are_checked_before_the_first_cell_trains(caps
         "hetfl train: error: --traces-root has value 'data_splits', which holds no traces of cell "
         "e/NIID/seed1 (data_splits/traces/T1/n4_r2_seed1.npz"), err
     assert not Path("res").exists()  # no run of the first cell trained
+
+
+@pytest.mark.parametrize(("argv", "flag", "value"), [
+    (["--config", "c.yaml", "--experiment", "e", "--run", "NIID_T1_B_s0", "--out", "taken"], "--out",
+     "taken"),
+    (["--config", "c.yaml", "--experiment", "e", "--run", "NIID_T1_B_s0", "--out", "taken/run"], "--out",
+     "taken/run"),
+    (["--cell", "cell.json", "--splits-root", "data_splits", "--results-root", "taken"], "--results-root",
+     "taken"),
+    (["--cell", "cell.json", "--splits-root", "data_splits", "--log-dir", "taken"], "--log-dir", "taken")])
+def test_an_output_directory_that_is_a_file_is_refused_before_training(capsys, tmp_path, monkeypatch, argv,
+                                                                       flag, value):
+    """`hetfl train --out FILE` trained the whole run, then failed writing it ("File exists: FILE")."""
+    from hetfl.config import specs_to_json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(json.dumps(TINY))
+    (tmp_path / "taken").write_text("an earlier output\n")
+    specs = list(expand_runs(validate_config(TINY)))
+    (tmp_path / "cell.json").write_text(specs_to_json(specs))
+    make_split(Path("data_splits", specs[0].split_key, "split.npz"), specs[0].split_spec(), 0)
+    make_traces(Path("data_splits/traces", f"{specs[0].trace_key}.npz"), traceset="T1", num_devices=4,
+                rounds=2, seed=0)
+    rc, err = _main(capsys, "train", "--no-mlflow", *argv)
+    assert rc == 2 and err.strip().startswith(
+        f"hetfl train: error: {flag} has value '{value}', which is not a directory"), err
+    assert "round" not in err and (tmp_path / "taken").read_text() == "an earlier output\n"
+    assert not (tmp_path / "results").exists()

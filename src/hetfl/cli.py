@@ -71,6 +71,20 @@ def existing_file(flag: str, arg: str, what: str) -> Path:
     return Path(arg)
 
 
+def output_dir(flag: str, arg: str, what: str) -> Path:
+    """A flag's output directory: an existing directory or a new one; a ConfigError naming the flag and the
+    value before any work where it, or a folder above it, is a file (the training ran, then its first
+    write failed)."""
+    path = Path(arg)
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                at = "" if p == path else f" ({p} is a file)"
+                raise ConfigError(f"{flag} has value {arg!r}, which is not a directory{at}; allowed: {what}")
+            break
+    return path
+
+
 def _checked(flag: str, value: dict[str, Any], cls: type, exclude: tuple[str, ...] = ()) -> None:
     """Every key of a flag's JSON object is a field of `cls`, and `cls` accepts the values."""
     allowed = [f.name for f in dataclasses.fields(cls) if f.name not in exclude]
@@ -305,6 +319,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               '(a list such as [{"experiment": ..., "run": ...}])')
         if args.split:
             existing_file("--split", args.split, "a split.npz written by hetfl split")
+        output_dir("--results-root", args.results_root or "results", "a directory (new, or holding results)")
+        if args.log_dir:
+            output_dir("--log-dir", args.log_dir, "a directory (new, or holding logs)")
         if args.split and len(cells) > 1:
             raise ConfigError(f"hetfl train --split names one split, but --cell has runs of {len(cells)} "
                               f"cells ({', '.join(cells)}); use --splits-root")
@@ -342,7 +359,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--spec: {err}") from None
         split = existing_file("--split", args.split, "a split.npz written by hetfl split")
         trace = existing_file("--traces", args.traces, "a traces .npz written by hetfl trace")
-        out = Path(args.out)
+        out = output_dir("--out", args.out, "a run directory (new, or an earlier run's)")
     else:
         if not (args.config and args.experiment and args.run):
             raise ConfigError("hetfl train needs --cell, --spec, or --config with --experiment and --run")
@@ -364,8 +381,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               f"{args.experiment} in {args.config}; allowed: its {len(runs)} runs, e.g. "
                               f"{', '.join(close)} (list them with: hetfl runs {args.config})")
         spec = matches[0]
+        out = (output_dir("--out", args.out, "a run directory (new, or an earlier run's)") if args.out
+               else paths.run_dir(spec))
         split, trace = _prepare_by_hand(spec)
-        out = Path(args.out) if args.out else paths.run_dir(spec)
     result = run_training(spec, split, trace, out, device=args.device, checkpoint_every=args.checkpoint_every,
                           graphs=args.graphs, keep_graphs=args.keep_graphs, tf32=args.tf32)
     if not args.no_mlflow:  # by hand: mirror this run (the workflow mirrors per experiment: rule track)
