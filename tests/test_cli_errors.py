@@ -209,8 +209,9 @@ def test_train_inputs_by_hand_are_checked_naming_the_flag_before_any_work(capsys
           *by_hand], "--spec: a run spec has no key(s) seed, which are required; allowed keys: experiment,"),
         (["--spec", json.dumps(spec), "--split", "none.npz", *by_hand], "--split has value 'none.npz', which "
          "is not an existing file; allowed: a split.npz written by hetfl split"),
-        (["--spec", json.dumps(spec), "--split", "split.npz", *by_hand], "--traces has value 't.npz', which "
-         "is not an existing file; allowed: a traces .npz written by hetfl trace"),
+        (["--spec", json.dumps(spec), "--split", "split.npz", *by_hand], "--split has value 'split.npz', "
+         "which is not a split file (it is not an .npz archive (EOFError)); allowed: a split.npz written by "
+         "hetfl split"),
     ]
     for argv, message in cases:
         rc, err = _main(capsys, "train", "--no-mlflow", *argv)
@@ -387,3 +388,38 @@ def test_an_output_directory_that_is_a_file_is_refused_before_training(capsys, t
         f"hetfl train: error: {flag} has value '{value}', which is not a directory"), err
     assert "round" not in err and (tmp_path / "taken").read_text() == "an earlier output\n"
     assert not (tmp_path / "results").exists()
+
+
+def test_a_split_or_traces_file_of_another_kind_is_refused_or_made_again(capsys, tmp_path, monkeypatch):
+    """A torn .npz, or a split given as --traces, was a zipfile or KeyError traceback once training loaded
+    it; `hetfl train --config` did not make a torn split or trace file at its canonical path again."""
+    monkeypatch.chdir(tmp_path)
+    spec = next(expand_runs(validate_config(TINY)))
+    split, trace = Path("s/split.npz"), Path("t.npz")
+    make_split(split, spec.split_spec(), 0)
+    make_traces(trace, traceset="T1", num_devices=4, rounds=2, seed=0)
+    Path("torn").mkdir()  # a copy cut short, its manifest beside it
+    Path("torn/split.npz").write_bytes(split.read_bytes()[:300])
+    Path("torn/manifest.json").write_bytes(Path("s/manifest.json").read_bytes())
+    by_hand = ["train", "--no-mlflow", "--spec", json.dumps(spec.to_dict()), "--out", "run"]
+    for given, message in [
+        (["--split", "torn/split.npz", "--traces", str(trace)], "--split has value 'torn/split.npz', which "
+         "is not a split file (it is not an .npz archive (BadZipFile)); allowed: a split.npz written by "
+         "hetfl split"),
+        (["--split", str(split), "--traces", str(split)], "--traces has value 's/split.npz', which is not a "
+         "traces file (it has no fractions, assignment, trace_names); allowed: a traces .npz written by "
+         "hetfl trace")]:
+        rc, err = _main(capsys, *by_hand, *given)
+        assert rc == 2 and err.strip() == f"hetfl train: error: {message}", err
+    assert not Path("run").exists()
+    # --config: a torn file at the run's canonical path is made again, as one made for other data is
+    (tmp_path / "c.yaml").write_text(json.dumps(TINY))
+    argv = ["train", "--config", "c.yaml", "--experiment", "e", "--run", spec.run, "--no-mlflow"]
+    assert _main(capsys, *argv)[0] == 0
+    from hetfl import paths
+
+    for path in (paths.split_dir(spec) / "split.npz", paths.trace_file(spec)):
+        path.write_bytes(path.read_bytes()[:300])
+    rc, err = _main(capsys, *argv[:-1], "--out", "again", "--no-mlflow")
+    assert rc == 0, err
+    assert "making the split again" in err and "making the traces again" in err

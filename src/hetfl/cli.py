@@ -71,6 +71,42 @@ def existing_file(flag: str, arg: str, what: str) -> Path:
     return Path(arg)
 
 
+#: the arrays a file of each kind holds, which training reads (data.federation.load_federation,
+#: data.traces.load_traces)
+NPZ_ARRAYS = {"split": ("x_train", "y_train", "train_offsets", "x_test", "y_test", "test_offsets",
+                        "num_classes"),
+              "traces": ("fractions", "assignment", "trace_names")}
+
+
+def npz_problem(path: Path, kind: str) -> str | None:
+    """Why the file at `path` is not a `kind` .npz (a torn copy, another kind's file), or None. A missing
+    file raises FileNotFoundError."""
+    import zipfile
+
+    import numpy as np
+
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, zipfile.BadZipFile) as err:
+        return f"it is not an .npz archive ({type(err).__name__})"
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        return "it is a single .npy array, not an .npz archive"
+    with npz:
+        missing = [name for name in NPZ_ARRAYS[kind] if name not in npz.files]
+    return f"it has no {', '.join(missing)}" if missing else None
+
+
+def npz_file(flag: str, arg: str | Path, kind: str, what: str) -> Path:
+    """existing_file of a split or traces .npz that holds what training reads, else a ConfigError naming
+    the flag and the value before any work (a torn copy was a zipfile traceback once the split loaded)."""
+    path = existing_file(flag, str(arg), what)
+    why = npz_problem(path, kind)
+    if why:
+        raise ConfigError(f"{flag} has value {str(arg)!r}, which is not a {kind} file ({why}); allowed: "
+                          f"{what}")
+    return path
+
+
 def output_dir(flag: str, arg: str, what: str) -> Path:
     """A flag's output directory: an existing directory or a new one; a ConfigError naming the flag and the
     value before any work where it, or a folder above it, is a file (the training ran, then its first
@@ -267,6 +303,8 @@ def _prepare_by_hand(spec) -> tuple[Path, Path]:
     trace = paths.trace_file(spec)
     try:
         check_split(split, spec.split_spec(), spec.seed)
+        if (torn := npz_problem(split, "split")) is not None:
+            raise ValueError(f"{split} is not a split file: {torn}")
         made_by = json.loads(split.with_name("manifest.json").read_text()).get(SPLIT_CODE_KEY)
         if made_by != fingerprint("split"):
             raise ValueError(f"it was made by other split code ({made_by or 'not recorded'}, now "
@@ -277,6 +315,8 @@ def _prepare_by_hand(spec) -> tuple[Path, Path]:
         make_split(split, spec.split_spec(), spec.seed)
         _stamp_split_code(split)
     try:
+        if (torn := npz_problem(trace, "traces")) is not None:
+            raise ValueError(f"{trace} is not a traces file: {torn}")
         if not _same_traces(trace, spec):
             raise ValueError("the trace code now draws other traces for these parameters")
     except (FileNotFoundError, ValueError) as why:
@@ -318,7 +358,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError("--cell has no run spec, which is not allowed; allowed: one or more run specs "
                               '(a list such as [{"experiment": ..., "run": ...}])')
         if args.split:
-            existing_file("--split", args.split, "a split.npz written by hetfl split")
+            npz_file("--split", args.split, "split", "a split.npz written by hetfl split")
         output_dir("--results-root", args.results_root or "results", "a directory (new, or holding results)")
         if args.log_dir:
             output_dir("--log-dir", args.log_dir, "a directory (new, or holding logs)")
@@ -334,12 +374,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                   f"cell {key} ({split} does not exist); allowed: the directory `hetfl "
                                   "split` wrote the cells' splits to (<splits-root>/<experiment>/<setting>/"
                                   "seed<s>/split.npz)")
+            if not args.split and (why := npz_problem(split, "split")):
+                raise ConfigError(f"--splits-root has value {args.splits_root!r}, whose split of cell {key} "
+                                  f"is not a split file ({split}: {why}); allowed: the split.npz `hetfl "
+                                  "split` writes (make it again)")
             missing = sorted({str(t) for t in traces.values() if not t.is_file()})
             if missing:
                 raise ConfigError(f"--traces-root has value {args.traces_root!r}, which holds no traces of "
                                   f"cell {key} ({', '.join(missing)} do(es) not exist); allowed: the "
                                   "directory `hetfl trace` wrote the runs' traces under (<traces-root>/"
                                   "traces/<traceset>/n<N>_r<R>_seed<s>.npz)")
+            for t in sorted(set(traces.values())):
+                if why := npz_problem(t, "traces"):
+                    raise ConfigError(f"--traces-root has value {args.traces_root!r}, whose traces {t} are "
+                                      f"not a traces file ({why}); allowed: the .npz `hetfl trace` writes "
+                                      "(make it again)")
         for key, specs in cells.items():
             split, traces = inputs[key]
             statuses = run_cell(specs, split, traces, args.results_root or "results", args.log_dir,
@@ -357,8 +406,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             spec = RunSpec.from_dict(data.get("spec", data) if isinstance(data, dict) else data)
         except ConfigError as err:
             raise ConfigError(f"--spec: {err}") from None
-        split = existing_file("--split", args.split, "a split.npz written by hetfl split")
-        trace = existing_file("--traces", args.traces, "a traces .npz written by hetfl trace")
+        split = npz_file("--split", args.split, "split", "a split.npz written by hetfl split")
+        trace = npz_file("--traces", args.traces, "traces", "a traces .npz written by hetfl trace")
         out = output_dir("--out", args.out, "a run directory (new, or an earlier run's)")
     else:
         if not (args.config and args.experiment and args.run):
