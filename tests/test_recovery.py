@@ -122,6 +122,24 @@ def test_a_yaml_error_names_its_line_before_snakemake_starts(tmp_path, capsys):
     assert not (tmp_path / ".snakemake").exists()
 
 
+@pytest.mark.parametrize("kind", ["directory", "binary"])
+def test_a_config_that_is_a_directory_or_not_text_is_named_before_snakemake_starts(tmp_path, capsys, kind):
+    """--configfile DIR was an IsADirectoryError traceback, and --configfile split.npz a UnicodeDecodeError
+    one (`hetfl validate` said only "'utf-8' codec can't decode byte ..."); nothing named the flag."""
+    config = tmp_path / "c"
+    if kind == "directory":
+        config.mkdir()
+    else:
+        config.write_bytes(b"PK\x03\x04\x90\xff binary")
+    rc = reproduce.main(["--directory", str(tmp_path), "--configfile", str(config), "--cores", "1"])
+    err = capsys.readouterr().err
+    what = "a directory" if kind == "directory" else "not a text file (invalid start byte at byte 4)"
+    assert rc == 2 and err.strip() == (
+        f"hetfl reproduce: error: --configfile has value '{config}', which is {what}; allowed: a YAML config "
+        "file, e.g. workflow/config/quick.yaml")
+    assert not (tmp_path / ".snakemake").exists()
+
+
 def test_the_run_lets_one_mlflow_mirror_run_at_a_time_unless_told_otherwise():
     rate = ["--max-jobs-per-timespan", reproduce.LOCAL_JOB_RATE]
     assert reproduce.run_args(["--cores", "2"]) == [

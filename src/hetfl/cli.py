@@ -16,10 +16,26 @@ from hetfl.errors import ConfigError
 from hetfl.tracking import MIRROR_ROUNDS
 
 
-def _cmd_validate(args: argparse.Namespace) -> int:
-    from hetfl.config import check_data, expand_runs, load_config
+def load_config_arg(flag: str, arg: str | Path) -> dict[str, Any]:
+    """hetfl.config.load_config of a flag's config file; a directory or a file that is not text (an .npz) is
+    a ConfigError naming the flag, the value and what is allowed, as a missing file and a YAML syntax
+    error are (`python -m hetfl.reproduce --configfile DIR` was a traceback)."""
+    from hetfl.config import load_config
 
-    config = load_config(args.config)
+    allowed = "allowed: a YAML config file, e.g. workflow/config/quick.yaml"
+    if Path(arg).is_dir():
+        raise ConfigError(f"{flag} has value {str(arg)!r}, which is a directory; {allowed}")
+    try:
+        return load_config(arg)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{flag} has value {str(arg)!r}, which is not a text file ({err.reason} at byte "
+                          f"{err.start}); {allowed}") from None
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from hetfl.config import check_data, expand_runs
+
+    config = load_config_arg("config", args.config)
     runs = list(expand_runs(config))
     if not args.no_data:  # what the workflow's start refuses too (hetfl.config.check_data)
         check_data(config, splits_root=args.splits_root)
@@ -28,9 +44,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from hetfl.config import expand_runs, load_config
+    from hetfl.config import expand_runs
 
-    for spec in expand_runs(load_config(args.config)):
+    for spec in expand_runs(load_config_arg("config", args.config)):
         print(json.dumps(spec.to_dict()) if args.json else f"{spec.experiment}/{spec.run}")
     return 0
 
@@ -331,7 +347,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from hetfl import paths
-    from hetfl.config import RunSpec, by_cell, expand_runs, load_config, specs_from_data
+    from hetfl.config import RunSpec, by_cell, expand_runs, specs_from_data
     from hetfl.engine import executor
     from hetfl.pipeline import run_cell, run_training
 
@@ -417,7 +433,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(f"{' and '.join(given)} given with --config, which is not allowed: the run's "
                               f"split and traces are made under data_splits/ from the config; allowed: "
                               f"--split and --traces with --spec (--split with --cell), or leave them out")
-        config = load_config(args.config)
+        config = load_config_arg("--config", args.config)
         if args.experiment not in config["experiments"]:
             raise ConfigError(f"--experiment has value {args.experiment!r}, which is not allowed; allowed: "
                               f"{', '.join(config['experiments'])} (the experiments of {args.config}; list "
@@ -527,10 +543,9 @@ def _cmd_track(args: argparse.Namespace) -> int:
 
 
 def _cmd_project(args: argparse.Namespace) -> int:
-    from hetfl.config import load_config
     from hetfl.projection import project
 
-    config = load_config(args.config)
+    config = load_config_arg("config", args.config)
     print(f"{args.config}: running every experiment on one seed at {', '.join(map(str, args.fractions))} of "
           f"its rounds, on random data of each source's shape ...", file=sys.stderr)
     result = project(config, args.fractions, args.cores, Path(args.keep) if args.keep else None,

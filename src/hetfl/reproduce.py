@@ -34,7 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hetfl.config import ConfigError, check_data, load_config
+from hetfl.cli import load_config_arg
+from hetfl.config import ConfigError, check_data
 
 #: what names a snakemake process in its first three arguments: `snakemake ...`, `python -m snakemake ...`,
 #: and `python -m hetfl.snakemake_main ...`, as make reproduce runs it
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         # the data of the splits still to make, missing or made for other data (a prepared domainnet/digit5
         # copy, a readable local copy): refused here, not by the first split job after others ran (the
         # Snakefile's onstart checks it too, and also a split whose code alone changed: docs/datasets.md)
-        check_data(load_config(config), splits_root="data_splits")
+        check_data(load_config_arg("--configfile", config), splits_root="data_splits")
     except ConfigError as err:
         print(f"hetfl reproduce: error: {err}", file=sys.stderr)
         return 2
