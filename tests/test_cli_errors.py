@@ -423,3 +423,19 @@ def test_a_split_or_traces_file_of_another_kind_is_refused_or_made_again(capsys,
     rc, err = _main(capsys, *argv[:-1], "--out", "again", "--no-mlflow")
     assert rc == 0, err
     assert "making the split again" in err and "making the traces again" in err
+
+
+@pytest.mark.parametrize(("verb", "expect"), [
+    (("table", "fast_reboot"), "table fast_reboot reads runs with an event of kind arrival; run "),
+    (("figure", "departure_curves"), "figure departure_curves (of table crossing_epochs's runs) reads runs "
+     "with an event of kind departure; run "),
+    (("table", "efl_lambda"), "table efl_lambda reads EFL's λ; the 3 run(s) given have algorithm fedavg, "
+     "which is not allowed; allowed: the runs of an efl_lambda experiment"),
+    (("figure", "efl_figure2"), "figure efl_figure2 (of table efl_lambda's runs) reads EFL's λ;")])
+def test_a_table_or_figure_of_runs_without_what_it_reads_is_refused(capsys, results, verb, expect):
+    """`hetfl table fast_reboot` (or figure arrival_curves) on runs without an event was a KeyError
+    traceback ('event_round'), efl_lambda's on runs without EFL one on 'algorithm_params.lam'."""
+    out = results / "wrong" / verb[1]
+    rc, err = _main(capsys, *verb, "--out", str(out), *_glob(results))
+    assert rc == 2 and f"hetfl {verb[0]}: error: {expect}" in err, err
+    assert not out.parent.exists()

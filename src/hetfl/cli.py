@@ -497,10 +497,34 @@ def run_paths(paths: list[str]) -> list[Path]:
     return runs
 
 
+def check_table_reads(what: str, table: str, runs: list[Path]) -> None:
+    """Runs that lack what `table` reads (an event table's event of its kind, efl_lambda's EFL runs and
+    their λ), refused naming a run and what is allowed, as validation refuses such an experiment
+    (config.EVENT_TABLES, config._check_table_fits): `hetfl table fast_reboot` or `hetfl figure
+    arrival_curves` on runs without an event was a KeyError traceback ('event_round')."""
+    from hetfl.config import EVENT_TABLES
+    from hetfl.reports.results import load_run_json
+
+    specs = {d: load_run_json(d)["spec"] for d in runs}
+    kind = EVENT_TABLES.get(table)
+    for d, spec in specs.items():
+        if kind and (spec.get("event") or {}).get("kind") != kind:
+            raise ConfigError(f"{what} reads runs with an event of kind {kind}; run {d} has event "
+                              f"{json.dumps(spec.get('event'))}, which is not allowed; allowed: the runs of "
+                              f"a {table} experiment (config key event: {{kind: {kind}, ...}})")
+    if table == "efl_lambda" and not any(s.get("algorithm") == "efl" for s in specs.values()):
+        given = sorted({str(s.get("algorithm")) for s in specs.values()})
+        raise ConfigError(f"{what} reads EFL's λ; the {len(specs)} run(s) given have algorithm "
+                          f"{', '.join(given)}, which is not allowed; allowed: the runs of an efl_lambda "
+                          "experiment (efl among its algorithms)")
+
+
 def _cmd_table(args: argparse.Namespace) -> int:
     from hetfl.reports.tables import build_table
 
-    out = build_table(args.table, run_paths(args.runs), Path(args.out), readings=args.readings)
+    runs = run_paths(args.runs)
+    check_table_reads(f"table {args.table}", args.table, runs)
+    out = build_table(args.table, runs, Path(args.out), readings=args.readings)
     print(f"wrote {out}.{{md,csv{'' if args.readings else ',tex'}}}", file=sys.stderr)
     return 0
 
@@ -555,9 +579,13 @@ def _cmd_project(args: argparse.Namespace) -> int:
 
 
 def _cmd_figure(args: argparse.Namespace) -> int:
-    from hetfl.reports.figures import build_figure
+    from hetfl.reports.figures import FIGURES, build_figure
 
-    build_figure(args.figure, run_paths(args.runs), Path(args.out))
+    runs = run_paths(args.runs)
+    if args.figure in FIGURES:
+        table = FIGURES[args.figure][0]
+        check_table_reads(f"figure {args.figure} (of table {table}'s runs)", table, runs)
+    build_figure(args.figure, runs, Path(args.out))
     print(f"wrote {args.out}.{{png,svg,caption.html}}", file=sys.stderr)
     return 0
 
