@@ -439,3 +439,22 @@ def test_a_table_or_figure_of_runs_without_what_it_reads_is_refused(capsys, resu
     rc, err = _main(capsys, *verb, "--out", str(out), *_glob(results))
     assert rc == 2 and f"hetfl {verb[0]}: error: {expect}" in err, err
     assert not out.parent.exists()
+
+
+@pytest.mark.parametrize(("run_json", "expect"), [
+    ('{"spec": ', "malformed run.json (not valid JSON): {run}/run.json: Expecting value: line 1 column 10 "
+     "(char 9)"),
+    ("[1]", "malformed run.json (top level is not an object): {run}/run.json")])
+def test_track_names_a_malformed_run_json_before_the_mirror(capsys, results, tmp_path, monkeypatch, run_json,
+                                                           expect):
+    """`hetfl track` on a run whose run.json was cut short said only "Expecting value: line 1 column 10
+    (char 9)", naming no file; a run.json holding a list was an AttributeError traceback."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = tmp_path / "broken"
+    run.mkdir()
+    (run / "run.json").write_text(run_json)
+    (run / "metrics.parquet").write_bytes((results / "results/e/NIID_T1_A_s0/metrics.parquet").read_bytes())
+    runs = sorted(str(p) for p in (results / "results/e").glob("NIID_*"))
+    rc, err = _main(capsys, "track", "--results-root", str(tmp_path / "store"), *runs, str(run))
+    assert rc == 2 and err.strip() == "hetfl track: error: " + expect.format(run=run), err
+    assert not (tmp_path / "store").exists()  # nothing mirrored

@@ -551,9 +551,16 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 
 def _cmd_track(args: argparse.Namespace) -> int:
     from hetfl.io import atomic_write_json
+    from hetfl.reports.results import METRICS_PARQUET, load_run_json
     from hetfl.tracking import mirror_run_dirs
 
-    mirror = mirror_run_dirs(args.results_root, run_paths(args.runs), description=args.description,
+    runs = run_paths(args.runs)
+    for run in runs:  # as table and figure read them: a malformed run.json was "Expecting value: line 2 ..."
+        load_run_json(run)
+        if not (run / METRICS_PARQUET).is_file():
+            raise ConfigError(f"run {run} has no {METRICS_PARQUET} (its training did not finish); allowed: "
+                              f"run directories holding run.json and {METRICS_PARQUET}")
+    mirror = mirror_run_dirs(args.results_root, runs, description=args.description,
                              summary_files=[Path(p) for p in args.summary or []], rounds=args.rounds,
                              prune=args.prune)
     if args.out:
