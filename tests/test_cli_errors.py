@@ -458,3 +458,35 @@ def test_track_names_a_malformed_run_json_before_the_mirror(capsys, results, tmp
     rc, err = _main(capsys, "track", "--results-root", str(tmp_path / "store"), *runs, str(run))
     assert rc == 2 and err.strip() == "hetfl track: error: " + expect.format(run=run), err
     assert not (tmp_path / "store").exists()  # nothing mirrored
+
+
+@pytest.mark.parametrize(("argv", "expect"), [
+    (("split", "--dataset", "quadratic", "--num-devices", "2", "--seed", "0", "--a", "1,x", "--out",
+      "{tmp}/s/split.npz"),
+     "hetfl split: error: --a has value '1,x', which is not allowed; allowed: numbers separated by commas, "
+     "e.g. 1,2"),
+    (("split-figure", "{tmp}/blob.npz", "--out", "{tmp}/fig/split"),
+     "hetfl split-figure: error: manifest '{tmp}/blob.npz' is not a text file; allowed: the manifest.json "
+     "`hetfl split` writes beside each split.npz"),
+    (("report", "tables", "--tables-dir", "{tmp}", "--out", "{tmp}/fig/report"),
+     "hetfl report: error: hetfl report tables names no table, which is not allowed; allowed: one or more "
+     "table names, e.g. accuracy_difference (the <table>.md and .csv in {tmp})"),
+])
+def test_flags_the_audit_found_unnamed_are_named_before_any_work(capsys, tmp_path, argv, expect):
+    """`split --a 1,x` said "could not convert string to float: 'x'"; `split-figure` of an .npz said
+    "'utf-8' codec can't decode ..."; `report tables` without a table said it wrote, and wrote nothing."""
+    (tmp_path / "blob.npz").write_bytes(b"PK\x03\x04\x90\xff\x00binary")
+    rc, err = _main(capsys, *(a.format(tmp=tmp_path) for a in argv))
+    assert rc == 2 and err.strip() == expect.format(tmp=tmp_path), err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "fig").exists()
+
+
+def test_track_refuses_an_out_that_is_a_directory_before_the_mirror(capsys, results, tmp_path, monkeypatch):
+    """`hetfl track --out DIR` mirrored every run, then failed writing DIR."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    rc, err = _main(capsys, "track", "--results-root", str(tmp_path / "store"), "--out", str(tmp_path),
+                    *_glob(results))
+    assert rc == 2 and err.strip() == (
+        f"hetfl track: error: --out has value '{tmp_path}', which is a directory; allowed: a JSON file to "
+        "write (new, or an earlier mirror's)"), err
+    assert not (tmp_path / "store").exists()  # nothing mirrored

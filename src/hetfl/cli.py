@@ -137,6 +137,16 @@ def output_dir(flag: str, arg: str, what: str) -> Path:
     return path
 
 
+def _floats(flag: str, text: str) -> list[float]:
+    """A flag's comma-separated numbers (`--a 1,2`); a ConfigError naming the flag and the value otherwise
+    (`--a 1,x` said only "could not convert string to float: 'x'")."""
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"{flag} has value {text!r}, which is not allowed; allowed: numbers separated by "
+                          "commas, e.g. 1,2") from None
+
+
 def _checked(flag: str, value: dict[str, Any], cls: type, exclude: tuple[str, ...] = ()) -> None:
     """Every key of a flag's JSON object is a field of `cls`, and `cls` accepts the values."""
     allowed = [f.name for f in dataclasses.fields(cls) if f.name not in exclude]
@@ -169,7 +179,7 @@ def _split_spec_from_flags(args: argparse.Namespace) -> dict[str, Any]:
     if dataset == "synthetic" and (args.alpha is None or args.beta is None or args.num_devices < 1):
         raise ConfigError("--dataset synthetic needs --alpha, --beta and --num-devices (>= 1)")
     if dataset == "quadratic":
-        ab = {k: [float(v) for v in (getattr(args, k) or default).split(",")]
+        ab = {k: _floats(f"--{k}", getattr(args, k) or default)
               for k, default in (("a", "1,2"), ("b", "1,5"))}
         return {"dataset": "quadratic", "quadratic": ab}
     partition = {"label_skew": "iid"}
@@ -554,6 +564,9 @@ def _cmd_track(args: argparse.Namespace) -> int:
     from hetfl.reports.results import METRICS_PARQUET, load_run_json
     from hetfl.tracking import mirror_run_dirs
 
+    if args.out and Path(args.out).is_dir():  # before the mirror, which takes minutes for a large grid
+        raise ConfigError(f"--out has value {args.out!r}, which is a directory; allowed: a JSON file to "
+                          "write (new, or an earlier mirror's)")
     runs = run_paths(args.runs)
     for run in runs:  # as table and figure read them: a malformed run.json was "Expecting value: line 2 ..."
         load_run_json(run)
@@ -600,6 +613,14 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 def _cmd_split_figure(args: argparse.Namespace) -> int:
     from hetfl.reports.split_figures import build_split_figure
 
+    for manifest in args.manifests:  # an .npz given as a manifest said only "'utf-8' codec can't decode ..."
+        try:
+            Path(manifest).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"manifest {manifest!r} is not a text file; allowed: the manifest.json `hetfl "
+                              "split` writes beside each split.npz") from None
+        except OSError:
+            pass  # missing or a directory: build_split_figure names it
     build_split_figure(args.manifests, Path(args.out))
     print(f"wrote {args.out}.{{png,caption.html}}", file=sys.stderr)
     return 0
@@ -609,6 +630,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from hetfl.reports import report_pages as rp
 
     tables_dir, out = Path(args.tables_dir), Path(args.out)
+    if args.page == "tables" and not args.tables:  # it said "wrote" and wrote nothing
+        raise ConfigError("hetfl report tables names no table, which is not allowed; allowed: one or more "
+                          f"table names, e.g. accuracy_difference (the <table>.md and .csv in {tables_dir})")
     missing = [f"{n}.{ext}" for n in args.tables for ext in ("md", "csv")
                if not (tables_dir / f"{n}.{ext}").is_file()]
     if missing:  # before writing anything
