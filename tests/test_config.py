@@ -323,6 +323,16 @@ def test_float_integers_and_non_finite_numbers_are_refused(path, value, shown, a
     assert f"config key '{key}' has value {shown}, which is not allowed; allowed: {allowed}" in str(err.value)
 
 
+@pytest.mark.parametrize(("value", "shown"), [(4.5, "4.5"), ("all", '"all"'), (float("nan"), "NaN")])
+def test_a_key_of_two_types_names_both_in_words(value, shown):
+    """global_test_samples ([integer, "null"]) given 4.5, "all" or .nan escaped as a TypeError traceback
+    (unhashable type: 'list') instead of the message (an audit)."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with(["global_test_samples"], value))
+    assert (f"config key 'experiments.{EXP}.global_test_samples' has value {shown}, which is not allowed; "
+            "allowed: a whole number written without a decimal point (4, not 4.0) or null") in str(err.value)
+
+
 @pytest.mark.parametrize(("names", "message"), [
     (["..", EXP], "config key 'experiments' has value \"..\", which is not allowed; allowed: a string "
                   "matching ^[A-Za-z0-9_][A-Za-z0-9_.-]*$"),  # results/.. is the workflow's root

@@ -86,8 +86,11 @@ def _allowed(error: jsonschema.ValidationError) -> str:
         return f"< {error.validator_value}"
     if v == "type":
         words = {"integer": "a whole number written without a decimal point (4, not 4.0)",
-                 "number": "a finite number", "object": "a mapping of keys to values ({key: value, ...})"}
-        return words.get(error.validator_value, f"a value of type {error.validator_value}")
+                 "number": "a finite number", "object": "a mapping of keys to values ({key: value, ...})",
+                 "null": "null"}
+        # a list of types (global_test_samples: [integer, "null"]) is any of them: words.get(list) raised
+        types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        return " or ".join(words.get(t, f"a value of type {t}") for t in types)
     if v == "additionalProperties":
         allowed = sorted(s.get("properties", {}))
         return "only the keys " + ", ".join(allowed) if allowed else "no additional keys"
