@@ -350,6 +350,25 @@ def test_experiment_names_that_escape_or_collide_are_refused(names, message):
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize(("name", "shown"), [("5", "5"), ("yes", "true"), ("null", "null"), ("0.50", "0.5")])
+def test_names_yaml_reads_as_no_string_are_refused(name, shown, tmp_path):
+    """An experiment named `5:` or `yes:` escaped as a TypeError traceback (re.sub on an int); a setting so
+    named passed and ran as the setting True, None or 0.5 (run names True_T1_A_s0): the schema's name
+    pattern ignores what is not a string (an audit)."""
+    tiny = (ROOT / "workflow/config/tiny.yaml").read_text()
+    for text, key in [(tiny.replace("  tiny_table3:", f"  {name}:"), "experiments"),
+                      (tiny.replace("      NIID: {alpha: 1.0, beta: 1.0}\n    num_devices: 8",
+                                    f"      {name}: {{alpha: 1.0, beta: 1.0}}\n    num_devices: 8"),
+                       "experiments.tiny_table3.settings")]:
+        assert text != tiny
+        path = tmp_path / "config.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        assert (f"config key '{key}' has value {shown}, which is not allowed; allowed: a string (in quotes "
+                "where YAML would read a number") in str(err.value)
+
+
 def test_num_traces_longer_than_trace_order():
     cfg = _with(["trace_order"], ["T_0", "T_30"])
     with pytest.raises(ConfigError, match=r"num_traces' has value 3.*allowed: 1..2"):

@@ -87,7 +87,9 @@ def _allowed(error: jsonschema.ValidationError) -> str:
     if v == "type":
         words = {"integer": "a whole number written without a decimal point (4, not 4.0)",
                  "number": "a finite number", "object": "a mapping of keys to values ({key: value, ...})",
-                 "null": "null"}
+                 "null": "null",
+                 "string": "a string (in quotes where YAML would read a number, true/false or null: \"1\", "
+                           "\"yes\")"}
         # a list of types (global_test_samples: [integer, "null"]) is any of them: words.get(list) raised
         types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
         return " or ".join(words.get(t, f"a value of type {t}") for t in types)
