@@ -323,6 +323,16 @@ def test_float_integers_and_non_finite_numbers_are_refused(path, value, shown, a
     assert f"config key '{key}' has value {shown}, which is not allowed; allowed: {allowed}" in str(err.value)
 
 
+def test_a_seed_torch_cannot_take_is_refused():
+    """seeds: [18446744073709551616] (2**64) passed, its split and trace jobs ran, then every training job
+    failed on torch's "Overflow when unpacking long long", naming no key (an audit)."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with(["seeds"], [2**64, 1]))
+    assert (f"config key 'experiments.{EXP}.seeds.0' has value {2**64}, which is not allowed; allowed: "
+            f"<= {2**64 - 1}") in str(err.value)
+    validate_config(_with(["seeds"], [2**64 - 1]))
+
+
 @pytest.mark.parametrize(("value", "shown"), [(4.5, "4.5"), ("all", '"all"'), (float("nan"), "NaN")])
 def test_a_key_of_two_types_names_both_in_words(value, shown):
     """global_test_samples ([integer, "null"]) given 4.5, "all" or .nan escaped as a TypeError traceback
