@@ -246,9 +246,17 @@ def test_a_table_its_runs_cannot_feed_is_refused_before_any_job(table, change, m
      "allowed: 1..10 (its classes)"),
     ({"num_devices": 5000}, "'experiments.{e}.num_devices' has value 5000, which is not allowed with dataset "
                             "mnist5k; allowed: at most 4,000 (its training samples)"),
+    # these two passed, then the split job refused them (shards exceed the samples; min_size x devices)
+    ({"settings": {"NIID": {"partition": {"label_skew": "shards", "shards_per_client": 250}}}},
+     "'experiments.{e}.settings.NIID.partition.shards_per_client' has value 250, which is not allowed with "
+     "dataset mnist5k and num_devices 20; allowed: at most 200 (4,000 training samples over 20 devices)"),
+    ({"settings": {"NIID": {"partition": {"label_skew": "dirichlet", "min_size": 300}}}},
+     "'experiments.{e}.settings.NIID.partition.min_size' has value 300, which is not allowed with dataset "
+     "mnist5k and num_devices 20; allowed: at most 200 (4,000 training samples over 20 devices)"),
 ])
 def test_what_a_sources_size_refuses_is_refused_before_any_job(change, message):
-    """The split job refused these after the traces were made (an audit); mnist5k has 10 classes, 4,000."""
+    """The split job refused these after the traces were made (two audits); mnist5k has 10 classes, 4,000
+    training samples."""
     cfg = copy.deepcopy(QUICK)
     cfg["experiments"] = {MLP_EXP: {**cfg["experiments"][MLP_EXP], **change}}
     _refused(cfg, message.format(e=MLP_EXP))

@@ -837,6 +837,19 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
         raise ConfigError(f"config key '{key}.num_devices' has value {exp['num_devices']}, which is not "
                           f"allowed with dataset {info.name}; allowed: at most {train:,} (its training "
                           "samples)")
+    n = exp["num_devices"]
+    for label, setting in exp["settings"].items() if train else ():
+        # what data.partition refuses by count alone: a shard a sample at least; dirichlet's redraw (no size
+        # skew) needs min_size samples on every device (both passed, then the split job failed: an audit)
+        part = setting.get("partition") or {}
+        option = {"shards": "shards_per_client", "dirichlet": "min_size"}.get(part.get("label_skew"))
+        if option == "min_size" and exp["sizes"]["distribution"] != "equal":
+            continue  # FedDyn's split of the size skew: min_size is not read
+        if option is not None and part[option] * n > train:
+            raise ConfigError(f"config key '{key}.settings.{label}.partition.{option}' has value "
+                              f"{part[option]}, which is not allowed with dataset {info.name} and "
+                              f"num_devices {n}; allowed: at most {train // n} ({train:,} training samples "
+                              f"over {n} devices)")
 
 
 def _check_no_holdout(name: str, exp: dict[str, Any]) -> None:
