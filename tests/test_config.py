@@ -179,6 +179,21 @@ def test_an_event_the_table_cannot_use_or_that_empties_the_objective_is_refused(
         validate_config(cfg)
 
 
+def test_a_stagger_that_moves_the_last_arrival_past_the_rounds_is_named():
+    """An arrival at round 3 of 6 with devices [3, 4, 5] and stagger 2 (the last at round 7) was refused as
+    "event.rounds has value 3, ...; allowed: events within the run's 6 rounds": a key and a value that were
+    within the rounds, not the stagger (an audit)."""
+    tiny = yaml.safe_load((ROOT / "workflow/config/tiny.yaml").read_text())
+    exp = tiny["experiments"]["tiny_table4"]
+    exp["event"].update(devices=[3, 4, 5], stagger=2)
+    _refused({"experiments": {"tiny_table4": exp}},
+             "config key 'experiments.tiny_table4.event.stagger' has value 2, which is not allowed with "
+             "event.rounds 3 and 3 devices (the last would come at round 7); allowed: at most 1 (events "
+             "within the run's 6 rounds)")
+    exp["event"]["stagger"] = 1
+    validate_config({"experiments": {"tiny_table4": exp}})
+
+
 @pytest.mark.parametrize(("exp", "change", "message"), [
     (EXP, {"algorithm": None, "algorithms": ["fedavg", "fedprox"]},
      "'experiments.{e}.algorithms' has value [\"fedavg\", \"fedprox\"], which is not allowed with table "

@@ -408,10 +408,16 @@ def _check_event(name: str, exp: dict[str, Any]) -> None:
     if own:
         raise ConfigError(f"config key 'experiments.{name}.settings.{own[0]}.rounds' is not allowed with an "
                           f"event; allowed: the experiment's rounds only (events are placed within them)")
-    last = max(ev["rounds"]) + ev["stagger"] * (len(ev.get("devices", [0])) - 1)
-    if last > exp["rounds"]:
+    later = len(ev.get("devices", [0])) - 1  # the devices after the first, each `stagger` rounds later
+    last = max(ev["rounds"]) + ev["stagger"] * later
+    if max(ev["rounds"]) > exp["rounds"]:
         raise ConfigError(f"config key '{key}.rounds' has value {max(ev['rounds'])}, which is not allowed; "
                           f"allowed: events within the run's {exp['rounds']} rounds")
+    if last > exp["rounds"]:  # the stagger's fault: the message blamed event.rounds, naming a round in range
+        raise ConfigError(f"config key '{key}.stagger' has value {ev['stagger']}, which is not allowed with "
+                          f"event.rounds {max(ev['rounds'])} and {later + 1} devices (the last would come at "
+                          f"round {last}); allowed: at most {(exp['rounds'] - max(ev['rounds'])) // later} "
+                          f"(events within the run's {exp['rounds']} rounds)")
 
 
 def _check_readings(name: str, exp: dict[str, Any]) -> None:
