@@ -277,6 +277,25 @@ def test_what_a_sources_size_refuses_is_refused_before_any_job(change, message):
     _refused(cfg, message.format(e=MLP_EXP))
 
 
+@pytest.mark.parametrize(("exp", "setting", "key", "value", "shown", "allowed"), [
+    (MLP_EXP, "NIID", "alpha", 0.3, "0.3", "partition, local_epochs"),  # meant as the Dirichlet's
+    (MLP_EXP, "NIID", "iid", True, "true", "partition, local_epochs"),
+    (EXP, "NIID", "partition", {"label_skew": "iid"}, "{...}", "alpha, beta, iid, local_epochs"),
+    (EXP, "NIID", "a", [1.0, 2.0], "[1.0, 2.0]", "alpha, beta, iid, local_epochs"),
+    ("objective_inconsistency", "t2_10_p_equal", "alpha", 1.0, "1.0", "a, b, n, local_epochs"),
+])
+def test_a_setting_key_the_dataset_does_not_read_is_refused(exp, setting, key, value, shown, allowed):
+    """settings {NIID: {alpha: 0.3, partition: {label_skew: dirichlet}}} on mnist5k passed: the split used
+    the partition's alpha 0.5 and every run recorded alpha 0.3; SYNTHETIC's iid, a partition on SYNTHETIC and
+    the quadratic bed's a elsewhere were ignored as silently (an audit)."""
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {exp: cfg["experiments"][exp]}
+    cfg["experiments"][exp]["settings"][setting][key] = value
+    _refused(cfg, f"config key 'experiments.{exp}.settings.{setting}.{key}' has value {shown}, which is not "
+                  f"allowed with dataset \"{cfg['experiments'][exp]['dataset']}\" (it does not read it")
+    _refused(cfg, f"; allowed: {allowed}")
+
+
 def test_conv_options_pass_validation():
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]

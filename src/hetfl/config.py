@@ -278,6 +278,29 @@ def _check_quadratic(name: str, exp: dict[str, Any], given: set[str]) -> None:
                               f"not allowed; allowed: one per device ({exp['num_devices']})")
 
 
+#: a setting's keys each kind of dataset reads (real sources: partition); every dataset reads _ANY_SETTING
+_SETTING_KEYS = {"synthetic": ("alpha", "beta", "iid"), "quadratic": ("a", "b", "n")}
+_ANY_SETTING = ("local_epochs", "rounds", "local_steps")
+
+
+def _check_setting_keys(name: str, exp: dict[str, Any]) -> None:
+    """A setting key another kind of dataset reads is refused: alpha: 0.3 beside a dirichlet partition on
+    mnist5k passed, the split used the partition's alpha (0.5), and the runs recorded alpha 0.3 (an
+    audit); so did SYNTHETIC's iid on a real source, a partition on SYNTHETIC and the quadratic bed's a."""
+    dataset = exp["dataset"]
+    own = _SETTING_KEYS.get(dataset, ("partition",))
+    for label, setting in exp["settings"].items():
+        for k, v in setting.items():
+            if k in own or k in _ANY_SETTING or (k == "iid" and v is False):  # false: the schema's default
+                continue
+            hint = "; a Dirichlet alpha is partition's: {label_skew: dirichlet, alpha: ...}" \
+                if k == "alpha" and "partition" in own else ""
+            shown = "{...}" if isinstance(v, dict) else json.dumps(v)
+            raise ConfigError(f"config key 'experiments.{name}.settings.{label}.{k}' has value {shown}, "
+                              f"which is not allowed with dataset \"{dataset}\" (it does not read it{hint}); "
+                              "allowed: " + ", ".join((*own, *_ANY_SETTING)))
+
+
 # Models that read flat feature vectors: SYNTHETIC(α, β) is 60 features per sample, not an image.
 FLAT_MODELS = ("logreg", "mlp")
 _CONV_OPTIONS = ("channels_last", "conv")
@@ -1022,6 +1045,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_schemes(name, exp)
         _check_text(name, exp, (given or {}).get(name, set(exp)))
         _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
+        _check_setting_keys(name, exp)
         _check_inputs(name, exp)
         _check_model_params(name, exp)
         n_order = len(exp["trace_order"])
