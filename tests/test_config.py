@@ -446,6 +446,17 @@ def test_values_the_split_or_trace_jobs_would_refuse_are_refused_first(path, val
     validate_config(_with(["p_inactive"], 0.07))  # below T_hi's bound: a fit exists
 
 
+@pytest.mark.parametrize(("key", "values"), [("eta0", [0.1, 0.1000001]), ("p_inactive", [0.02, 0.02000001])])
+def test_readings_values_that_give_one_run_name_are_refused(key, values):
+    """readings eta0 [0.1, 0.1000001] named both variants ..._s0__eta0-0.1; the training job trained both into
+    that one directory, the second over the first, and reported "1 ok" (an audit)."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with(["readings"], {key: values}))
+    assert (f"config key 'experiments.{EXP}.readings.{key}' has value {values[1]}, which is not allowed "
+            f"beside {values[0]}: both name a run ") in str(err.value)
+    assert "allowed: values that differ within their first 6 significant digits" in str(err.value)
+
+
 def test_defaults_filled_and_grid_expanded():
     cfg = validate_config({"experiments": {"x": {
         "table": "accuracy_difference", "dataset": "synthetic", "settings": {"S": {"alpha": 1, "beta": 1}},

@@ -1036,6 +1036,24 @@ def _check_names(names: Iterable[str]) -> None:
         seen[rule] = name
 
 
+def _check_run_names(config: dict[str, Any]) -> None:
+    """Two runs of one name share a results directory: readings eta0 [0.1, 0.1000001] named both variants
+    ...__eta0-0.1 (_format_value's 6 significant digits), and the training job trained both into it, the
+    second over the first (an audit)."""
+    seen: dict[str, RunSpec] = {}
+    for spec in expand_runs(config):
+        other = seen.setdefault(f"{spec.experiment}/{spec.run}", spec)
+        if other is spec:
+            continue
+        key = spec.reading.split("=", 1)[0] or "readings"
+        mine, theirs = (getattr(s, key, s.reading) for s in (spec, other))
+        raise ConfigError(f"config key 'experiments.{spec.experiment}.readings.{key}' has value "
+                          f"{json.dumps(mine, default=str)}, which is not allowed beside "
+                          f"{json.dumps(theirs, default=str)}: both name a run {spec.run} (a run name shows "
+                          "a number to 6 significant digits), and the second would be trained over the "
+                          "first; allowed: values that differ within their first 6 significant digits")
+
+
 def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None) -> None:
     """Rules JSON Schema cannot express."""
     _check_names(config["experiments"])
@@ -1077,6 +1095,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_readings(name, exp)
     _check_one_algorithm_tables(config["experiments"], given or {})
     _check_table_cells(config)
+    _check_run_names(config)
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
