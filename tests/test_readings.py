@@ -2,6 +2,7 @@
 effect on the data, the traces or the round (docs/readings.md)."""
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -70,6 +71,29 @@ def test_p_inactive_variant_only_where_an_inactive_trace_is_used():
     variants = [r for r in runs if r.reading]
     assert {r.num_traces for r in variants} == {6}  # T_hi is the 6th trace
     assert variants[0].trace_key.endswith("_pi0.02")
+
+
+def test_a_p_inactive_the_trace_file_name_rounds_or_writes_with_an_exponent_reaches_its_trace_job(tmp_path):
+    """The trace file's name carried p_inactive as `:g` wrote it, and the trace rule read it back from the
+    name: 0.00001 was `_pi1e-05`, which the rule's wildcards could not match (the workflow stopped at
+    "Missing input files" after validation passed), and 0.0123456789 was drawn at 0.0123457. The name now
+    holds every digit; a value `:g` writes exactly keeps its name."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    runs = list(expand_runs(_config(readings={"p_inactive": [0.00001, 0.0123456789, 0.02]})))
+    keys = sorted({r.trace_key.rpartition("_pi")[2] for r in runs if r.reading})
+    assert keys == ["0.00001", "0.0123456789", "0.02"]
+    raw = copy.deepcopy(BASE)
+    raw["experiments"]["t3"].update(readings={"p_inactive": [0.00001, 0.0123456789]}, seeds=[0])
+    (tmp_path / "c.yaml").write_text(json.dumps(raw))  # YAML reads JSON
+    plan = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+                           str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "-n", "-p", "--cores",
+                           "1"], capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "--p-inactive 0.00001 " in plan.stdout and "--p-inactive 0.0123456789 " in plan.stdout, plan.stdout
 
 
 def test_a_reading_that_changes_no_run_is_refused():

@@ -1356,7 +1356,7 @@ class RunSpec:
         used = self.trace_order[: self.num_traces]
         opts = "_stratified" if self.trace_assignment == "stratified" else ""
         if self.p_inactive != DEFAULT_P_INACTIVE and set(used) & set(INACTIVE_TRACES):
-            opts += f"_pi{self.p_inactive:g}"
+            opts += f"_pi{_positional(self.p_inactive)}"
         return opts
 
     @property
@@ -1426,6 +1426,17 @@ def _events(exp: dict[str, Any]) -> list[dict[str, Any] | None]:
              # what it was before the reading existed
              **({"boost_decay": ev["boost_decay"]} if ev["boost_decay"] != "shifted" else {})}
             for r in ev["rounds"] for pol in ev["policies"]]
+
+
+def _positional(p: float) -> str:
+    """p as a trace file's name writes it and the trace rule reads it back (workflow/rules/common.smk, digits
+    and a point): `:g` where that is exact and has no exponent (every name written before), else every
+    digit repr has. `:g` gave 1e-05 for 0.00001, whose file the workflow's wildcards could not match, and
+    0.0123457 for 0.0123456789, whose traces were then drawn at the rounded value."""
+    from decimal import Decimal
+
+    short = f"{p:g}"
+    return short if "e" not in short and float(short) == p else format(Decimal(repr(float(p))), "f")
 
 
 def _format_value(value: Any) -> str:
