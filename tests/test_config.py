@@ -457,6 +457,18 @@ def test_readings_values_that_give_one_run_name_are_refused(key, values):
     assert "allowed: values that differ within their first 6 significant digits" in str(err.value)
 
 
+def test_readings_values_of_a_partition_key_that_give_one_run_name_name_both_values():
+    """equal_counts_fraction [0.1, 0.1000001] was refused as having value "equal_counts_fraction=0.1" beside
+    "equal_counts_fraction=0.1": the run name's rounded reading, twice, not the two values."""
+    cfg = yaml.safe_load((ROOT / "workflow/config/checks/fedfor_fedbn_readings.yaml").read_text())
+    (name, exp), = cfg["experiments"].items()
+    exp["readings"] = {"equal_counts_fraction": [0.1, 0.1000001]}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert (f"config key 'experiments.{name}.readings.equal_counts_fraction' has value 0.1000001, which is "
+            "not allowed beside 0.1: both name a run ") in str(err.value)
+
+
 def test_defaults_filled_and_grid_expanded():
     cfg = validate_config({"experiments": {"x": {
         "table": "accuracy_difference", "dataset": "synthetic", "settings": {"S": {"alpha": 1, "beta": 1}},

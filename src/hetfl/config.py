@@ -1046,7 +1046,7 @@ def _check_run_names(config: dict[str, Any]) -> None:
         if other is spec:
             continue
         key = spec.reading.split("=", 1)[0] or "readings"
-        mine, theirs = (getattr(s, key, s.reading) for s in (spec, other))
+        mine, theirs = (getattr(s, key, (s.partition or {}).get(key, s.reading)) for s in (spec, other))
         raise ConfigError(f"config key 'experiments.{spec.experiment}.readings.{key}' has value "
                           f"{json.dumps(mine, default=str)}, which is not allowed beside "
                           f"{json.dumps(theirs, default=str)}: both name a run {spec.run} (a run name shows "
