@@ -466,8 +466,8 @@ def test_track_names_a_malformed_run_json_before_the_mirror(capsys, results, tmp
      "hetfl split: error: --a has value '1,x', which is not allowed; allowed: numbers separated by commas, "
      "e.g. 1,2"),
     (("split-figure", "{tmp}/blob.npz", "--out", "{tmp}/fig/split"),
-     "hetfl split-figure: error: manifest '{tmp}/blob.npz' is not a text file; allowed: the manifest.json "
-     "`hetfl split` writes beside each split.npz"),
+     "hetfl split-figure: error: manifest {tmp}/blob.npz is not a text file; allowed: the manifest.json "
+     "`hetfl split` writes beside split.npz"),
     (("report", "tables", "--tables-dir", "{tmp}", "--out", "{tmp}/fig/report"),
      "hetfl report: error: hetfl report tables names no table, which is not allowed; allowed: one or more "
      "table names, e.g. accuracy_difference (the <table>.md and .csv in {tmp})"),

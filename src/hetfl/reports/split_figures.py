@@ -130,6 +130,9 @@ def _load_panel(path: Path) -> SplitPanel:
     except json.JSONDecodeError as err:
         raise ValueError(f"manifest {path} is not valid JSON ({err.msg} at line {err.lineno}); allowed: the "
                          "manifest.json `hetfl split` writes") from None
+    except UnicodeDecodeError:  # an .npz given as a manifest: "'utf-8' codec can't decode ...", no file named
+        raise ValueError(f"manifest {path} is not a text file; allowed: the manifest.json `hetfl split` "
+                         "writes beside split.npz") from None
     missing = [k for k in _NEEDED if not isinstance(manifest, dict) or k not in manifest]
     if missing:
         raise ValueError(f"manifest {path} has no {', '.join(missing)}; allowed: a manifest.json written by "
