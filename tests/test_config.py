@@ -421,6 +421,36 @@ def test_names_yaml_reads_as_no_string_are_refused(name, shown, tmp_path):
                 "where YAML would read a number") in str(err.value)
 
 
+def test_names_longer_than_a_file_name_holds_are_refused_before_any_job(tmp_path):
+    """A setting named with 250 characters validated; its run (258 bytes with _T1_A_s0) trained, then its
+    results directory failed with "File name too long", and the training was lost. An experiment's name
+    of 300 bytes validated too. Both are refused now, naming the key and the bound; the longest allowed
+    names validate."""
+    tiny = (ROOT / "workflow/config/tiny.yaml").read_text()
+    for name, setting, message in [
+            ("x" * 243, "NIID", f"config key 'experiments.{'x' * 40}…' has a name of 243 bytes, which is not "
+                                "allowed; allowed: at most 242 bytes (a file name holds 255, and the "
+                                "experiment's split figure is <name>.caption.html)"),
+            ("tiny_table3", "N" * 244, f"config key 'experiments.tiny_table3.settings.{'N' * 40}…' names "
+                                       f"run {'N' * 40}… of 252 bytes, which is not allowed; allowed: run "
+                                       "names of at most 251 bytes (a file name holds 255, and the run's log "
+                                       "is <run>.log): a shorter setting name")]:
+        text = tiny.replace("    readings: {completion: [floor]}\n    readings_grid: {num_traces: [6]}\n", "")
+        assert "completion" not in text.split("tiny_table4")[0]  # its runs are <setting>_T<n>_<scheme>_s<s>
+        text = text.replace("  tiny_table3:", f"  {name}:").replace(
+            "      NIID: {alpha: 1.0, beta: 1.0}\n    num_devices: 8",
+            f"      {setting}: {{alpha: 1.0, beta: 1.0}}\n    num_devices: 8")
+        (tmp_path / "config.yaml").write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_config(tmp_path / "config.yaml")
+        assert message in str(err.value), str(err.value)
+        # one byte shorter fits: the run name's suffix is _T1_A_s0 (8 bytes), the longest of this experiment
+        fits = text.replace(f"  {name}:", f"  {name[:242]}:").replace(f"      {setting}:",
+                                                                      f"      {setting[:243]}:")
+        (tmp_path / "config.yaml").write_text(fits)
+        load_config(tmp_path / "config.yaml")
+
+
 def test_num_traces_longer_than_trace_order():
     cfg = _with(["trace_order"], ["T_0", "T_30"])
     with pytest.raises(ConfigError, match=r"num_traces' has value 3.*allowed: 1..2"):

@@ -1034,6 +1034,24 @@ def _check_names(names: Iterable[str]) -> None:
                               f"'experiments.{seen[rule]}': both make the Snakemake rule train_{rule}; "
                               "allowed: names that differ in more than '.' and '-' against '_'")
         seen[rule] = name
+        if len(f"{name}{_LONGEST_EXPERIMENT_SUFFIX}".encode()) > NAME_MAX:
+            raise ConfigError(f"config key 'experiments.{_shown(name)}' has a name of {len(name.encode())} "
+                              f"bytes, which is not allowed; allowed: at most "
+                              f"{NAME_MAX - len(_LONGEST_EXPERIMENT_SUFFIX)} bytes (a file name holds "
+                              f"{NAME_MAX}, and the experiment's split figure is <name>"
+                              f"{_LONGEST_EXPERIMENT_SUFFIX})")
+
+
+#: the bytes a file name holds (NAME_MAX on Linux and macOS); hetfl's longest names are an experiment's split
+#: figure caption (reports/figures/splits/<experiment>.caption.html) and a run's log (<run>.log)
+NAME_MAX = 255
+_LONGEST_EXPERIMENT_SUFFIX = ".caption.html"
+_RUN_LOG_SUFFIX = ".log"
+
+
+def _shown(name: str) -> str:
+    """A name as a message shows it: a long one cut to its first 40 characters."""
+    return name if len(name) <= 48 else f"{name[:40]}…"
 
 
 def _check_run_names(config: dict[str, Any]) -> None:
@@ -1042,6 +1060,12 @@ def _check_run_names(config: dict[str, Any]) -> None:
     second over the first (an audit)."""
     seen: dict[str, RunSpec] = {}
     for spec in expand_runs(config):
+        if len(f"{spec.run}{_RUN_LOG_SUFFIX}".encode()) > NAME_MAX:  # it trained, then its directory failed
+            raise ConfigError(f"config key 'experiments.{spec.experiment}.settings.{_shown(spec.setting)}' "
+                              f"names run {_shown(spec.run)} of {len(spec.run.encode())} bytes, which is "
+                              f"not allowed; allowed: run names of at most {NAME_MAX - len(_RUN_LOG_SUFFIX)} "
+                              f"bytes (a file name holds {NAME_MAX}, and the run's log is "
+                              f"<run>{_RUN_LOG_SUFFIX}): a shorter setting name")
         other = seen.setdefault(f"{spec.experiment}/{spec.run}", spec)
         if other is spec:
             continue
