@@ -923,3 +923,40 @@ def test_snakemake_dry_run_of_the_fedfor_readings_check_builds_its_readings_tabl
     assert counts["table_readings"] == "1" and counts["table"] == "1"
     # DomainNet is a large source: its splits are jobs of split_large (hetfl.cluster.split_on_cluster)
     assert int(counts.get("split", 0)) + int(counts.get("split_large", 0)) == 5 * 3 + 4 * 3
+
+
+@pytest.mark.parametrize(("partition", "sizes", "key", "shown", "why", "allowed"), [
+    ({"label_skew": "dirichlet", "m": 5}, None, "m", "5", "label_skew \"dirichlet\"", "alpha, min_size"),
+    ({"label_skew": "pathological", "m": 2, "alpha": 0.1}, None, "alpha", "0.1",
+     "label_skew \"pathological\"", "m, label_choice, equal_counts"),
+    ({"label_skew": "iid", "shards_per_client": 3}, None, "shards_per_client", "3", "label_skew \"iid\"",
+     "equal_counts"),
+    ({"label_skew": "shards", "label_choice": "cyclic"}, None, "label_choice", "\"cyclic\"",
+     "label_skew \"shards\"", "shards_per_client"),
+    ({"label_skew": "longtail", "equal_counts": False}, None, "equal_counts", "false",
+     "label_skew \"longtail\"", "imbalance_ratio, client_fraction, draw"),
+    ({"label_skew": "iid", "equal_counts_pick": "random"}, None, "equal_counts_pick", "\"random\"",
+     "label_skew \"iid\"", "equal_counts"),
+    ({"label_skew": "dirichlet", "alpha": 0.3, "min_size": 20}, "pareto", "min_size", "20",
+     f"label_skew \"dirichlet\" and experiments.{MLP_EXP}.sizes.distribution \"pareto\" (a size skew",
+     "alpha"),
+])
+def test_a_partition_key_its_label_skew_does_not_read_is_refused(partition, sizes, key, shown, why, allowed):
+    """m beside label_skew dirichlet, alpha beside pathological, shards_per_client beside iid, Dirichlet's
+    min_size beside a size skew (FedDyn's split, no redraw) passed: the split ignored them and every run
+    recorded them (an audit)."""
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {MLP_EXP: cfg["experiments"][MLP_EXP]}
+    exp = cfg["experiments"][MLP_EXP]
+    exp["settings"]["NIID"]["partition"] = partition
+    if sizes:
+        exp["sizes"] = {"distribution": sizes}
+    _refused(cfg, f"config key 'experiments.{MLP_EXP}.settings.NIID.partition.{key}' has value {shown}, "
+                  f"which is not allowed with {why}")
+    _refused(cfg, f"(it does not read it); allowed: {allowed}" if sizes is None else f"; allowed: {allowed}")
+    # what the schema fills in (alpha 0.5, m 2, ...), or the same keys at their defaults, are not refused
+    exp["settings"]["NIID"]["partition"] = {"label_skew": partition["label_skew"]}
+    validate_config(validate_config(cfg))  # hetfl project validates a validated config again
+    exp["settings"]["NIID"]["partition"] = {"label_skew": partition["label_skew"], "alpha": 0.5, "m": 2,
+                                            "min_size": 10}
+    validate_config(cfg)

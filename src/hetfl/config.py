@@ -1014,6 +1014,50 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
                               f"size skew); allowed: true only with sizes.distribution \"equal\"")
 
 
+#: partition keys a label skew reads only without a size skew (data.partition: with one, FedDyn's Dirichlet
+#: split takes the redraw's place). Longtail's client_fraction is not read under a size skew either (the
+#: drawn sizes give the head counts), but tests/test_fedfor_table.py's config sets it beside the default
+#: pareto sizes, so it is not refused here
+_SIZE_SKEW_UNREAD = (("dirichlet", "min_size"),)
+
+
+def _check_partition_keys(name: str, exp: dict[str, Any]) -> None:
+    """A partition key its label skew does not read is refused: m beside label_skew dirichlet, alpha beside
+    pathological, shards_per_client beside iid passed, the split ignored them and every run recorded them
+    (an audit). The keys each skew reads are data.partition.SKEW_KEYS (the split figures' captions show the
+    same); dirichlet's min_size is read only without a size skew (with one, FedDyn's split takes the redraw's
+    place), natural's equal_counts_* only with equal_counts.
+    A key at the schema's default (alpha 0.5, m 2, shards_per_client 2, imbalance_ratio 0.01, min_size 10)
+    passes: validation fills these into every partition, and hetfl project validates a validated config
+    again (projection.scaled_config), so such a value cannot be told from one the config gave; it records
+    what every run of that skew records anyway."""
+    from hetfl.data.partition import SKEW_KEYS
+
+    defaults = {k: v["default"] for k, v in load_schema()["$defs"]["partition"]["properties"].items()
+                if "default" in v}
+    skewed = exp["sizes"]["distribution"] != "equal"  # data.build: "equal" is the partitioner's own split
+    for label, setting in exp["settings"].items():
+        part = setting.get("partition")
+        if not isinstance(part, dict) or part.get("label_skew") not in SKEW_KEYS:
+            continue
+        skew = part["label_skew"]
+        reads = [k for k in SKEW_KEYS[skew] if not (skewed and (skew, k) in _SIZE_SKEW_UNREAD)
+                 and not (k.startswith("equal_counts_") and not part.get("equal_counts"))]
+        for k, v in part.items():
+            if k == "label_skew" or k in reads or (k in defaults and v == defaults[k]):
+                continue
+            if (skew, k) in _SIZE_SKEW_UNREAD:
+                why = (f"label_skew \"{skew}\" and experiments.{name}.sizes.distribution "
+                       f"\"{exp['sizes']['distribution']}\" (a size skew: it does not read it)")
+            elif k in SKEW_KEYS[skew]:
+                why = f"label_skew \"{skew}\" and equal_counts false (it does not read it)"
+            else:
+                why = f"label_skew \"{skew}\" (it does not read it)"
+            raise ConfigError(f"config key 'experiments.{name}.settings.{label}.partition.{k}' has value "
+                              f"{json.dumps(v)}, which is not allowed with {why}; allowed: "
+                              + (", ".join(reads) or "none besides label_skew"))
+
+
 # names beside the experiments' directories: results/mlflow.db, results/mlartifacts, data_splits/traces
 RESERVED_NAMES = ("mlflow.db", "mlartifacts", "traces")
 
@@ -1109,6 +1153,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
             )
         _check_synthetic_iid(name, exp)
         _check_equal_counts(name, exp)
+        _check_partition_keys(name, exp)
         _check_global_test_average(name, exp)
         _check_validation_accuracy(name, exp)
         _check_no_holdout(name, exp)

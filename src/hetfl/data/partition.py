@@ -61,6 +61,7 @@ __all__ = [
     "LABEL_CHOICES",
     "LABEL_SKEWS",
     "PartitionSpec",
+    "SKEW_KEYS",
     "describe",
     "label_histogram",
     "local_holdout",
@@ -81,6 +82,16 @@ EQUAL_COUNT_PICKS: tuple[str, ...] = ("random", "first")
 #: natural with equal_counts: where a domain's local test part comes from, its kept samples (hetfl's
 #: local_holdout) or the samples the trim left out (FedBN's DomainNet validation images, rest_holdout)
 EQUAL_COUNT_HOLDOUTS: tuple[str, ...] = ("kept", "rest")
+#: the PartitionSpec keys each label skew reads (besides label_skew and sizes); some only in part of their
+#: splits: dirichlet's min_size and longtail's client_fraction without a size skew, natural's equal_counts_*
+#: with equal_counts. The split figures' captions show these (reports.split_figures) and config validation
+#: refuses any other key a config's partition gives (config._check_partition_keys)
+SKEW_KEYS: dict[str, tuple[str, ...]] = {
+    "iid": ("equal_counts",), "dirichlet": ("alpha", "min_size"),
+    "pathological": ("m", "label_choice", "equal_counts"),
+    "shards": ("shards_per_client",), "longtail": ("imbalance_ratio", "client_fraction", "draw"),
+    "natural": ("min_samples", "equal_counts", "equal_counts_fraction", "equal_counts_pick",
+                "equal_counts_holdout")}
 _MAX_DIRICHLET_DRAWS = 1000  # NIID-Bench loops forever; hetfl gives up with an error instead
 
 

@@ -23,6 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from hetfl.data.partition import SKEW_KEYS
 from hetfl.io import atomic_write, atomic_write_text
 from hetfl.reports.catalog import UNLABELLED_DATASETS, has_class_labels
 
@@ -164,14 +165,10 @@ def _min_median_max(values) -> str:
     return f"{v.min():g} / {np.median(v):g} / {v.max():g}" if v.size else "—"
 
 
-# The keys each label skew and size distribution reads (hetfl.data.partition.PartitionSpec,
-# hetfl.data.sizes.SizeSpec): a manifest records every default, and the caption shows only what shaped the
-# split. A kind not listed here shows all its keys.
-_SKEW_KEYS = {"iid": ("equal_counts",), "dirichlet": ("alpha", "min_size"),
-              "pathological": ("m", "label_choice", "equal_counts"),
-              "shards": ("shards_per_client",), "longtail": ("imbalance_ratio", "client_fraction", "draw"),
-              "natural": ("min_samples", "equal_counts", "equal_counts_fraction", "equal_counts_pick",
-                          "equal_counts_holdout")}
+# The keys each label skew and size distribution reads (hetfl.data.partition.SKEW_KEYS, which config
+# validation also holds a partition to; hetfl.data.sizes.SizeSpec): a manifest records every default, and the
+# caption shows only what shaped the split. A kind not listed here shows all its keys.
+_SKEW_KEYS = SKEW_KEYS
 _SIZE_KEYS = {"equal": ("size",), "pareto": ("size", "index", "min_size", "max_size"),
               "lognormal": ("size", "sigma", "min_size", "max_size")}
 
