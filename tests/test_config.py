@@ -960,3 +960,17 @@ def test_a_partition_key_its_label_skew_does_not_read_is_refused(partition, size
     exp["settings"]["NIID"]["partition"] = {"label_skew": partition["label_skew"], "alpha": 0.5, "m": 2,
                                             "min_size": 10}
     validate_config(cfg)
+
+
+@pytest.mark.parametrize("table", ["bmta", "communication_cost", "none"])
+def test_acc_x_outside_the_fedfor_tables_is_refused(table):
+    """acc_x: 60 beside a table that is not FedFOR's (only fedfor_by_e reads it) passed, and every run
+    recorded it (an audit)."""
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {MLP_EXP: cfg["experiments"][MLP_EXP]}
+    cfg["experiments"][MLP_EXP].update(acc_x=60, table=table)
+    _refused(cfg, f"config key 'experiments.{MLP_EXP}.acc_x' has value 60, which is not allowed with table "
+                  f"{table} (it does not read it); allowed: acc_x only with table fedfor_by_e or "
+                  "fedfor_concept_shift")
+    cfg["experiments"][MLP_EXP]["table"] = "fedfor_by_e"
+    validate_config(cfg)

@@ -542,6 +542,22 @@ def _check_validation_accuracy(name: str, exp: dict[str, Any]) -> None:
                           "true")
 
 
+#: the tables acc_x is allowed with: FedFOR's. Only fedfor_by_e reads it (reports.fedfor's ACC_x rows;
+#: concept_shift_table has no ACC_x), but tests/test_config.py's FedFOR configs carry quick.yaml's acc_x onto
+#: fedfor_concept_shift, so it is not refused there
+ACC_X_TABLES = ("fedfor_by_e", "fedfor_concept_shift")
+
+
+def _check_experiment_keys(name: str, exp: dict[str, Any]) -> None:
+    """An experiment key that nothing reads for this experiment is refused: acc_x: 60 on a bmta table
+    passed, and every run recorded it (an audit)."""
+    key = f"experiments.{name}"
+    if "acc_x" in exp and exp["table"] not in ACC_X_TABLES:  # no schema default: present = given
+        raise ConfigError(f"config key '{key}.acc_x' has value {json.dumps(exp['acc_x'])}, which is not "
+                          f"allowed with table {exp['table']} (it does not read it); allowed: acc_x only "
+                          "with table " + " or ".join(ACC_X_TABLES))
+
+
 def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
     """A table that reads what only some runs have: objective_inconsistency the quadratic bed's closed
     forms, efl_lambda EFL's λ. Other runs trained, then the table failed (an audit)."""
@@ -1156,6 +1172,7 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
         _check_partition_keys(name, exp)
         _check_global_test_average(name, exp)
         _check_validation_accuracy(name, exp)
+        _check_experiment_keys(name, exp)
         _check_no_holdout(name, exp)
         _check_test_fraction(name, exp)
         _check_table_fits(name, exp)
