@@ -549,13 +549,29 @@ ACC_X_TABLES = ("fedfor_by_e", "fedfor_concept_shift")
 
 
 def _check_experiment_keys(name: str, exp: dict[str, Any]) -> None:
-    """An experiment key that nothing reads for this experiment is refused: acc_x: 60 on a bmta table
-    passed, and every run recorded it (an audit)."""
+    """An experiment key that nothing reads for this experiment is refused: acc_x: 60 on a bmta table, and
+    data_dir or global_test_samples on SYNTHETIC or the quadratic bed, passed, and every run recorded them
+    (an audit)."""
     key = f"experiments.{name}"
     if "acc_x" in exp and exp["table"] not in ACC_X_TABLES:  # no schema default: present = given
         raise ConfigError(f"config key '{key}.acc_x' has value {json.dumps(exp['acc_x'])}, which is not "
                           f"allowed with table {exp['table']} (it does not read it); allowed: acc_x only "
                           "with table " + " or ".join(ACC_X_TABLES))
+    # generated data reads no source and has no global test set; global_test_samples null and global_test
+    # true are the schema's defaults (filled in, so not refused)
+    generated = {"data_dir": "data_dir" in exp, "global_test_samples": exp["global_test_samples"] is not None,
+                 "global_test": not exp["global_test"]}
+    allowed = {"data_dir": "data_dir only with a real source", "global_test_samples": "null",
+               "global_test": "true"}
+    for k, unread in generated.items() if exp["dataset"] in ("synthetic", "quadratic") else ():
+        if unread:
+            raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(exp[k])}, which is not allowed "
+                              f"with dataset \"{exp['dataset']}\" (it does not read it: no source and no "
+                              f"global test set); allowed: {allowed[k]}")
+    if exp["global_test_samples"] is not None and not exp["global_test"]:
+        raise ConfigError(f"config key '{key}.global_test_samples' has value {exp['global_test_samples']}, "
+                          "which is not allowed with global_test false (no global test set to subsample: it "
+                          "does not read it); allowed: null, or global_test true")
 
 
 def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
