@@ -7,6 +7,7 @@ truth for keys, types, allowed values and defaults. Errors name the key, the val
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 import math
@@ -1053,6 +1054,14 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
 _SIZE_SKEW_UNREAD = (("dirichlet", "min_size"),)
 
 
+@functools.cache
+def _partition_defaults() -> dict[str, Any]:
+    """The partition keys the schema fills in, and their values (parsed once: load_schema per experiment
+    doubled a config's validation, which every Snakemake start runs)."""
+    return {k: v["default"] for k, v in load_schema()["$defs"]["partition"]["properties"].items()
+            if "default" in v}
+
+
 def _check_partition_keys(name: str, exp: dict[str, Any]) -> None:
     """A partition key its label skew does not read is refused: m beside label_skew dirichlet, alpha beside
     pathological, shards_per_client beside iid passed, the split ignored them and every run recorded them
@@ -1065,8 +1074,7 @@ def _check_partition_keys(name: str, exp: dict[str, Any]) -> None:
     what every run of that skew records anyway."""
     from hetfl.data.partition import SKEW_KEYS
 
-    defaults = {k: v["default"] for k, v in load_schema()["$defs"]["partition"]["properties"].items()
-                if "default" in v}
+    defaults = _partition_defaults()
     skewed = exp["sizes"]["distribution"] != "equal"  # data.build: "equal" is the partitioner's own split
     for label, setting in exp["settings"].items():
         part = setting.get("partition")

@@ -168,7 +168,6 @@ def _min_median_max(values) -> str:
 # The keys each label skew and size distribution reads (hetfl.data.partition.SKEW_KEYS, which config
 # validation also holds a partition to; hetfl.data.sizes.SizeSpec): a manifest records every default, and the
 # caption shows only what shaped the split. A kind not listed here shows all its keys.
-_SKEW_KEYS = SKEW_KEYS
 _SIZE_KEYS = {"equal": ("size",), "pareto": ("size", "index", "min_size", "max_size"),
               "lognormal": ("size", "sigma", "min_size", "max_size")}
 
@@ -191,7 +190,7 @@ def _spec_text(manifest: dict[str, Any]) -> str:
         data += ", IID (shared W, b)" if manifest.get("iid") else ""
     else:
         partition = manifest.get("partition") or {"label_skew": "iid"}
-        data = f"{dataset}, partition {_kind_text('label_skew', partition, _SKEW_KEYS)}"
+        data = f"{dataset}, partition {_kind_text('label_skew', partition, SKEW_KEYS)}"
         if sizes.get("distribution") == "equal":  # a real source's "equal" reads no size (hetfl split --help)
             trimmed = partition.get("equal_counts") is True  # else the label skew deals the whole split
             return (f"{data}; sizes "
