@@ -59,3 +59,82 @@ def test_a_misspelt_hetfl_data_dir_is_refused_where_a_run_would_read_it(tmp_path
     validate_config(_config(**IMAGES, model="mlp"))  # digits reads nothing from the data root
     monkeypatch.setenv("HETFL_DATA_DIR", str(tmp_path))
     validate_config(_config(**hub))
+
+
+# Keys that nothing reads where they are set were accepted and every run recorded them (stop 45's audit):
+# the refusals below failed to raise before the checks.
+@pytest.mark.parametrize(("changes", "key", "shown", "why", "allowed"), [
+    ({**IMAGES, "sizes": {"distribution": "equal", "size": 50}}, "sizes.size", "50",
+     "dataset \"digits\" and distribution \"equal\" (the partition deals the source out itself: ",
+     "distribution"),
+    ({"sizes": {"distribution": "lognormal", "index": 0.7}}, "sizes.index", "0.7",
+     "distribution \"lognormal\" (", "distribution, size, sigma, min_size, max_size"),
+    ({"sizes": {"distribution": "pareto", "sigma": 1.0}}, "sizes.sigma", "1.0",
+     "distribution \"pareto\" (", "distribution, size, index, min_size, max_size"),
+    ({"sizes": {"distribution": "equal", "index": 0.7}}, "sizes.index", "0.7",
+     "distribution \"equal\" (", "distribution, size, min_size, max_size"),
+])
+def test_a_sizes_key_its_distribution_does_not_read_is_refused(changes, key, shown, why, allowed):
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(**changes, model="mlp"))
+    assert str(err.value) == (f"config key 'experiments.e.{key}' has value {shown}, which is not allowed "
+                              f"with {why}it does not read it); allowed: {allowed}")
+    # the key at the schema's default passes (validation fills it in; hetfl project validates again)
+    sizes = {"distribution": changes["sizes"]["distribution"], "size": 20, "index": 0.5, "sigma": 0.3}
+    validate_config(validate_config(_config(**{**changes, "sizes": sizes}, model="mlp")))
+
+
+def test_sizes_and_test_fraction_on_the_quadratic_bed_are_refused():
+    quad = {"table": "objective_inconsistency", "dataset": "quadratic", "model": "quadratic",
+            "settings": {"S": {"a": [1.0, 2.0], "b": [0.0, 1.0]}}, "num_devices": 2}
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(**quad, sizes={"distribution": "equal"}))
+    assert str(err.value) == (
+        "config key 'experiments.e.sizes.distribution' has value \"equal\", which is not allowed with "
+        "dataset \"quadratic\" (its devices hold closed-form objectives, not samples: it does not read it); "
+        "allowed: no sizes (the defaults)")
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(**quad, test_fraction=0.3))
+    assert str(err.value) == (
+        "config key 'experiments.e.test_fraction' has value 0.3, which is not allowed with dataset "
+        "\"quadratic\" (its devices hold closed-form objectives, no samples to hold out: it does not read "
+        "it); allowed: 0.2 (the default)")
+    validate_config(validate_config(_config(**quad)))
+
+
+def test_population_sampling_weights_without_clients_per_round_are_refused():
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(sampling_weights="population"))
+    assert str(err.value) == (
+        "config key 'experiments.e.sampling_weights' has value \"population\", which is not allowed "
+        "without clients_per_round (every device takes part in every round, so there is no sampled set to "
+        "weigh over: it does not read it); allowed: \"sampled\" (the default), or clients_per_round set")
+    validate_config(validate_config(_config(sampling_weights="population", clients_per_round=2)))
+
+
+def test_eta0_beyond_float32_is_refused():
+    """eta0 1e39 is inf in the float32 models: the audit saw a training traceback."""
+    for changes, key in (({"eta0": 1e39}, "eta0"),
+                         ({"table": "accuracy_difference", "readings": {"eta0": [1e39]}}, "readings.eta0.0")):
+        with pytest.raises(ConfigError) as err:
+            validate_config(_config(**changes))
+        assert (f"config key 'experiments.e.{key}' has value 1e+39, which is not allowed; allowed: "
+                "<= 3.4028234663852886e+38") in str(err.value)
+    validate_config(_config(eta0=3.4028234663852886e38))
+
+
+@pytest.mark.parametrize("where", ["p_inactive", "readings.p_inactive"])
+def test_a_p_inactive_whose_trace_file_name_is_too_long_is_refused(where):
+    """A trace file's name writes p_inactive in every digit (config._positional): 5e-324 named a file of
+    346 bytes, which the trace job could not write, after validation passed."""
+    changes = {"num_traces": [6]}  # T_hi is the sixth trace: p_inactive applies
+    changes.update({"p_inactive": 5e-324} if where == "p_inactive"
+                   else {"table": "accuracy_difference", "readings": {"p_inactive": [5e-324]}})
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(**changes))
+    assert str(err.value) == (
+        f"config key 'experiments.e.{where}' has value 5e-324, which is not allowed: its trace file name "
+        "(n4_r200_seed0_pi0.0000000000000000000000…) writes it in 326 characters and is 346 bytes; allowed: "
+        "a p_inactive written in at most 235 characters (a file name holds 255 bytes)")
+    validate_config(_config(**{**changes, "p_inactive": 1e-100} if where == "p_inactive" else
+                            {**changes, "readings": {"p_inactive": [1e-100]}}))

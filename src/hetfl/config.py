@@ -573,6 +573,59 @@ def _check_experiment_keys(name: str, exp: dict[str, Any]) -> None:
         raise ConfigError(f"config key '{key}.global_test_samples' has value {exp['global_test_samples']}, "
                           "which is not allowed with global_test false (no global test set to subsample: it "
                           "does not read it); allowed: null, or global_test true")
+    if exp["sampling_weights"] != "sampled" and exp.get("clients_per_round") is None:
+        shown = json.dumps(exp["sampling_weights"])
+        raise ConfigError(f"config key '{key}.sampling_weights' has value {shown}, which is not allowed "
+                          "without clients_per_round (every device takes part in every round, so there is no "
+                          "sampled set to weigh over: it does not read it); allowed: \"sampled\" (the "
+                          "default), or clients_per_round set")
+    if exp["dataset"] == "quadratic" and exp["test_fraction"] != _experiment_default("test_fraction"):
+        raise ConfigError(f"config key '{key}.test_fraction' has value {json.dumps(exp['test_fraction'])}, "
+                          "which is not allowed with dataset \"quadratic\" (its devices hold closed-form "
+                          f"objectives, no samples to hold out: it does not read it); allowed: "
+                          f"{_experiment_default('test_fraction')} (the default)")
+    _check_size_keys(name, exp)
+
+
+#: the sizes keys each distribution reads (data.sizes.sample_sizes: every one clips to [min_size, max_size])
+SIZE_KEYS = {"equal": ("size", "min_size", "max_size"), "pareto": ("size", "index", "min_size", "max_size"),
+             "lognormal": ("size", "sigma", "min_size", "max_size")}
+
+
+@functools.cache
+def _schema_defaults(definition: str) -> dict[str, Any]:
+    """The keys of the schema's `definition` that it fills in, and their values (parsed once: load_schema
+    per experiment doubled a config's validation, which every Snakemake start runs)."""
+    return {k: v["default"] for k, v in load_schema()["$defs"][definition]["properties"].items()
+            if "default" in v}
+
+
+def _experiment_default(key: str) -> Any:
+    return _schema_defaults("experiment")[key]
+
+
+def _check_size_keys(name: str, exp: dict[str, Any]) -> None:
+    """A sizes key its distribution does not read is refused: sizes.size beside distribution equal on a real
+    source (the partitioner deals the source out itself: data.build), index beside lognormal, and any sizes
+    or test_fraction on the quadratic bed passed, and every run recorded them (an audit). As with partition
+    keys, a key at the schema's default passes: validation fills those in (_check_partition_keys)."""
+    sizes, dataset = exp["sizes"], exp["dataset"]
+    defaults = _schema_defaults("sizes")
+    if dataset == "quadratic":
+        reads: tuple[str, ...] = ()
+        why = "dataset \"quadratic\" (its devices hold closed-form objectives, not samples: "
+    elif dataset != "synthetic" and sizes["distribution"] == "equal":
+        reads = ("distribution",)
+        why = f"dataset \"{dataset}\" and distribution \"equal\" (the partition deals the source out itself: "
+    else:
+        reads = ("distribution", *SIZE_KEYS[sizes["distribution"]])
+        why = f"distribution \"{sizes['distribution']}\" ("
+    for k, v in sizes.items():
+        if k in reads or v == defaults.get(k):
+            continue
+        raise ConfigError(f"config key 'experiments.{name}.sizes.{k}' has value {json.dumps(v)}, which is "
+                          f"not allowed with {why}it does not read it); allowed: "
+                          + (", ".join(reads) if reads else "no sizes (the defaults)"))
 
 
 def _check_table_fits(name: str, exp: dict[str, Any]) -> None:
@@ -1054,14 +1107,6 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
 _SIZE_SKEW_UNREAD = (("dirichlet", "min_size"),)
 
 
-@functools.cache
-def _partition_defaults() -> dict[str, Any]:
-    """The partition keys the schema fills in, and their values (parsed once: load_schema per experiment
-    doubled a config's validation, which every Snakemake start runs)."""
-    return {k: v["default"] for k, v in load_schema()["$defs"]["partition"]["properties"].items()
-            if "default" in v}
-
-
 def _check_partition_keys(name: str, exp: dict[str, Any]) -> None:
     """A partition key its label skew does not read is refused: m beside label_skew dirichlet, alpha beside
     pathological, shards_per_client beside iid passed, the split ignored them and every run recorded them
@@ -1074,7 +1119,7 @@ def _check_partition_keys(name: str, exp: dict[str, Any]) -> None:
     what every run of that skew records anyway."""
     from hetfl.data.partition import SKEW_KEYS
 
-    defaults = _partition_defaults()
+    defaults = _schema_defaults("partition")
     skewed = exp["sizes"]["distribution"] != "equal"  # data.build: "equal" is the partitioner's own split
     for label, setting in exp["settings"].items():
         part = setting.get("partition")
@@ -1138,6 +1183,21 @@ def _shown(name: str) -> str:
     return name if len(name) <= 48 else f"{name[:40]}…"
 
 
+def _check_trace_name(spec: RunSpec) -> None:
+    """A trace file's name writes p_inactive in every digit (_positional): 5e-324 named a file of 330 bytes,
+    which its trace job could not write, after validation passed."""
+    trace = f"{Path(spec.trace_key).name}.npz"  # and .csv and .log beside it: no longer
+    if len(trace.encode()) <= NAME_MAX:
+        return
+    digits = len(_positional(spec.p_inactive))
+    key = "readings.p_inactive" if spec.reading.startswith("p_inactive=") else "p_inactive"
+    size = len(trace.encode())
+    raise ConfigError(f"config key 'experiments.{spec.experiment}.{key}' has value {spec.p_inactive!r}, "
+                      f"which is not allowed: its trace file name ({_shown(trace)}) writes it in {digits} "
+                      f"characters and is {size} bytes; allowed: a p_inactive written in at most "
+                      f"{digits - (size - NAME_MAX)} characters (a file name holds {NAME_MAX} bytes)")
+
+
 def _check_run_names(config: dict[str, Any]) -> None:
     """Two runs of one name share a results directory: readings eta0 [0.1, 0.1000001] named both variants
     ...__eta0-0.1 (_format_value's 6 significant digits), and the training job trained both into it, the
@@ -1150,6 +1210,7 @@ def _check_run_names(config: dict[str, Any]) -> None:
                               f"not allowed; allowed: run names of at most {NAME_MAX - len(_RUN_LOG_SUFFIX)} "
                               f"bytes (a file name holds {NAME_MAX}, and the run's log is "
                               f"<run>{_RUN_LOG_SUFFIX}): a shorter setting name")
+        _check_trace_name(spec)
         other = seen.setdefault(f"{spec.experiment}/{spec.run}", spec)
         if other is spec:
             continue
