@@ -490,3 +490,23 @@ def test_track_refuses_an_out_that_is_a_directory_before_the_mirror(capsys, resu
         f"hetfl track: error: --out has value '{tmp_path}', which is a directory; allowed: a JSON file to "
         "write (new, or an earlier mirror's)"), err
     assert not (tmp_path / "store").exists()  # nothing mirrored
+
+
+def test_a_readings_table_over_a_main_tables_stem_is_refused(capsys, results):
+    """`hetfl table NAME --readings --out STEM`, given a main table's stem, overwrote its .md and .csv and
+    left its .tex: three files of two different tables."""
+    stem = results / "tables" / "accuracy_difference"
+    rc, err = _main(capsys, "table", "accuracy_difference", "--out", str(stem), *_glob(results))
+    assert rc == 0, err
+    before = {p.name: p.read_bytes() for p in stem.parent.iterdir()}
+    assert sorted(before) == [f"accuracy_difference.{e}" for e in ("csv", "md", "tex")]
+    rc, err = _main(capsys, "table", "accuracy_difference", "--readings", "--out", str(stem), *_glob(results))
+    assert rc == 2 and err.strip() == (
+        f"hetfl table: error: --out has value {str(stem)!r}, which is not allowed with --readings: it is the "
+        f"stem of a main table ({stem}.tex exists), whose .md and .csv a readings table would overwrite, "
+        f"leaving its .tex beside them; allowed: another stem, e.g. {stem}_readings (the workflow's)"), err
+    assert {p.name: p.read_bytes() for p in stem.parent.iterdir()} == before
+    rc, err = _main(capsys, "table", "accuracy_difference", "--readings", "--out", f"{stem}_readings",
+                    *_glob(results))
+    assert rc == 0, err
+    assert (stem.parent / "accuracy_difference_readings.csv").stat().st_size > 0

@@ -532,6 +532,12 @@ def check_table_reads(what: str, table: str, runs: list[Path]) -> None:
 def _cmd_table(args: argparse.Namespace) -> int:
     from hetfl.reports.tables import build_table
 
+    stale = Path(f"{args.out}.tex")
+    if args.readings and stale.exists():  # it wrote the .md and .csv and left the main table's .tex
+        raise ConfigError(f"--out has value {args.out!r}, which is not allowed with --readings: it is the "
+                          f"stem of a main table ({stale} exists), whose .md and .csv a readings table would "
+                          "overwrite, leaving its .tex beside them; allowed: another stem, e.g. "
+                          f"{args.out}_readings (the workflow's)")
     runs = run_paths(args.runs)
     check_table_reads(f"table {args.table}", args.table, runs)
     out = build_table(args.table, runs, Path(args.out), readings=args.readings)
