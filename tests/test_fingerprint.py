@@ -1,5 +1,6 @@
 """Code fingerprints (hetfl.fingerprint): which files a job kind's output depends on."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -444,3 +445,35 @@ def test_installed_versions_name_what_each_kind_computes_with():
     assert installed_versions("trace", ("scipy",)) == f"{numpy} scipy=={metadata.version('scipy')}"
     assert installed_versions("table") == ""
     assert installed_versions("trace", ("no-such-dist-hetfl",)) == f"no-such-dist-hetfl==? {numpy}"
+
+
+def test_an_edit_of_a_cli_default_reruns_the_jobs_of_its_verb_only(monkeypatch):
+    """cli.py is in no closure, and an edit of a default its rule leaves out (`hetfl train --cpu-workers`)
+    reran nothing (stop 45's open item): each kind's fingerprint now hashes its verb's defaults."""
+    import argparse
+
+    from hetfl import cli
+
+    build = cli.build_parser
+
+    def edited() -> argparse.ArgumentParser:
+        parser = build()
+        verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        verbs.choices["train"].set_defaults(cpu_workers="0")
+        return parser
+
+    def fingerprints() -> dict[str, str]:
+        fp.cli_defaults.cache_clear()
+        fp.fingerprint.cache_clear()
+        return {kind: fp.fingerprint(kind) for kind in fp.ENTRIES}
+
+    before = fingerprints()
+    assert json.loads(fp.cli_defaults("train"))["cpu_workers"] == "auto"
+    monkeypatch.setattr(cli, "build_parser", edited)
+    after = fingerprints()
+    assert json.loads(fp.cli_defaults("train"))["cpu_workers"] == "0"
+    assert {kind for kind in fp.ENTRIES if after[kind] != before[kind]} == {"train"}
+    monkeypatch.setattr(cli, "build_parser", build)
+    assert fingerprints() == before
+    # every kind's rule calls the verb of its name: none is missing from the parser
+    assert all(json.loads(fp.cli_defaults(kind.replace("_", "-"))) for kind in fp.ENTRIES)

@@ -5,7 +5,7 @@ a table's job adds its builders' modules, a figure's its drawing function's, whi
 REGISTRIES), plus the data files it reads (DATA; a table's paper references are a param of their own,
 data_fingerprint); a training job's also holds the modules of its algorithms and, for a plugin's algorithm,
 the code outside hetfl that they import (outside_code: local files hashed, installed distributions by name
-and version).
+and version). Each also hashes the defaults of the `hetfl` verb its rule calls (cli_defaults).
 The workflow passes each job's fingerprint as a Snakemake param, so editing a file under src/hetfl reruns
 exactly the jobs whose closure holds it (Snakemake's `params` rerun trigger); run.json records it beside
 the git commit and a dirty flag, and a training checkpoint is reused only under the same fingerprint.
@@ -19,6 +19,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import io
+import json
 import os
 import site
 import subprocess
@@ -344,6 +345,24 @@ def _hashed(path: Path) -> bytes:
 
 
 @functools.cache
+def cli_defaults(verb: str) -> str:
+    """cli.py is in no closure (its imports inside each command would put every module in every kind's code):
+    an edit of a default a rule leaves out (`hetfl train --cpu-workers`, `hetfl track --rounds`) reran
+    nothing. So a kind's fingerprint hashes this instead: the defaults of `hetfl <verb>`'s options, as
+    sorted JSON, what the verb does with an option its rule does not pass. A default that JSON cannot write
+    fails here, at the DAG's build, not in a job."""
+    import argparse
+
+    from hetfl.cli import build_parser
+
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    defaults = {a.dest: a.default for a in verbs.choices[verb]._actions
+                if a.default != argparse.SUPPRESS}  # --help's
+    return json.dumps(defaults, sort_keys=True)
+
+
+@functools.cache
 def fingerprint(kind: str, algorithms: tuple[str, ...] = (), job: str | None = None) -> str:
     """16 hex digits of sha256 over the closure of the entries of `kind`'s job `job` (job_entries: a table's
     builder's modules, say; None: every job's of the kind; train: plus the algorithms' modules and the
@@ -362,6 +381,8 @@ def fingerprint(kind: str, algorithms: tuple[str, ...] = (), job: str | None = N
         h.update(name.encode() + b"\0" + _hashed(path) + b"\0")
     for dist, version in sorted(outside.distributions.items()):
         h.update(f"{dist}=={version}".encode() + b"\0")
+    if kind in ENTRIES:  # each kind's rule calls `hetfl <kind>` (split_figure: split-figure)
+        h.update(b"cli\0" + cli_defaults(kind.replace("_", "-")).encode() + b"\0")
     return h.hexdigest()[:16]
 
 
