@@ -940,6 +940,9 @@ def test_snakemake_dry_run_of_the_fedfor_readings_check_builds_its_readings_tabl
     ({"label_skew": "dirichlet", "alpha": 0.3, "min_size": 20}, "pareto", "min_size", "20",
      f"label_skew \"dirichlet\" and experiments.{MLP_EXP}.sizes.distribution \"pareto\" (a size skew",
      "alpha"),
+    ({"label_skew": "longtail", "client_fraction": 0.25}, "lognormal", "client_fraction", "0.25",
+     f"label_skew \"longtail\" and experiments.{MLP_EXP}.sizes.distribution \"lognormal\" (a size skew",
+     "imbalance_ratio, draw"),
 ])
 def test_a_partition_key_its_label_skew_does_not_read_is_refused(partition, sizes, key, shown, why, allowed):
     """m beside label_skew dirichlet, alpha beside pathological, shards_per_client beside iid, Dirichlet's
@@ -962,16 +965,15 @@ def test_a_partition_key_its_label_skew_does_not_read_is_refused(partition, size
     validate_config(cfg)
 
 
-@pytest.mark.parametrize("table", ["bmta", "communication_cost", "none"])
+@pytest.mark.parametrize("table", ["bmta", "communication_cost", "none", "fedfor_concept_shift"])
 def test_acc_x_outside_the_fedfor_tables_is_refused(table):
-    """acc_x: 60 beside a table that is not FedFOR's (only fedfor_by_e reads it) passed, and every run
-    recorded it (an audit)."""
+    """acc_x: 60 beside a table that is not FedFOR's by-E table (only fedfor_by_e reads it; Table 5, the
+    concept shift, has no ACC_x column) passed, and every run recorded it (an audit)."""
     cfg = copy.deepcopy(QUICK)
     cfg["experiments"] = {MLP_EXP: cfg["experiments"][MLP_EXP]}
     cfg["experiments"][MLP_EXP].update(acc_x=60, table=table)
     _refused(cfg, f"config key 'experiments.{MLP_EXP}.acc_x' has value 60, which is not allowed with table "
-                  f"{table} (it does not read it); allowed: acc_x only with table fedfor_by_e or "
-                  "fedfor_concept_shift")
+                  f"{table} (it does not read it); allowed: acc_x only with table fedfor_by_e")
     cfg["experiments"][MLP_EXP]["table"] = "fedfor_by_e"
     validate_config(cfg)
 

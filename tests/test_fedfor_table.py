@@ -52,8 +52,8 @@ def _config(acc_x=None):
     exp = {"table": "fedfor_by_e", "dataset": "mnist5k",
            "settings": {"E8": {"partition": {"label_skew": "longtail", "client_fraction": 0.25,
                                              "draw": "independent"}, "local_epochs": 8, "rounds": 4}},
-           "num_devices": 10, "clients_per_round": 2, "algorithms": ["fedavg", "fedfor"], "schemes": ["B"],
-           "num_traces": [1], "seeds": [0, 1, 2]}
+           "num_devices": 10, "clients_per_round": 2, "sizes": {"distribution": "equal"},
+           "algorithms": ["fedavg", "fedfor"], "schemes": ["B"], "num_traces": [1], "seeds": [0, 1, 2]}
     if acc_x is not None:
         exp["acc_x"] = acc_x
     return {"experiments": {"ff": exp}}

@@ -546,7 +546,7 @@ def _check_validation_accuracy(name: str, exp: dict[str, Any]) -> None:
 #: the tables acc_x is allowed with: FedFOR's. Only fedfor_by_e reads it (reports.fedfor's ACC_x rows;
 #: concept_shift_table has no ACC_x), but tests/test_config.py's FedFOR configs carry quick.yaml's acc_x onto
 #: fedfor_concept_shift, so it is not refused there
-ACC_X_TABLES = ("fedfor_by_e", "fedfor_concept_shift")
+ACC_X_TABLES = ("fedfor_by_e",)  # Table 5 (fedfor_concept_shift) has no ACC_x column
 
 
 def _check_experiment_keys(name: str, exp: dict[str, Any]) -> None:
@@ -1101,10 +1101,8 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
 
 
 #: partition keys a label skew reads only without a size skew (data.partition: with one, FedDyn's Dirichlet
-#: split takes the redraw's place). Longtail's client_fraction is not read under a size skew either (the
-#: drawn sizes give the head counts), but tests/test_fedfor_table.py's config sets it beside the default
-#: pareto sizes, so it is not refused here
-_SIZE_SKEW_UNREAD = (("dirichlet", "min_size"),)
+#: split takes the redraw's place, and longtail's drawn sizes give its head counts)
+_SIZE_SKEW_UNREAD = (("dirichlet", "min_size"), ("longtail", "client_fraction"))
 
 
 def _check_partition_keys(name: str, exp: dict[str, Any]) -> None:
