@@ -543,10 +543,9 @@ def _check_validation_accuracy(name: str, exp: dict[str, Any]) -> None:
                           "true")
 
 
-#: the tables acc_x is allowed with: FedFOR's. Only fedfor_by_e reads it (reports.fedfor's ACC_x rows;
-#: concept_shift_table has no ACC_x), but tests/test_config.py's FedFOR configs carry quick.yaml's acc_x onto
-#: fedfor_concept_shift, so it is not refused there
-ACC_X_TABLES = ("fedfor_by_e",)  # Table 5 (fedfor_concept_shift) has no ACC_x column
+#: the tables acc_x is allowed with: only fedfor_by_e reads it (reports.fedfor's ACC_x rows; Table 5's
+#: concept_shift_table has no ACC_x)
+ACC_X_TABLES = ("fedfor_by_e",)
 
 
 def _check_experiment_keys(name: str, exp: dict[str, Any]) -> None:
@@ -1182,7 +1181,7 @@ def _shown(name: str) -> str:
 
 
 def _check_trace_name(spec: RunSpec) -> None:
-    """A trace file's name writes p_inactive in every digit (_positional): 5e-324 named a file of 330 bytes,
+    """A trace file's name writes p_inactive in every digit (_positional): 5e-324 named a file of 346 bytes,
     which its trace job could not write, after validation passed."""
     trace = f"{Path(spec.trace_key).name}.npz"  # and .csv and .log beside it: no longer
     if len(trace.encode()) <= NAME_MAX:
