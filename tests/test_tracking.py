@@ -333,6 +333,25 @@ def test_metrics_are_mirrored_at_the_evaluated_rounds_unless_all_are_asked_for(s
         tracking.read_run(d, "some")
 
 
+def test_a_run_without_a_local_holdout_is_mirrored_at_its_evaluated_rounds(store):
+    """test_fraction 0 (FedFOR's Table 4): no test_loss is recorded, but train_loss and global_test_* are, at
+    the evaluated rounds 3 and 6; lr and bytes_up every round. The mirror logs every metric at 3 and 6, as
+    its tag `hetfl.mirrored_rounds = evaluated` says (it logged all six rounds of lr and bytes_up)."""
+    d = _write_run(store, _spec("noholdout", run="IID_T8_C_s0"))
+    rows = [(r, m, v) for r in range(1, 7) for m, v in (("lr", 0.05), ("bytes_up", 80.0 * r))]
+    rows += [(r, m, v) for r in (3, 6) for m, v in (("train_loss", 2.0 / r), ("global_test_accuracy", r / 10),
+                                                    ("test_samples", 0.0))]
+    pd.DataFrame(rows, columns=["round", "metric", "value"]).to_parquet(d / "metrics.parquet", index=False)
+    run_id = tracking.mirror_run_dirs(store, [d]).runs["noholdout/IID_T8_C_s0"]
+    client = _client(store)
+    assert client.get_run(run_id).data.tags["hetfl.mirrored_rounds"] == "evaluated"
+    assert {m: _steps(client, run_id, m) for m in ("lr", "bytes_up", "train_loss", "global_test_accuracy")} \
+        == {"lr": [3, 6], "bytes_up": [3, 6], "train_loss": [3, 6], "global_test_accuracy": [3, 6]}
+    from hetfl.engine.runner import EVAL_LOSSES
+
+    assert tracking.EVALUATION_MARKERS == EVAL_LOSSES  # the losses every evaluated round records
+
+
 def test_a_flat_stretch_is_mirrored_at_its_two_ends(store):
     """Of the evaluated rounds over which a metric keeps one value, the mirror logs the first and the last:
     MLflow's line through them is the same. A change, a return to an earlier value and NaN are kept."""

@@ -42,8 +42,10 @@ MIRROR_KEYS = ("mlflow_run_id", "mlflow_error")
 REMOTE_SCHEMES = ("http", "https", "databricks", "databricks-uc", "uc")
 #: which rounds' values a training run's mirror logs (docs/tracking.md, "Metrics")
 MIRROR_ROUNDS = ("evaluated", "all")
-#: recorded at every evaluated round, and at the round a run diverged (engine.runner)
-EVALUATION_MARKER = "test_loss"
+#: recorded at every evaluated round, and at the round a run diverged: engine.runner.EVAL_LOSSES (not
+#: imported: it imports torch). test_loss alone missed a run without a local holdout (test_fraction 0),
+#: whose every round was then mirrored under hetfl.mirrored_rounds = evaluated
+EVALUATION_MARKERS = ("test_loss", "train_loss", "global_test_loss")
 #: hex digits of a split's sha256 a dataset input's digest keeps (MLflow's own digests have 8)
 DIGEST_CHARS = 8
 DATASET_CONTEXT = "training"  # the input tag mlflow.data.context: what the data set was used for
@@ -180,7 +182,7 @@ def mirrored_rows(m, rounds: str = "evaluated"):
     if rounds not in MIRROR_ROUNDS:
         raise ValueError(f"rounds has value {rounds!r}, which is not allowed; allowed: "
                          f"{', '.join(MIRROR_ROUNDS)}")
-    evaluated = m.loc[m["metric"] == EVALUATION_MARKER, "round"]
+    evaluated = m.loc[m["metric"].isin(EVALUATION_MARKERS), "round"]
     if rounds == "all" or evaluated.empty:
         return m
     return flat_ends(m[m["round"].isin(set(evaluated) | {m["round"].max()})])
@@ -230,7 +232,8 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
         raise FileNotFoundError(f"{run_dir} is not a run directory (no run.json in it); hetfl track takes "
                                 "run directories or their run.json files")
     info = json.loads((d / "run.json").read_text())
-    m = mirrored_rows(pd.read_parquet(d / "metrics.parquet"), rounds)
+    frame = pd.read_parquet(d / "metrics.parquet")
+    m = mirrored_rows(frame, rounds)
     rows = list(zip(m["round"].astype(int), m["metric"].astype(str), m["value"].astype(float), strict=True))
     # NaN and ±inf are not logged: MLflow 3's run page fails on a NaN metric (the REST API sends the string
     # "NaN"; mlflow/mlflow#16555) and its SQL store turns ±inf into ±1.8e308, which read as real values
@@ -273,6 +276,8 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
     if commit and commit != "unknown":
         tags[MLFLOW_GIT_COMMIT] = str(commit)
     files = (d / "run.json", d / "metrics.parquet")
+    # "markers": a run without test_loss (no local holdout) was mirrored at every round before: replaced
+    no_holdout = rounds == "evaluated" and "test_loss" not in set(frame["metric"])
     experiment, run = str(spec["experiment"]), str(spec["run"])
     split = info.get("split") or {}
     # the federation trained on: the data set's name, the split's sha256 as its digest (MLflow's are 8 hex)
@@ -285,7 +290,8 @@ def read_run(run_dir: str | Path, rounds: str = "evaluated") -> RunRecord:
                      # "rows": mirrors logged before flat_ends had every evaluated round: replaced, not kept
                      # "finite": a mirror logged before ±inf was left out holds 1.8e308: replaced too
                      content_sha256=content_sha256({**info, "mirrored_rounds": rounds, "rows": "flat_ends",
-                                                    **({"finite": True} if nonfinite else {})},
+                                                    **({"finite": True} if nonfinite else {}),
+                                                    **({"markers": "eval_losses"} if no_holdout else {})},
                                                    [d / "metrics.parquet"]))
 
 
