@@ -243,6 +243,26 @@ def test_summary_run_carries_tables_and_figures(store, tmp_path):
         tracking.mirror_run_dirs(results, runs, summary_files=[reports / "figures/absent.svg"])
 
 
+def test_a_summary_kept_in_place_drops_the_commit_and_user_its_runs_no_longer_share(store, tmp_path):
+    """A run retrained at another commit by another user, not the experiment's first: the summary's files and
+    start are the same, so it is kept in place; its Version and User columns must then be empty, not the
+    old commit and user that half of its runs no longer have."""
+    files = [tmp_path / "tables/accuracy_difference.csv"]
+    files[0].parent.mkdir(parents=True)
+    files[0].write_text("table")
+    runs = [_write_run(store, _spec("stale", run=f"IID_T8_C_s{s}", seed=s), user="ada") for s in (0, 1)]
+    first = tracking.mirror_run_dirs(store, runs, description="", summary_files=files)
+    client = _client(store)
+    tags = client.get_run(first.summaries["stale"]).data.tags
+    assert tags["mlflow.source.git.commit"] == "0123abcd" * 5 and tags["mlflow.user"] == "ada"
+    _write_run(store, _spec("stale", run="IID_T8_C_s1", seed=1), user="bob", git_commit="4567cdef" * 5,
+               started_at="2024-05-02T10:00:00.000+00:00", finished_at="2024-05-02T10:02:00.000+00:00")
+    again = tracking.mirror_run_dirs(store, runs, description="", summary_files=files)
+    assert again.summaries == first.summaries  # same files, same start: in place
+    tags = client.get_run(again.summaries["stale"]).data.tags
+    assert "mlflow.source.git.commit" not in tags and "mlflow.user" not in tags
+
+
 def test_tracking_uri_from_the_environment(tmp_path, monkeypatch):
     store = tmp_path / "elsewhere"
     store.mkdir()

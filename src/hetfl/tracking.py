@@ -40,6 +40,12 @@ NOTE_TAG = "mlflow.note.content"  # MLflow's description field, of experiments a
 # run.json keys that record the mirror itself: not part of what is mirrored
 MIRROR_KEYS = ("mlflow_run_id", "mlflow_error")
 REMOTE_SCHEMES = ("http", "https", "databricks", "databricks-uc", "uc")
+#: tags a mirror writes only where they apply (docs/tracking.md, "Tags"): a mirror kept in place that no
+#: longer gets one has it deleted (a summary run kept the commit and user its runs had shared before one of
+#: them was retrained)
+CONDITIONAL_TAGS = ("mlflow.source.git.commit", "mlflow.user", "hetfl.cut_params", "hetfl.nonfinite_metrics",
+                    "hetfl.precision", "hetfl.code_fingerprint", "hetfl.algorithm_package",
+                    "hetfl.algorithm_target")
 #: which rounds' values a training run's mirror logs (docs/tracking.md, "Metrics")
 MIRROR_ROUNDS = ("evaluated", "all")
 #: recorded at every evaluated round, and at the round a run diverged: engine.runner.EVAL_LOSSES (not
@@ -459,6 +465,9 @@ def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, 
         # half-way, it is not left FINISHED with some files old and some new, or one truncated, but replaced
         client.update_run(rid, status="RUNNING", name=run.name if keep.info.run_name != run.name else None)
         client.log_batch(rid, tags=[RunTag(k, v) for k, v in tags.items()])
+        for k in CONDITIONAL_TAGS:
+            if k in keep.data.tags and k not in tags:
+                client.delete_tag(rid, k)
     else:
         rid = client.create_run(exp_id, start_time=run.start_ms, run_name=run.name,
                                 tags={k: v for k, v in tags.items() if k != CONTENT_TAG}).info.run_id
