@@ -375,3 +375,17 @@ def test_scheme_curves_caption_counts_the_panels_drawn():
     some = runs[runs["num_traces"].isin([2, 8])]
     assert "(4 runs, 2 seed(s); data: synthetic)." in report_pages.figure_caption(
         "scheme_curves", some, "accuracy_difference")
+
+
+def test_table_pages_of_a_bad_readings_table_write_no_page_at_all(tmp_path, capsys):
+    """Every table is read before any page is written, as `hetfl report fidelity` does: a bad readings table
+    named after a good one left the good one's page and caption written behind the error."""
+    from hetfl.cli import main
+
+    _fidelity_tables(tmp_path)
+    csv = tmp_path / "accuracy_difference_readings.csv"
+    pd.read_csv(csv).drop(columns="reading").to_csv(csv, index=False)
+    out = tmp_path / "out"
+    assert main(["report", "tables", "accuracy_difference", "accuracy_difference_readings", "--tables-dir",
+                 str(tmp_path), "--out", str(out)]) == 2
+    assert f"{csv} has no column 'reading'" in capsys.readouterr().err and not out.exists()
