@@ -389,3 +389,14 @@ def test_table_pages_of_a_bad_readings_table_write_no_page_at_all(tmp_path, caps
     assert main(["report", "tables", "accuracy_difference", "accuracy_difference_readings", "--tables-dir",
                  str(tmp_path), "--out", str(out)]) == 2
     assert f"{csv} has no column 'reading'" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_fidelity_summary_of_no_table_is_refused(tmp_path, capsys):
+    """`hetfl report fidelity --out STEM` with no table name wrote a summary of "0 table(s)" and said "wrote";
+    `hetfl report tables` refuses the same."""
+    from hetfl.cli import main
+
+    out = tmp_path / "out" / "fidelity"
+    assert main(["report", "fidelity", "--tables-dir", str(tmp_path), "--out", str(out)]) == 2
+    assert "names no table, which is not allowed; allowed: one or more table names" in capsys.readouterr().err
+    assert not out.parent.exists()

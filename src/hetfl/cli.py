@@ -628,9 +628,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from hetfl.reports import report_pages as rp
 
     tables_dir, out = Path(args.tables_dir), Path(args.out)
-    if args.page == "tables" and not args.tables:  # it said "wrote" and wrote nothing
-        raise ConfigError("hetfl report tables names no table, which is not allowed; allowed: one or more "
-                          f"table names, e.g. accuracy_difference (the <table>.md and .csv in {tables_dir})")
+    if not args.tables:  # tables said "wrote" and wrote nothing; fidelity wrote a summary of 0 tables
+        raise ConfigError(f"hetfl report {args.page} names no table, which is not allowed; allowed: one or "
+                          "more table names, e.g. accuracy_difference (the <table>.md and .csv in "
+                          f"{tables_dir})")
     missing = [f"{n}.{ext}" for n in args.tables for ext in ("md", "csv")
                if not (tables_dir / f"{n}.{ext}").is_file()]
     if missing:  # before writing anything
