@@ -281,6 +281,20 @@ def test_a_path_that_is_no_run_directory_is_named(store, tmp_path):
         tracking.mirror_run_dirs(store, [tmp_path / "mlflow.json"])
 
 
+def test_a_summary_path_that_is_no_file_is_named_with_its_flag(store, tmp_path, capsys):
+    """`hetfl track RUN --summary DIR` said "summary files do not exist: DIR" of a directory that exists,
+    without the flag or what it takes."""
+    from hetfl.cli import main
+
+    d = _write_run(store, _spec("summflag"))
+    assert main(["track", "--results-root", str(store), str(d), "--summary", str(tmp_path),
+                 str(tmp_path / "no.md")]) == 2
+    err = capsys.readouterr().err
+    assert f"--summary has value(s) {tmp_path}, {tmp_path / 'no.md'}, which are not files" in err
+    assert "allowed: the tables and figures" in err
+    assert not [e for e in _client(store).search_experiments() if e.name == "summflag"]
+
+
 def test_a_tracking_server_is_not_purged_from_the_client(capsys):
     assert tracking.can_hard_delete("sqlite:///x.db") and tracking.can_hard_delete("postgresql://h/db")
     assert not tracking.can_hard_delete("http://127.0.0.1:5000")

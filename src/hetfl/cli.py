@@ -573,6 +573,12 @@ def _cmd_track(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).is_dir():  # before the mirror, which takes minutes for a large grid
         raise ConfigError(f"--out has value {args.out!r}, which is a directory; allowed: a JSON file to "
                           "write (new, or an earlier mirror's)")
+    bad = [p for p in args.summary or [] if not Path(p).is_file()]
+    if bad:  # it said "summary files do not exist" of a directory, without the flag or what it takes
+        raise ConfigError(f"--summary has value(s) {', '.join(bad)}, which are not files; allowed: the "
+                          "tables and figures to attach to each experiment's summary run (reports/tables/*."
+                          "{md,csv,tex}, reports/figures/*.{png,svg,caption.html}); give the runs before "
+                          "--summary")
     runs = run_paths(args.runs)
     for run in runs:  # as table and figure read them: a malformed run.json was "Expecting value: line 2 ..."
         load_run_json(run)
