@@ -198,6 +198,28 @@ def test_a_pruning_mirror_removes_runs_that_left_the_grid(store):
     assert client.search_runs([exp_id], run_view_type=ViewType.DELETED_ONLY) == []
 
 
+def test_a_pruning_mirror_without_summary_files_keeps_the_summary_run(store, tmp_path, capsys):
+    """`hetfl track --prune RUNS` by hand, without --summary, purged the experiment's summary run (its tables
+    and figures) as a run that left the grid, and counted it "replaced"; the workflow's track job, up to
+    date, did not bring it back. Given `--summary` (even with no file, an experiment without a table), the
+    summary files are the whole set, and an earlier summary run is pruned."""
+    from hetfl.cli import main
+
+    runs = [_write_run(store, _spec("prunesum", run=f"IID_T8_C_s{s}", seed=s)) for s in range(2)]
+    table = tmp_path / "tables/accuracy_difference.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text("table")
+    first = tracking.mirror_run_dirs(store, runs, description="", summary_files=[table], prune=True)
+    client = _client(store)
+    base = ["track", "--prune", "--results-root", str(store), *map(str, runs)]
+    assert main(base) == 0 and "0 replaced run(s) purged" in capsys.readouterr().err
+    assert client.get_run(first.summaries["prunesum"]).info.lifecycle_stage == "active"
+    assert main([*base, "--summary"]) == 0 and "1 replaced run(s) purged" in capsys.readouterr().err
+    exp_id = client.get_experiment_by_name("prunesum").experiment_id
+    assert sorted(r.info.run_name for r in client.search_runs([exp_id], run_view_type=ViewType.ALL)) == \
+        ["prunesum/IID_T8_C_s0", "prunesum/IID_T8_C_s1"]
+
+
 def test_run_name_with_a_quote_is_matched_exactly(store, tmp_path):
     """Issue 11 item 14: a quote in a received run.json must not change how its mirror is found."""
     results = store

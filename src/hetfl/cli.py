@@ -586,7 +586,8 @@ def _cmd_track(args: argparse.Namespace) -> int:
             raise ConfigError(f"run {run} has no {METRICS_PARQUET} (its training did not finish); allowed: "
                               f"run directories holding run.json and {METRICS_PARQUET}")
     mirror = mirror_run_dirs(args.results_root, runs, description=args.description,
-                             summary_files=[Path(p) for p in args.summary or []], rounds=args.rounds,
+                             summary_files=None if args.summary is None else [Path(p) for p in args.summary],
+                             rounds=args.rounds,
                              prune=args.prune)
     if args.out:
         atomic_write_json(args.out, mirror.to_dict())
@@ -827,7 +828,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-root", default="results", help="directory of the default SQLite store")
     p.add_argument("--prune", action="store_true",
                    help="the runs given are their experiments' whole grid: delete the mirrors of any other "
-                        "run of those experiments (the workflow passes it)")
+                        "run of those experiments, and their summary run where --summary is given and makes "
+                        "none (the workflow passes it)")
     p.add_argument("--out", help="write the MLflow ids (runs, experiments, summary runs) here as JSON")
     p.add_argument("--description", help="the config's top-level description: each experiment's MLflow "
                                          "description is written from it and the runs' grid (without it, "

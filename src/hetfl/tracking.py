@@ -515,14 +515,15 @@ class Mirror:
 
 def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
              descriptions: dict[str, str] | None = None, replace_descriptions: bool = True,
-             prune: bool = False) -> Mirror:
+             prune: bool = False, prune_summaries: bool = True) -> Mirror:
     """Mirror runs with one client, each experiment's earlier mirrors updated in place or replaced.
 
     `descriptions` are the experiments' descriptions: written over the store's, or with
     `replace_descriptions=False` only where the experiment has none yet. Deleted runs left by earlier
     mirrors of the same experiment are purged too. With `prune`, the runs given are each experiment's
     whole grid (the workflow's mirror): mirrors of any other run of those experiments (a seed or setting
-    that left the config) are deleted and purged, so the MLflow UI shows what the tables read.
+    that left the config) are deleted and purged, so the MLflow UI shows what the tables read; an earlier
+    summary run too, unless `prune_summaries` is False (no summary files were given, by hand).
     """
     from mlflow.tracking import MlflowClient
 
@@ -551,7 +552,7 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
                 stale += old
             for r in (r for rs in existing.values() for r in rs):
                 live = r.info.lifecycle_stage != "deleted"
-                if live and not prune:
+                if live and (not prune or (SUMMARY_TAG in r.data.tags and not prune_summaries)):
                     continue
                 if live:
                     client.delete_run(r.info.run_id)
@@ -561,14 +562,16 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
 
 
 def mirror_run_dirs(results_dir: str | Path, run_dirs: Iterable[str | Path], *,
-                    description: str | None = None, summary_files: Sequence[str | Path] = (),
+                    description: str | None = None, summary_files: Sequence[str | Path] | None = None,
                     rounds: str = "evaluated", prune: bool = False) -> Mirror:
     """Rebuild the MLflow mirror of finished runs from their run.json and metrics.parquet.
 
     Each experiment's description is written from `description` (the config's top-level text; the
     workflow passes it, possibly empty) and the runs' grid; without it (by hand) only an experiment that
     has no description gets one, from the grid. With `summary_files` (tables and figures) each
-    experiment also gets a summary run carrying them. `rounds`: which rounds' metrics (mirrored_rows).
+    experiment also gets a summary run carrying them; given (even empty), they are the whole set, and
+    `prune` then removes an earlier summary run not made again; None (by hand, no --summary) leaves the
+    summary runs alone. `rounds`: which rounds' metrics (mirrored_rows).
     """
     runs = [read_run(d, rounds) for d in run_dirs]
     by_exp: dict[str, list[RunRecord]] = {}
@@ -578,4 +581,5 @@ def mirror_run_dirs(results_dir: str | Path, run_dirs: Iterable[str | Path], *,
                     for e, rs in by_exp.items()}
     summaries = [summary_record(e, rs, summary_files) for e, rs in by_exp.items()] if summary_files else []
     return log_runs(results_dir, runs + summaries, descriptions=descriptions,
-                    replace_descriptions=description is not None, prune=prune)
+                    replace_descriptions=description is not None, prune=prune,
+                    prune_summaries=summary_files is not None)
