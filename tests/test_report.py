@@ -409,3 +409,21 @@ def test_a_fidelity_summary_of_no_table_is_refused(tmp_path, capsys):
     assert main(["report", "fidelity", "--tables-dir", str(tmp_path), "--out", str(out)]) == 2
     assert "names no table, which is not allowed; allowed: one or more table names" in capsys.readouterr().err
     assert not out.parent.exists()
+
+
+def test_report_out_under_a_file_names_the_flag(tmp_path, capsys):
+    """`hetfl report tables NAME --out FILE` said only "File exists: FILE"; a fidelity stem under a file said
+    "Not a directory". Both name --out, its value and what it takes, and write nothing."""
+    from hetfl.cli import main
+
+    _fidelity_tables(tmp_path)
+    csv = tmp_path / "accuracy_difference.csv"
+    before = csv.read_text()
+    assert main(["report", "tables", "accuracy_difference", "--tables-dir", str(tmp_path), "--out",
+                 str(csv)]) == 2
+    assert f"--out has value '{csv}', which is not a directory; allowed: a folder" in capsys.readouterr().err
+    assert main(["report", "fidelity", "accuracy_difference", "--tables-dir", str(tmp_path), "--out",
+                 str(csv / "fidelity")]) == 2
+    assert f"--out has value '{csv / 'fidelity'}', which is not allowed ({csv} is a file); allowed: " in \
+        capsys.readouterr().err
+    assert csv.read_text() == before

@@ -644,6 +644,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if missing:  # before writing anything
         raise ValueError(f"--tables-dir {tables_dir} has no {', '.join(missing)}; allowed: tables that "
                          "`hetfl table` wrote there (<table>.md and .csv)")
+    # --out under a file said only "File exists: FILE" (tables) or "Not a directory" (fidelity)
+    if args.page == "tables":
+        output_dir("--out", args.out, "a folder for the table pages (new, or an earlier one's)")
+    elif (file := next((p for p in out.parents if p.exists() and not p.is_dir()), None)) is not None:
+        raise ConfigError(f"--out has value {args.out!r}, which is not allowed ({file} is a file); allowed: "
+                          "a stem in a folder, e.g. reports/report/fidelity")
     if args.page == "fidelity":
         rp.write_fidelity(args.tables, tables_dir, out)
     else:
