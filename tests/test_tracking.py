@@ -317,6 +317,28 @@ def test_a_summary_path_that_is_no_file_is_named_with_its_flag(store, tmp_path, 
     assert not [e for e in _client(store).search_experiments() if e.name == "summflag"]
 
 
+def test_a_copied_store_is_refused_before_it_touches_the_originals_artifacts(tmp_path):
+    """A SQLite store keeps each experiment's artifact location as an absolute path: in a copy of a project
+    (cp -r), mirroring again purged the original's artifacts of the runs it replaced or pruned and wrote its
+    new runs' artifacts into the original's results/mlartifacts. The copy is refused, naming both places."""
+    import re
+    import shutil
+
+    original = tmp_path / "a" / "results"
+    runs = [_write_run(original, _spec("copied", run=f"IID_T8_C_s{s}", seed=s)) for s in range(2)]
+    tracking.mirror_run_dirs(original, runs)
+    arts = sorted(p.relative_to(original) for p in (original / "mlartifacts").rglob("*") if p.is_file())
+    assert len(arts) == 4
+    copy = tmp_path / "b" / "results"
+    shutil.copytree(original, copy)
+    said = re.escape(f"experiment 'copied' keeps its artifacts in {original / 'mlartifacts' / 'copied'}, not "
+                     f"beside {copy / 'mlflow.db'}")
+    with pytest.raises(ValueError, match=said):
+        tracking.mirror_run_dirs(copy, [copy / "copied" / "IID_T8_C_s0"], prune=True)
+    assert sorted(p.relative_to(original) for p in (original / "mlartifacts").rglob("*") if p.is_file()) \
+        == arts
+
+
 def test_a_tracking_server_is_not_purged_from_the_client(capsys):
     assert tracking.can_hard_delete("sqlite:///x.db") and tracking.can_hard_delete("postgresql://h/db")
     assert not tracking.can_hard_delete("http://127.0.0.1:5000")

@@ -79,6 +79,25 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     return (db.parent / "mlartifacts" / experiment).as_uri() if db is not None else None
 
 
+def check_artifact_location(uri: str, experiment) -> None:
+    """Refuse an experiment whose artifacts hetfl put beside another copy of this SQLite store: its location
+    is an absolute path, so in a copied (or moved) results/ mirroring purged the original's artifacts and
+    wrote new ones into the original's mlartifacts/."""
+    expected = artifact_location(uri, experiment.name)
+    location = str(experiment.artifact_location or "")
+    if expected is None or location == expected or not location.startswith("file:"):
+        return
+    from urllib.parse import unquote, urlparse
+
+    path = Path(unquote(urlparse(location).path))
+    if path.name == experiment.name and path.parent.name == "mlartifacts":  # hetfl's layout, elsewhere
+        raise ValueError(f"experiment '{experiment.name}' keeps its artifacts in {path}, not beside "
+                         f"{_sqlite_path(uri)}: this store was copied or moved from {path.parent.parent}, "
+                         "and mirroring here would purge and write artifacts there; allowed: a store made "
+                         "here. Remove this mlflow.db and mlartifacts/ and mirror again (the workflow: "
+                         "snakemake --forcerun track; the mirror is rebuilt from results/)")
+
+
 def can_hard_delete(uri: str) -> bool:
     """Whether this client can reach the backend store itself (`mlflow gc` needs it; a server cannot)."""
     return uri.split(":", 1)[0].lower() not in REMOTE_SCHEMES
@@ -537,6 +556,9 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
     exp_ids: dict[str, str] = {}
     with _store_lock(results_dir):
         client = MlflowClient(tracking_uri=uri)
+        for name in by_exp:  # every experiment checked before anything is written
+            if (exp := client.get_experiment_by_name(name)) is not None:
+                check_artifact_location(uri, exp)
         stale: list[str] = []
         for name, exp_runs in by_exp.items():
             exp_id = exp_ids[name] = _experiment_id(client, name, uri)
