@@ -246,3 +246,32 @@ def test_lint_finds_nothing_but_the_software_environment_remark(tmp_path):
         capture_output=True, text=True, cwd=tmp_path)
     remarks = {line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("    * ")}
     assert remarks == {"* Specify a conda environment or container for each rule.:"}, remarks
+
+
+def test_a_deleted_split_manifest_is_made_again(tmp_path):
+    """A training job reads its splits' manifest.json (hetfl.data.build.check_split), which its rule did not
+    declare: a deleted manifest stayed deleted ("Nothing to be done") and the next training job that read the
+    split failed, asking for the split directory to be deleted by hand. Now the split job makes it again."""
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"experiments": {"m": {
+        "table": "none", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
+        "num_devices": 4, "sizes": {"distribution": "equal", "size": 20}, "schemes": ["C"], "num_traces": [1],
+        "local_epochs": 1, "rounds": 2, "seeds": [0]}}}))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+
+    def snakemake(*extra):
+        return subprocess.run(
+            [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+             str(tmp_path / "wd"), "--configfile", str(config), "--cores", "1", *extra],
+            capture_output=True, text=True, env=env)
+
+    first = snakemake()
+    assert first.returncode == 0, first.stderr[-2000:]
+    manifest = tmp_path / "wd/data_splits/m/NIID/seed0/manifest.json"
+    manifest.unlink()
+    proc = snakemake("-n")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert "Nothing to be done" not in out
+    assert re.search(r"rule split\b", out) and "data_splits/m/NIID/seed0/manifest.json" in out

@@ -113,7 +113,9 @@ def all_targets():
 
     Every run's run.json and metrics.parquet are targets themselves: a table reads run.json only, and
     Snakemake does not remake a deleted file whose consumers exist, so a deleted metrics.parquet would
-    stay deleted (an audit found it). As a target it is made again (resumed from its final checkpoint)."""
+    stay deleted (an audit found it). As a target it is made again (resumed from its final checkpoint).
+    So is each split's manifest.json, which a training job reads beside split.npz (hetfl.data.build
+    .check_split): deleted, it stayed deleted and the next training job that read the split failed."""
     tables = [f"reports/tables/{t}.{ext}" for t in TABLES for ext in ("md", "csv", "tex")]
     tables += [f"reports/tables/{t}_readings.{ext}" for t in READINGS_TABLES for ext in ("md", "csv")]
     figures = [f"reports/figures/{f}.png" for f in FIGURES]
@@ -121,7 +123,9 @@ def all_targets():
     mirrors = [f"results/{e}/mlflow.json" for e in sorted({s.experiment for s in RUNS.values()})]
     runs = [f"results/{s.experiment}/{s.run}/{name}" for s in RUNS.values()
             for name in ("run.json", "metrics.parquet")]
-    return tables + figures + runs + mirrors
+    manifests = [f"data_splits/{key}/manifest.json"
+                 for key in dict.fromkeys(s.split_key for s in RUNS.values())]
+    return tables + figures + runs + manifests + mirrors
 
 
 # ---- helpers of splits.smk, tables.smk, track.smk and report.smk (snakemake --lint wants functions apart from rules) ----
