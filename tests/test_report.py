@@ -171,6 +171,15 @@ def test_table_page_colours_verdicts_and_keeps_the_caption(tmp_path):
     assert "Other tables: t" in fragment and "1 agrees" in fragment and "1 disagrees" in fragment
 
 
+
+def test_an_empty_table_csv_is_refused_naming_it(tmp_path):
+    """A table CSV emptied by hand (Snakemake does not make it again: it is newer than its runs) failed the
+    report with pandas' "No columns to parse from file", which named no file."""
+    (tmp_path / "t.md").write_text("Caption.\n\n| a |\n|:--|\n| 1 |\n")
+    (tmp_path / "t.csv").write_text("")
+    with pytest.raises(ValueError, match=r"t\.csv is not a table CSV .*; allowed: the CSV `hetfl table`"):
+        report_pages.write_table_page("t", tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "t")
+
 def test_every_registered_table_and_figure_has_a_category():
     for name in BUILDERS:
         assert catalog.category(name) and catalog.subcategory(name).endswith(name)

@@ -285,6 +285,23 @@ def test_a_summary_kept_in_place_drops_the_commit_and_user_its_runs_no_longer_sh
     assert "mlflow.source.git.commit" not in tags and "mlflow.user" not in tags
 
 
+def test_a_table_cut_off_by_hand_is_not_mirrored(store, tmp_path):
+    """A table file emptied by hand is newer than its runs, so Snakemake does not make it again, and
+    `hetfl track --summary` (run on under make reproduce's --keep-going) put the empty table in the summary
+    run. It is refused naming the file, and the summary keeps the table it had."""
+    runs = [_write_run(store, _spec("cut"))]
+    table = tmp_path / "reports/tables/accuracy_difference.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text("dataset,verdict\nSYNTHETIC,agrees\n")
+    first = tracking.mirror_run_dirs(store, runs, description="", summary_files=[table])
+    table.write_text("")
+    with pytest.raises(ValueError, match=r"summary files are empty: .*accuracy_difference.csv; allowed"):
+        tracking.mirror_run_dirs(store, runs, description="", summary_files=[table])
+    local = _client(store).download_artifacts(first.summaries["cut"], "tables/accuracy_difference.csv",
+                                              str(tmp_path))
+    assert Path(local).read_text() == "dataset,verdict\nSYNTHETIC,agrees\n"
+
+
 def test_tracking_uri_from_the_environment(tmp_path, monkeypatch):
     store = tmp_path / "elsewhere"
     store.mkdir()

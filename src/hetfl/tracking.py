@@ -374,6 +374,12 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise FileNotFoundError(f"summary files do not exist: {', '.join(missing)}")
+    # a table or figure file cut off by hand is newer than its runs, so Snakemake does not make it again:
+    # mirrored, the summary run carried an empty table
+    empty = [str(f) for f in files if f.stat().st_size == 0]
+    if empty:
+        raise ValueError(f"summary files are empty: {', '.join(empty)}; allowed: the files `hetfl table` and "
+                         "`hetfl figure` write (delete them and run snakemake again to make them again)")
     if not runs:
         raise ValueError(f"a summary of experiment '{experiment}' needs its runs; none was given")
     start = min(r.start_ms for r in runs)

@@ -97,8 +97,13 @@ def verdict_parts(name: str, tidy: pd.DataFrame) -> list[str]:
 
 
 def read_tidy(name: str, csv: Path) -> pd.DataFrame:
-    """A table file's CSV; a <table>_readings file must have its `reading` column."""
-    tidy = pd.read_csv(csv)
+    """A table file's CSV; a <table>_readings file must have its `reading` column. An empty or garbled CSV
+    (cut off by hand) is refused naming it: pandas' own message named no file."""
+    try:
+        tidy = pd.read_csv(csv)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{csv} is not a table CSV ({exc}); allowed: the CSV `hetfl table` writes (delete "
+                         "it and run snakemake again to make it again)") from exc
     if name != base_table(name) and "reading" not in tidy:
         raise ValueError(f"{csv} has no column 'reading'; allowed: a readings table that `hetfl table "
                          "--readings` wrote")
