@@ -248,30 +248,74 @@ def test_lint_finds_nothing_but_the_software_environment_remark(tmp_path):
     assert remarks == {"* Specify a conda environment or container for each rule.:"}, remarks
 
 
-def test_a_deleted_split_manifest_is_made_again(tmp_path):
-    """A training job reads its splits' manifest.json (hetfl.data.build.check_split), which its rule did not
-    declare: a deleted manifest stayed deleted ("Nothing to be done") and the next training job that read the
-    split failed, asking for the split directory to be deleted by hand. Now the split job makes it again."""
-    config = tmp_path / "c.json"
-    config.write_text(json.dumps({"experiments": {"m": {
-        "table": "none", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
-        "num_devices": 4, "sizes": {"distribution": "equal", "size": 20}, "schemes": ["C"], "num_traces": [1],
-        "local_epochs": 1, "rounds": 2, "seeds": [0]}}}))
+
+MINI = {"experiments": {"m": {
+    "table": "accuracy_difference", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
+    "num_devices": 4, "sizes": {"distribution": "equal", "size": 20}, "schemes": ["A", "B", "C"],
+    "num_traces": [1], "local_epochs": 1, "rounds": 2, "seeds": [0]}}}
+
+
+def _snakemake_mini(workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(config), "--cores", "1", *extra], capture_output=True, text=True, env=env)
 
-    def snakemake(*extra):
-        return subprocess.run(
-            [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
-             str(tmp_path / "wd"), "--configfile", str(config), "--cores", "1", *extra],
-            capture_output=True, text=True, env=env)
 
-    first = snakemake()
-    assert first.returncode == 0, first.stderr[-2000:]
-    manifest = tmp_path / "wd/data_splits/m/NIID/seed0/manifest.json"
-    manifest.unlink()
-    proc = snakemake("-n")
+@pytest.fixture(scope="module")
+def mini_workflow(tmp_path_factory):
+    """A three-run workflow (a table, a figure, a mirror), run once: (its config, its directory). A test
+    copies the directory (shutil.copytree keeps the modification times Snakemake compares) before it edits
+    it."""
+    root = tmp_path_factory.mktemp("mini")
+    config = root / "c.json"
+    config.write_text(json.dumps(MINI))
+    proc = _snakemake_mini(root / "wd", config)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return config, root / "wd"
+
+
+def _copy_of(mini_workflow, tmp_path: Path) -> Path:
+    import shutil
+
+    workdir = tmp_path / "wd"
+    shutil.copytree(mini_workflow[1], workdir)
+    proc = _snakemake_mini(workdir, mini_workflow[0], "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+    return workdir
+
+
+@pytest.mark.slow
+def test_a_deleted_split_manifest_is_made_again(mini_workflow, tmp_path):
+    """A training job reads its splits' manifest.json (hetfl.data.build.check_split), which no rule asked
+    for: a deleted manifest stayed deleted ("Nothing to be done") and the next training job that read the
+    split failed, asking for the split directory to be deleted by hand. Now the split job makes it again."""
+    workdir = _copy_of(mini_workflow, tmp_path)
+    (workdir / "data_splits/m/NIID/seed0/manifest.json").unlink()
+    proc = _snakemake_mini(workdir, mini_workflow[0], "-n")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
     assert "Nothing to be done" not in out
     assert re.search(r"rule split\b", out) and "data_splits/m/NIID/seed0/manifest.json" in out
+
+
+@pytest.mark.slow
+def test_a_metrics_file_cut_off_by_hand_is_not_read_as_it_was(mini_workflow, tmp_path):
+    """The table, figure and track jobs read metrics.parquet beside each run.json but declared run.json only:
+    a metrics.parquet emptied by hand left the tables, figures and MLflow mirror as they were ("Nothing to
+    be done"). Now they are built again, and that names the file and how to make it again."""
+    workdir = _copy_of(mini_workflow, tmp_path)
+    metrics = workdir / "results/m/NIID_T1_B_s0/metrics.parquet"
+    metrics.write_bytes(b"")
+    proc = _snakemake_mini(workdir, mini_workflow[0], "-n")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    for rule in ("table", "figure", "track"):
+        assert re.search(rf"rule {rule}:", out), rule
+    assert not re.search(r"rule train_m\b", out)
+    proc = _snakemake_mini(workdir, mini_workflow[0], "--keep-going")
+    log = (workdir / "logs/tables/accuracy_difference.log").read_text()
+    assert proc.returncode != 0
+    assert "malformed metrics.parquet (unreadable): results/m/NIID_T1_B_s0/metrics.parquet" in log
+    assert "delete it and run snakemake again" in log

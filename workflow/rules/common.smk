@@ -66,6 +66,13 @@ def run_files(specs, reading=None):
     return [f"results/{s.experiment}/{s.run}/run.json" for s in specs if reading is None or s.reading == reading]
 
 
+def metrics_files(run_jsons):
+    """metrics.parquet beside each run.json: the table, figure and track jobs read both (hetfl.reports.results
+    .collect_runs, hetfl.tracking), so both are their inputs. With run.json alone, a metrics.parquet cut off
+    or edited by hand left the tables, figures and MLflow mirror as they were ("Nothing to be done")."""
+    return [f[: -len("run.json")] + "metrics.parquet" for f in run_jsons]
+
+
 def specs_of_table(table):
     """The runs a table's rules read: its own and those of the table it is built from (fairness reads bmta's:
     hetfl.reports.tables.SOURCES)."""
@@ -111,9 +118,9 @@ SPLIT_CHARTS = _split_charts()
 def all_targets():
     """Every table (and readings table) and figure, the split charts, every run's files, the mirrors.
 
-    Every run's run.json and metrics.parquet are targets themselves: a table reads run.json only, and
-    Snakemake does not remake a deleted file whose consumers exist, so a deleted metrics.parquet would
-    stay deleted (an audit found it). As a target it is made again (resumed from its final checkpoint).
+    Every run's run.json and metrics.parquet are targets themselves: Snakemake does not remake a deleted
+    file whose consumers exist, so a deleted metrics.parquet would stay deleted (an audit found it). As a
+    target it is made again (resumed from its final checkpoint).
     So is each split's manifest.json, which a training job reads beside split.npz (hetfl.data.build
     .check_split): deleted, it stayed deleted and the next training job that read the split failed."""
     tables = [f"reports/tables/{t}.{ext}" for t in TABLES for ext in ("md", "csv", "tex")]

@@ -1,6 +1,7 @@
 rule table:
     input:
         runs=lambda wc: runs_of_table(wc.table),
+        metrics=lambda wc: metrics_files(runs_of_table(wc.table)),
     output:
         md="reports/tables/{table}.md",
         csv="reports/tables/{table}.csv",
@@ -22,6 +23,7 @@ rule table:
 rule table_readings:
     input:
         runs=lambda wc: runs_of_table(wc.table, None),
+        metrics=lambda wc: metrics_files(runs_of_table(wc.table, None)),
     output:
         md="reports/tables/{table}_readings.md",
         csv="reports/tables/{table}_readings.csv",
@@ -42,6 +44,7 @@ rule table_readings:
 rule figure:
     input:
         runs=lambda wc: runs_of_table(FIGURES[wc.figure]),
+        metrics=lambda wc: metrics_files(runs_of_table(FIGURES[wc.figure])),
     output:
         png=report(
             "reports/figures/{figure}.png",

@@ -6,6 +6,8 @@ rule track:
     input:
         runs=lambda wc: [f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values()
                          if s.experiment == wc.experiment],
+        metrics=lambda wc: metrics_files([f"results/{s.experiment}/{s.run}/run.json" for s in RUNS.values()
+                                          if s.experiment == wc.experiment]),
         reports=lambda wc: reports_of_experiment(wc.experiment),
     output:
         "results/{experiment}/mlflow.json",

@@ -43,7 +43,8 @@ def load_metrics(run_dir: Path) -> pd.DataFrame:
     try:
         metrics = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises a variety of error types for corrupt files
-        raise ValueError(f"malformed {METRICS_PARQUET} (unreadable): {path}: {exc}") from exc
+        raise ValueError(f"malformed {METRICS_PARQUET} (unreadable): {path}: {exc}; delete it and run "
+                         "snakemake again to make it again") from exc
     missing = [c for c in METRICS_COLUMNS if c not in metrics.columns]
     if missing:
         raise ValueError(f"malformed {METRICS_PARQUET} (missing columns {missing}): {path}")
