@@ -443,7 +443,7 @@ def test_a_table_or_figure_of_runs_without_what_it_reads_is_refused(capsys, resu
 
 @pytest.mark.parametrize(("run_json", "expect"), [
     ('{"spec": ', "malformed run.json (not valid JSON): {run}/run.json: Expecting value: line 1 column 10 "
-     "(char 9)"),
+     "(char 9); delete it and run snakemake again to make it again"),
     ("[1]", "malformed run.json (top level is not an object): {run}/run.json")])
 def test_track_names_a_malformed_run_json_before_the_mirror(capsys, results, tmp_path, monkeypatch, run_json,
                                                            expect):

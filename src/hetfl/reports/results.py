@@ -25,7 +25,9 @@ def load_run_json(run_dir: Path) -> dict[str, Any]:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"malformed {RUN_JSON} (not valid JSON): {path}: {exc}") from exc
+        # cut off by hand or by a full disk: newer than its inputs, so Snakemake does not make it again
+        raise ValueError(f"malformed {RUN_JSON} (not valid JSON): {path}: {exc}; delete it and run snakemake "
+                         "again to make it again") from exc
     if not isinstance(record, dict):
         raise ValueError(f"malformed {RUN_JSON} (top level is not an object): {path}")
     if not isinstance(record.get("spec"), dict):
