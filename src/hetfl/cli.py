@@ -842,7 +842,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "only an experiment with no description gets one)")
     p.add_argument("--summary", nargs="*", metavar="FILE",
                    help="tables and figures (reports/tables/*.{md,csv,tex}, reports/figures/*.{png,svg}) to "
-                        "attach to each experiment's summary run")
+                        "attach to each experiment's summary run: every experiment of the runs given gets "
+                        "all of them, so give one experiment's runs with its files (the workflow does)")
     p.add_argument("--rounds", choices=MIRROR_ROUNDS, default="evaluated",
                    help="which rounds' metrics to log: those the run was evaluated at (default; every "
                         "metric at those steps) or all of them; metrics.parquet, an artifact, has all")
