@@ -233,6 +233,28 @@ def test_crossing_is_censored_where_either_curve_ends(tmp_path):
     assert row.verdict == "disagrees"  # every completion is at least 3 epochs, the paper's is 1
 
 
+def test_an_infinite_loss_is_no_crossing_and_not_observed(tmp_path):
+    """A diverged run's last row can hold test_loss = +inf (finite weights, an overflowing loss: runner.py
+    records it and stops). An include run that diverged so is not crossed by the exclude run there, and R
+    ends at the last finite value (docs/readings.md), as it does for NaN."""
+    from hetfl.reports.event_tables import crossing
+
+    include = _curve([1.0, .9, .8, .75, np.inf])
+    exclude = _curve([1.0, .9, 1.0, .9, .8])
+    assert rounds_to_cross(include, exclude, 2) is None  # was 4: 0.8 < inf in round 5
+    assert observed_after(include, 2) == 3  # rounds 2, 3, 4; was 4
+    ref = pd.DataFrame({"dataset": ["SYNTHETIC"], "alpha": [1.0], "beta": [1.0], "tau0": [2],
+                        "rounds_to_cross": [4]})
+    rows = [{"dataset": "SYNTHETIC", "setting": "S", "alpha": 1.0, "beta": 1.0, "event_round": 2,
+             "event_policy": policy, "seed": seed,
+             "run_dir": _fake_run(tmp_path / f"{policy}{seed}", "test_loss", list(vals))}
+            for seed in (0, 1) for policy, vals in (("include", include), ("exclude", exclude))]
+    row = crossing(pd.DataFrame(rows), ref).iloc[0]
+    # both seeds censored at R = 3: [4, ∞) each; it read as crossed in 4 epochs, "agrees" with the paper's 4
+    assert row.n_never == 2 and row.ci_low == 4.0 and np.isinf(row.ci_high) and row.observed_rounds == 3
+    assert row.verdict == "inconclusive"
+
+
 def test_training_with_an_arrival(tiny_fed):
     from hetfl.engine.runner import TrainSettings, train
     from hetfl.models import make_model

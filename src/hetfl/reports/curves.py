@@ -34,9 +34,12 @@ def rounds_to_cross(include: pd.Series, exclude: pd.Series, tau0: int) -> int | 
 
     Right after a departure the include model (old objective) has the lower loss; the curves cross at
     the first r ≥ 0 with exclude[τ0 + r] < include[τ0 + r] (strict: a tie is not yet a crossing), which
-    took r + 1 epochs; None if they never do.
+    took r + 1 epochs; None if they never do. A round where either loss is not finite (a diverged run's
+    last row: finite weights can still give an infinite loss) is not observed: an include loss of +inf is
+    no crossing.
     """
-    both = pd.concat({"inc": include, "exc": exclude}, axis=1).dropna()
+    both = pd.concat({"inc": include, "exc": exclude}, axis=1)
+    both = both[np.isfinite(both.to_numpy()).all(axis=1)]
     both = both[both.index >= tau0].sort_index()
     crossed = both[both["exc"].to_numpy() < both["inc"].to_numpy()]
     return None if crossed.empty else int(crossed.index[0] - tau0) + 1
@@ -48,6 +51,6 @@ def format_rounds(value: int | None, observed: int) -> str:
 
 def observed_after(curve: pd.Series, tau0: int) -> int:
     """Epochs observed from τ0 on (the R of "> R"), rounds τ0 … the last finite value: a run that diverged
-    (NaN from then on) was not observed after it."""
-    idx = np.asarray(curve.dropna().index)
+    (NaN or ±inf from then on) was not observed after it."""
+    idx = np.asarray(curve[np.isfinite(curve.to_numpy())].index)
     return int(idx.max() - tau0) + 1 if len(idx) and idx.max() >= tau0 else 0
