@@ -237,6 +237,22 @@ def test_a_paper_value_is_known_to_its_printed_digit(paper, low, high, kind, res
     assert verdict(paper, low, high, kind=kind, resolution=resolution) == expected
 
 
+@pytest.mark.parametrize(("paper", "low", "high", "kind", "resolution", "expected"), [
+    (98.3, 98.305, 98.4, "level", 0.005, "agrees"),  # 98.3 + 0.005 is 98.30499999999999 in floats
+    (33.8, 33.85, 34.0, "level", 0.05, "agrees"),  # 33.849999999999994
+    (0.3, 0.1, 0.25, "difference", 0.05, "agrees"),  # 0.3 − 0.05 is 0.25, exact: agreed already
+    (0.2, 0.05, 0.15, "difference", 0.05, "agrees"),  # 0.2 − 0.05 is 0.15000000000000002
+    # a difference of two printed values, 98.34 − 98.3 = 0.04000000000000625, known to [0.03, 0.05]
+    (98.34 - 98.3, 0.01, 0.03, "difference", 0.01, "agrees"),
+    (98.3, 98.306, 98.4, "level", 0.005, "disagrees"),  # just beyond the boundary stays outside
+])
+def test_a_ci_end_on_the_printed_digits_boundary_holds_the_paper_value(paper, low, high, kind, resolution,
+                                                                       expected):
+    """The paper's 98.30 is any value in [98.295, 98.305], ends included (verdict's docstring): a CI whose
+    end is 98.305 meets it. Float arithmetic put the end 1e-14 inside, and such a CI "disagreed"."""
+    assert verdict(paper, low, high, kind=kind, resolution=resolution) == expected
+
+
 def test_a_negative_resolution_is_refused():
     with pytest.raises(ValueError, match="resolution -0.1 is not allowed; allowed: 0 or more"):
         verdict(1.0, 0.5, 1.5, resolution=-0.1)
