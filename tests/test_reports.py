@@ -315,6 +315,28 @@ def test_diverged_run_is_excluded(table: pd.DataFrame) -> None:
     assert c_b["reproduced_mean"] == pytest.approx(100 * 0.01 / 0.78)
 
 
+def test_a_relative_change_from_an_accuracy_of_0_is_excluded() -> None:
+    """Scheme A at accuracy 0 in seed 0 (a legal finished run): B − A in points is 0 there, but the relative
+    change 0/0 is undefined. It was kept as NaN beside two finite seeds, so the cell's mean was NaN and it
+    read "0 of 3 censored [−97.1, 157.1]": the CI of 2 seeds under n = 3, and nothing is censored."""
+    rows = [{"dataset": "SYNTHETIC", "setting": "S", "num_traces": 1, "seed": seed, "scheme": scheme,
+             "status": "ok", "final_test_accuracy": acc}
+            for seed, accs in enumerate([(0.0, 0.0, 0.1), (0.5, 0.6, 0.6), (0.5, 0.7, 0.7)])
+            for scheme, acc in zip("ABC", accs, strict=True)]
+    ref = pd.DataFrame({"dataset": ["SYNTHETIC"] * 2, "setting": ["S"] * 2, "num_traces": [1, 1],
+                        "comparison": ["B_vs_A", "C_vs_B"], "pct_improvement": [10.0, 0.0]})
+    from hetfl.reports import accuracy_difference as ad
+
+    table = ad.accuracy_difference(pd.DataFrame(rows), ref, 0.05)
+    rel = table[table["improvement"] == "relative"].set_index("comparison")
+    assert rel.loc["B_vs_A", "n_seeds"] == 2 and rel.loc["B_vs_A", "n_excluded"] == 1
+    assert rel.loc["B_vs_A", "reproduced_mean"] == pytest.approx(30.0)  # (20 + 40) / 2
+    assert ad._reproduced_cell(rel.loc["B_vs_A"]).startswith("30.0 [")
+    assert rel.loc["C_vs_B", "n_seeds"] == 2 and rel.loc["C_vs_B", "n_excluded"] == 1  # 0.1 / 0: inf
+    pts = table[table["improvement"] == "points"].set_index("comparison")
+    assert pts.loc["B_vs_A", "n_seeds"] == 3 and pts.loc["B_vs_A", "n_excluded"] == 0  # 0 points: usable
+
+
 def test_missing_partner_and_absent_paper(table: pd.DataFrame) -> None:
     for comparison in ("B_vs_A", "C_vs_B"):
         r = row(rows_of(table, "points"), "IID", 9, comparison)

@@ -94,10 +94,11 @@ def _per_seed(cell_runs: pd.DataFrame, new: str, old: str, form: str) -> tuple[l
         if new not in acc and old not in acc:
             continue
         acc_new, acc_old = acc.get(new, np.nan), acc.get(old, np.nan)
-        if np.isnan(acc_new) or np.isnan(acc_old):
+        value = np.nan if np.isnan(acc_new) or np.isnan(acc_old) else float(_FORMS[form](acc_new, acc_old))
+        if np.isfinite(value):
+            values.append(value)
+        else:  # no usable partner, or a relative change from an accuracy of 0 (inf or 0/0)
             excluded += 1
-        else:
-            values.append(float(_FORMS[form](acc_new, acc_old)))
     return values, excluded
 
 
@@ -105,9 +106,10 @@ def accuracy_difference(runs: pd.DataFrame, reference: pd.DataFrame, resolution:
     """Reproduce Table 3 from per-run results (as returned by ``collect_runs``), in both forms.
 
     Runs are paired by (dataset, setting, num_traces, seed). A run is usable when its status is "ok" and
-    its ``final_test_accuracy`` is finite; a seed whose pair lacks a usable partner is excluded from that
-    comparison and counted in ``n_excluded``. Per cell, comparison and improvement form: mean, sample std
-    (ddof=1), the 95 % t-interval [ci_low, ci_high] (NaN below 2 seeds), ``n_seeds``, the paper's value
+    its ``final_test_accuracy`` is finite; a seed whose pair lacks a usable partner (or, in the relative
+    form, whose old accuracy is 0) is excluded from that comparison and counted in ``n_excluded``. Per
+    cell, comparison and improvement form: mean, sample std (ddof=1), the 95 % t-interval [ci_low,
+    ci_high] (NaN below 2 seeds), ``n_seeds``, the paper's value
     (``reference``; the paper prints one number per cell, compared with both forms), ``same_sign``
     (nullable; NA when a value is missing or the paper's is 0) and the ``verdict``. A ``comparable``
     column in ``runs`` (False where the set-up is not the paper's) makes the cell "not comparable".
