@@ -253,6 +253,13 @@ def test_a_ci_end_on_the_printed_digits_boundary_holds_the_paper_value(paper, lo
     assert verdict(paper, low, high, kind=kind, resolution=resolution) == expected
 
 
+def test_an_exact_paper_value_below_the_rounding_is_kept():
+    """The boundary's rounding (to 12 decimals) applies to printed values only: an exact value
+    (resolution 0) of 3e-13 stays itself, so a CI of [1e-13, 2e-13] does not hold it."""
+    assert verdict(3e-13, 1e-13, 2e-13, kind="level", resolution=0.0) == "disagrees"
+    assert verdict(3e-13, 2e-13, 4e-13, kind="level", resolution=0.0) == "agrees"
+
+
 def test_a_negative_resolution_is_refused():
     with pytest.raises(ValueError, match="resolution -0.1 is not allowed; allowed: 0 or more"):
         verdict(1.0, 0.5, 1.5, resolution=-0.1)

@@ -179,8 +179,10 @@ def verdict(paper: float | None, low: float, high: float, comparable: bool = Tru
     bounded = math.isfinite(low) and math.isfinite(high)
     # the printed interval's ends are decimals: in floats 98.3 + 0.005 is 98.30499999999999, below a CI end
     # of 98.305, and a paper difference 98.34 − 98.3 is 0.04000000000000625; rounded to 12 places they are
-    # the closed interval the docstring states
-    paper_low, paper_high = round(paper - resolution, 12), round(paper + resolution, 12)
+    # the closed interval the docstring states. An exact value (resolution 0: a count) is not rounded: a
+    # paper value below 1e-12 would have become 0
+    paper_low, paper_high = ((round(paper - resolution, 12), round(paper + resolution, 12)) if resolution
+                             else (paper, paper))
     holds_paper = low <= paper_high and paper_low <= high
     if kind == "level":
         if not holds_paper:
