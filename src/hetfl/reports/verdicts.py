@@ -161,7 +161,9 @@ def verdict(paper: float | None, low: float, high: float, comparable: bool = Tru
     difference of two printed values; 0 for counts, which are exact). The CI "holds the paper value"
     when it meets [paper − resolution, paper + resolution]: the paper's 98.30 is any value in [98.295,
     98.305]. A printed 0 is such an interval too. Signs are unaffected: a non-zero printed value is at
-    least one unit of its last digit, twice the resolution, from 0."""
+    least one unit of its last digit, twice the resolution, from 0; a difference of two printed values
+    (98.31 − 98.30, whose interval [0, 0.02] touches 0) has the sign of their order, as the true values
+    can tie only on their shared rounding boundary, so the sign of its point value is the paper's."""
     if kind not in KINDS:
         raise ValueError(f"verdict kind {kind!r} is unknown; allowed: {', '.join(KINDS)}")
     try:
