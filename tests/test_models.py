@@ -201,7 +201,7 @@ def test_float32_round_equals_per_client_loop(family, device):
 _CONV = [f for f in FAMILIES if f[0] in ("cnn", "cnn_cifar", "cnn_bn", "vgg11", "resnet20", "resnet20-bn")]
 
 
-CONV_VARIANTS = {"nchw": {"channels_last": False}, "nhwc": {"channels_last": True},
+CONV_VARIANTS = {"auto": {}, "nchw": {"channels_last": False}, "nhwc": {"channels_last": True},
                  "unfold": {"conv": "unfold"}, "unfold-nchw": {"conv": "unfold", "channels_last": False},
                  "grouped": {"conv": "grouped"}}
 
@@ -280,6 +280,41 @@ def test_auto_layout_is_channels_last_on_the_cpu_only():
         make_model("cnn", (1, 28, 28), 10, channels_last="no")
 
 
+def test_auto_layout_runs_the_small_maps_nchw_on_the_cpu():
+    """channels_last="auto" on the CPU: a grouped convolution whose output has at most 16 positions (VGG-11's
+    4×4 and 2×2 layers) computes on its input made NCHW, gives NCHW output, and hands the input gradient
+    back channels-last, as its input came; no layer does so on the meta device (a CUDA block), with
+    channels_last true, on NCHW input, or in ResNet-20 (8×8 at the smallest)."""
+    from hetfl.models.layers import AUTO_NCHW_POSITIONS, Conv2d
+
+    assert AUTO_NCHW_POSITIONS == 16
+
+    def convs(**kwargs):
+        return [layer for layer in make_model("vgg11", (3, 32, 32), 10, **kwargs).layers
+                if isinstance(layer, Conv2d)]
+
+    nhwc = torch.empty(1, 1, 1, 1).expand(1, 2, 1, 2).contiguous(memory_format=torch.channels_last)
+    assert [c.takes_nchw(nhwc) for c in convs()] == [False] * 4 + [True] * 4
+    assert not any(c.takes_nchw(nhwc.to("meta")) for c in convs())
+    assert not any(c.takes_nchw(nhwc) for c in convs(channels_last=True))
+    assert not any(c.takes_nchw(nhwc.contiguous()) for c in convs())
+    assert not any(c.takes_nchw(nhwc) for c in _convs(make_model("resnet20", (3, 32, 32), 10)))
+    conv = Conv2d(8, 4, 3, 1, (4, 4), channels_last="auto")
+    p = [torch.randn(2, *shape, dtype=torch.float64) for shape in conv.shapes]
+    x = torch.randn(3, 16, 4, 4, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    y, saved = conv.forward(p, x, True)
+    assert y.is_contiguous() and not y.is_contiguous(memory_format=torch.channels_last)
+    dx, grads = conv.backward(p, saved, torch.randn_like(y), True)
+    assert dx.is_contiguous(memory_format=torch.channels_last) and not dx.is_contiguous()
+    kept = Conv2d(8, 4, 3, 1, (4, 4), channels_last=True)  # the same layer left NHWC: the same numbers
+    y1, saved1 = kept.forward(p, x, True)
+    assert y1.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y1, y, rtol=1e-12, atol=1e-12)
+    dy = torch.randn_like(y)
+    (dx1, g1), (dx0, g0) = kept.backward(p, saved1, dy, True), conv.backward(p, saved, dy, True)
+    _close([dx1, *g1], [dx0, *g0], rtol=1e-12, atol=1e-12)
+
+
 def test_unfold_conv_never_copies_the_weights_per_sample():
     """conv="unfold" at a late layer's shape (many channels, few positions): no tensor of the forward or
     backward pass is near B × the weights' size (a GEMM batched over (sample, client) broadcasts the
@@ -307,23 +342,23 @@ def test_unfold_conv_never_copies_the_weights_per_sample():
     assert max(largest) < B * p[0].numel() // 4
 
 
-def test_auto_conv_unfolds_the_small_layers():
+def test_auto_conv_unfolds_the_small_layers_on_cuda_only():
     """conv="auto" (the default): unfold in training on at most 64 samples per client for layers of at most
     16 output positions on CUDA and the meta device (which measures a CUDA block: VGG-11's 4×4 and 2×2
-    layers), of at most 4 on the CPU (its 2×2 layers: on 4×4 maps oneDNN's AVX-512 convolution won); the
-    grouped convolution for the others and in evaluation."""
+    layers); never on the CPU, where those layers run oneDNN's convolution on NCHW input (faster than
+    unfold); the grouped convolution for the others and in evaluation."""
     from hetfl.models.layers import AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES, Conv2d
 
     model = make_model("vgg11", (3, 32, 32), 10)
     convs = [layer for layer in model.layers if isinstance(layer, Conv2d)]
     cpu, meta = torch.empty(1), torch.empty(1, device="meta")
-    assert [c.unfolds(cpu) for c in convs] == [False] * 6 + [True] * 2
-    assert [c.unfolds(torch.empty(64)) for c in convs] == [False] * 6 + [True] * 2
-    assert not any(c.unfolds(torch.empty(65)) for c in convs)
-    assert not any(c.unfolds(torch.empty(10), training=False) for c in convs)  # evaluation: slower
+    assert not any(c.unfolds(cpu) for c in convs)
+    assert [c.unfolds(torch.empty(64, device="meta")) for c in convs] == [False] * 4 + [True] * 4
+    assert not any(c.unfolds(torch.empty(65, device="meta")) for c in convs)
+    assert not any(c.unfolds(torch.empty(10, device="meta"), training=False) for c in convs)  # slower
     assert [c.unfolds(meta) for c in convs] == [False] * 4 + [True] * 4
     assert not any(c.unfolds(meta, training=False) for c in convs)
-    assert (AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES) == ({"cpu": 4, "cuda": 16}, 64)
+    assert (AUTO_UNFOLD_POSITIONS, AUTO_UNFOLD_SAMPLES) == ({"cpu": 0, "cuda": 16}, 64)
     unfold = [c for c in make_model("vgg11", (3, 32, 32), 10, conv="unfold").layers if isinstance(c, Conv2d)]
     assert all(c.unfolds(meta) for c in unfold)
     assert not any(c.unfolds(cpu, training=False) or c.unfolds(meta, training=False) for c in unfold)

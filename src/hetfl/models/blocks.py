@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hetfl.models.layers import BatchNorm2d, Conv2d, Layer, Saved, channels_last_on
+from hetfl.models.layers import BatchNorm2d, Conv2d, Layer, Saved, is_channels_last
 
 
 def _channels_last(x: Tensor) -> Tensor:
@@ -117,20 +117,19 @@ class MaxPool(Layer):
 class GlobalAvgPool(Layer):
     """Grouped [B, K·C, h, w] → the mean over positions, as [K, B, C] for the fully connected layers."""
 
-    def __init__(self, channels: int, channels_last: bool | str = "auto") -> None:
-        self.channels, self.channels_last = channels, channels_last
+    def __init__(self, channels: int) -> None:
+        self.channels = channels
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
         B, KC, h, w = x.shape
         y = x.mean(dim=(2, 3)).view(B, KC // self.channels, self.channels).transpose(0, 1)
-        return y, (h, w)
+        return y, (h, w, is_channels_last(x))
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:
-        h, w = saved
+        h, w, cl = saved  # the input gradient in the input's memory order
         K, B, C = dy.shape
         dx = dy.transpose(0, 1).reshape(B, K * C, 1, 1).div(h * w).expand(B, K * C, h, w)
-        cl = channels_last_on(self.channels_last, dx.device)
         return (_channels_last(dx) if cl else dx.contiguous()), []
 
 
@@ -147,11 +146,13 @@ class Residual(Layer):
     """
 
     def __init__(self, c_in: int, c_out: int, stride: int, groups: int, hw_in: tuple[int, int],
-                 conv: str = "auto", norm: str = "group") -> None:
+                 conv: str = "auto", norm: str = "group", channels_last: bool | str = "auto") -> None:
         self.c_in, self.c_out, self.stride = c_in, c_out, stride
-        self.conv1 = Conv2d(c_in, c_out, 3, 1, hw_in, stride=stride, bias=False, impl=conv)
+        self.conv1 = Conv2d(c_in, c_out, 3, 1, hw_in, stride=stride, bias=False, impl=conv,
+                            channels_last=channels_last)
         self.norm1 = norm_layer(norm, c_out, groups, relu=True)
-        self.conv2 = Conv2d(c_out, c_out, 3, 1, self.conv1.hw_out, bias=False, impl=conv)
+        self.conv2 = Conv2d(c_out, c_out, 3, 1, self.conv1.hw_out, bias=False, impl=conv,
+                            channels_last=channels_last)
         self.norm2 = norm_layer(norm, c_out, groups, relu=False)
         self.parts = (self.conv1, self.norm1, self.conv2, self.norm2)
         self.hw_out = self.conv2.hw_out

@@ -75,13 +75,13 @@ class ConvNet(LayerNet):
         cl = channels_last
         layers: list[Layer] = [ToGrouped((c, h, w), cl)]
         for channels, kernel, padding in convs:
-            layer = Conv2d(c, channels, kernel, padding, (h, w), impl=conv)
+            layer = Conv2d(c, channels, kernel, padding, (h, w), impl=conv, channels_last=cl)
             layers.append(layer)
             if batch_norm:
                 layers.append(BatchNorm2d(channels))
             layers.append(PoolReLU())
             c, (h, w) = channels, (layer.hw_out[0] // 2, layer.hw_out[1] // 2)
-        layers.append(Flatten((c, h, w), cl))
+        layers.append(Flatten((c, h, w)))
         dims = [c * h * w, *hidden, num_classes]
         layers += dense_stack(dims)
         super().__init__(layers)

@@ -203,11 +203,11 @@ class ToGrouped(Layer):
 
 CONV_IMPLS = ("auto", "grouped", "unfold")
 #: conv="auto" computes a layer as `unfold` when its output has at most this many positions, by device type:
-#: there the direct convolution is slow, cuDNN's grouped one in deterministic mode on CUDA (VGG-11's 4×4 and
-#: 2×2 layers) and oneDNN's on the CPU on 2×2 maps. On 4×4 maps oneDNN's AVX-512 kernels (Zen 4) beat
-#: unfold, so the CPU unfolds only the 2×2 layers: at 16, VGG-11 ran 0.82-0.84× the per-client loop there
-#: (docs/engine.md). Other device types (meta: a CUDA block's measurement) take CUDA's.
-AUTO_UNFOLD_POSITIONS = {"cpu": 4, "cuda": 16}
+#: there cuDNN's grouped convolution in deterministic mode is slow (VGG-11's 4×4 and 2×2 layers on CUDA).
+#: Never on the CPU: there those small maps run oneDNN's convolution on NCHW input (AUTO_NCHW_POSITIONS),
+#: which beat unfold on VGG-11's 2×2 layers 1.6× (docs/engine.md). Other device types (meta: a CUDA
+#: block's measurement) take CUDA's.
+AUTO_UNFOLD_POSITIONS = {"cpu": 0, "cuda": 16}
 #: ... in training, on at most this many samples per client: the minibatches where unfold was measured
 #: faster (B = 10 to 64; the gain is its backward pass). Evaluation runs the grouped convolution: as unfold
 #: VGG-11's forward pass ran 0.87-0.93x at 32-64 samples and 0.5x on evaluation's chunks of 4,096, whose
@@ -216,6 +216,13 @@ AUTO_UNFOLD_SAMPLES = 64
 
 
 LAYOUTS = (True, False, "auto")  # the convolutional models' `channels_last`
+#: with channels_last "auto", a convolution on the CPU whose output has at most this many positions takes
+#: its input NCHW (one copy of a small map) and hands its input gradient back channels-last: oneDNN's
+#: direct kernels on NHWC lose to its NCHW ones there. Per client step of VGG-11 (B = 32, one thread, one
+#: client, Zen 4): 256→512 at 4×4 17.6 ms NCHW against 20.4 NHWC, 512→512 at 4×4 35.2 against 43.3, at
+#: 2×2 15.1 against 24.8 (and 24.7 as unfold); at 8×8 NHWC stays ahead (29.3 against 31.9), and so does
+#: ResNet-20 at 8×8. VGG-11's round: 1.16-1.29x the per-client loop, from 0.99-1.07x (docs/engine.md).
+AUTO_NCHW_POSITIONS = 16
 
 
 def channels_last_on(channels_last: bool | str, device: torch.device) -> bool:
@@ -223,20 +230,21 @@ def channels_last_on(channels_last: bool | str, device: torch.device) -> bool:
     False (NCHW) as given; "auto" (the default) channels-last on the CPU, where oneDNN's convolutions and
     max-pooling run faster on it (docs/engine.md), and NCHW on CUDA (and the meta device, which measures
     a CUDA block), where cuDNN's grouped convolutions trained the McMahan CNNs' rounds of 64 clients 1.8-1.9x
-    faster in NCHW on an H200, and VGG-11's and ResNet-20's at the same speed."""
+    faster in NCHW on an H200, and VGG-11's and ResNet-20's at the same speed. Under "auto" the CPU's
+    small maps are the exception (AUTO_NCHW_POSITIONS, Conv2d.takes_nchw)."""
     if channels_last not in LAYOUTS:
         raise ValueError(f"channels_last {channels_last!r} is unknown; allowed: true, false, auto")
     return device.type == "cpu" if channels_last == "auto" else bool(channels_last)
 
 
-def _channels_last(x: Tensor) -> bool:
+def is_channels_last(x: Tensor) -> bool:
     """x is channels-last (and not also contiguous, as with one channel)."""
     return x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
 
 
 def _layout_of(x: Tensor, t: Tensor) -> Tensor:
     """t in x's memory order."""
-    return t.contiguous(memory_format=torch.channels_last) if _channels_last(x) else t
+    return t.contiguous(memory_format=torch.channels_last) if is_channels_last(x) else t
 
 
 class Conv2d(Layer):
@@ -259,21 +267,26 @@ class Conv2d(Layer):
       and the output are reordered instead, copies of B·L·(2·C_in·k² + C_out) per client. Where the
       weights are large and the positions few (VGG-11's 512-channel layers: the broadcast would be 19 GB
       for one layer at 64 clients of 32 samples).
-    impl="auto" (the default) takes unfold for layers whose output has at most AUTO_UNFOLD_POSITIONS
-    positions (4 on the CPU, 16 on CUDA), in training on at most AUTO_UNFOLD_SAMPLES samples per client,
-    and the grouped convolution elsewhere. There unfold beat oneDNN's convolution on the CPU (VGG-11's 2×2
-    layers; its 4×4 ones too on a Zen 3 host, not on a Zen 4 host's AVX-512) and cuDNN's grouped
-    convolution on an H200 (2.3-6.6× per layer at 64 clients; VGG-11's round 1.9-2.7×); no larger layer
-    gained on either (docs/engine.md). Evaluation
-    (training=False) runs the grouped convolution whatever impl says (`unfolds`).
+    impl="auto" (the default) takes unfold on CUDA for layers whose output has at most
+    AUTO_UNFOLD_POSITIONS positions (16), in training on at most AUTO_UNFOLD_SAMPLES samples per client,
+    and the grouped convolution elsewhere. There unfold beat cuDNN's grouped convolution on an H200
+    (2.3-6.6× per layer at 64 clients; VGG-11's round 1.9-2.7×); no larger layer gained (docs/engine.md).
+    On the CPU it once beat oneDNN's NHWC convolution on VGG-11's 2×2 layers; oneDNN's NCHW convolution,
+    which "auto" now runs there (`takes_nchw`), beats both. Evaluation (training=False) runs the grouped
+    convolution whatever impl says (`unfolds`).
+
+    channels_last: the model's (models.cnn.ConvNet); under "auto" the grouped convolution of a small map
+    on the CPU takes its input NCHW (`takes_nchw`).
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, padding: int, hw_in: tuple[int, int],
-                 stride: int = 1, bias: bool = True, impl: str = "grouped") -> None:
+                 stride: int = 1, bias: bool = True, impl: str = "grouped",
+                 channels_last: bool | str = "auto") -> None:
         if impl not in CONV_IMPLS:
             raise ValueError(f"conv {impl!r} is unknown; allowed: {', '.join(CONV_IMPLS)}")
+        channels_last_on(channels_last, torch.device("cpu"))  # an unknown value fails here
         self.c_in, self.c_out, self.kernel, self.padding = c_in, c_out, kernel, padding
-        self.stride, self.bias, self.impl = stride, bias, impl
+        self.stride, self.bias, self.impl, self.channels_last = stride, bias, impl, channels_last
         self.hw_in = tuple(hw_in)
         self.hw_out = ((hw_in[0] + 2 * padding - kernel) // stride + 1,
                        (hw_in[1] + 2 * padding - kernel) // stride + 1)
@@ -303,12 +316,22 @@ class Conv2d(Layer):
             return self.positions <= most and x.shape[0] <= AUTO_UNFOLD_SAMPLES
         return self.impl == "unfold"
 
+    def takes_nchw(self, x: Tensor) -> bool:
+        """The grouped convolution converts channels-last input x to NCHW: under channels_last "auto", on
+        the CPU, for an output of at most AUTO_NCHW_POSITIONS positions."""
+        return (self.channels_last == "auto" and x.device.type == "cpu"
+                and self.positions <= AUTO_NCHW_POSITIONS and is_channels_last(x))
+
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
+        # saved: the input the kernels read, and whether the input gradient goes back channels-last
         if self.unfolds(x, training):
-            return self._unfold_forward(p, x), x
+            return self._unfold_forward(p, x), (x, False)
+        restore = self.takes_nchw(x)
+        if restore:
+            x = x.contiguous()
         W = p[0]
         b = p[1].reshape(-1) if self.bias else None
-        return F.conv2d(x, self._grouped(W), b, self.stride, self.padding, 1, W.shape[0]), x
+        return F.conv2d(x, self._grouped(W), b, self.stride, self.padding, 1, W.shape[0]), (x, restore)
 
     def _cols_by_sample(self, x: Tensor, K: int) -> Tensor:
         """im2col of the grouped input: [B, K, C_in·k², L] (a view of unfold's output)."""
@@ -343,7 +366,7 @@ class Conv2d(Layer):
         # back to the grouped layout [B, K·C_out, H, W] in x's memory order, one copy (not a reshape, which
         # may return a view in neither order, e.g. with K = 1)
         y = y.view(K, self.c_out, B, *self.hw_out)
-        if _channels_last(x):
+        if is_channels_last(x):
             y = y.permute(2, 3, 4, 0, 1).contiguous()  # [B, H, W, K, C_out]
             return y.view(B, *self.hw_out, K * self.c_out).permute(0, 3, 1, 2)
         return y.permute(2, 0, 1, 3, 4).contiguous().view(B, K * self.c_out, *self.hw_out)
@@ -371,13 +394,16 @@ class Conv2d(Layer):
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:
-        if self.unfolds(saved):
-            return self._unfold_backward(p, saved, dy, need_dx)
+        x, restore = saved
+        if self.unfolds(x):
+            return self._unfold_backward(p, x, dy, need_dx)
         W = p[0]
         K = W.shape[0]
         dx, dW, db = torch.ops.aten.convolution_backward(
-            dy, saved, self._grouped(W), [K * self.c_out] if self.bias else None, [self.stride] * 2,
+            dy, x, self._grouped(W), [K * self.c_out] if self.bias else None, [self.stride] * 2,
             [self.padding] * 2, [1, 1], False, [0, 0], K, [need_dx, True, self.bias])
+        if restore and dx is not None:
+            dx = dx.contiguous(memory_format=torch.channels_last)
         return dx, [dW.reshape(W.shape)] + ([db.view_as(p[1])] if self.bias else [])
 
     def make_modules(self) -> list[nn.Module]:
@@ -476,23 +502,23 @@ class PoolReLU(Layer):
 
 
 class Flatten(Layer):
-    """Grouped [B, K·C, h, w] → [K, B, C·h·w] in torch's (C, h, w) flatten order; a strided view, no copy."""
+    """Grouped [B, K·C, h, w] → [K, B, C·h·w] in torch's (C, h, w) flatten order (a copy for channels-last
+    input); the input gradient comes back in the input's memory order."""
 
-    def __init__(self, shape: tuple[int, int, int], channels_last: bool | str) -> None:
-        self.shape, self.channels_last = shape, channels_last
+    def __init__(self, shape: tuple[int, int, int]) -> None:
+        self.shape = shape
 
     def forward(self, p: list[Tensor], x: Tensor, training: bool) -> tuple[Tensor, Saved]:
         B = x.shape[0]
         K = x.shape[1] // self.shape[0]
-        return x.reshape(B, K, -1).transpose(0, 1), None
+        return x.reshape(B, K, -1).transpose(0, 1), is_channels_last(x)
 
     def backward(self, p: list[Tensor], saved: Saved, dy: Tensor, need_dx: bool
                  ) -> tuple[Tensor | None, list[Tensor]]:
         K, B = dy.shape[:2]
         C, h, w = self.shape
         dx = dy.transpose(0, 1).reshape(B, K * C, h, w)
-        cl = channels_last_on(self.channels_last, dx.device)
-        return (dx.contiguous(memory_format=torch.channels_last) if cl else dx), []
+        return (dx.contiguous(memory_format=torch.channels_last) if saved else dx), []
 
     def make_modules(self) -> list[nn.Module]:
         return [nn.Flatten()]

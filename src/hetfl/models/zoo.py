@@ -281,7 +281,7 @@ class VGG11(TwinNet):
             if v == "M":
                 continue
             out = max(1, round(int(v) * width))
-            layers.append(Conv2d(c, out, 3, 1, (h, w), impl=conv))
+            layers.append(Conv2d(c, out, 3, 1, (h, w), impl=conv, channels_last=channels_last))
             pool = i + 1 < len(cfg) and cfg[i + 1] == "M"
             if norm == "group":
                 layers.append(GroupNorm(out, math.gcd(groups, out), relu=True))
@@ -293,7 +293,7 @@ class VGG11(TwinNet):
             if pool:
                 h, w = h // 2, w // 2
         hid = max(1, round(hidden * width))
-        layers += [Flatten((c, h, w), channels_last), *dense_stack([c * h * w, hid, hid, num_classes])]
+        layers += [Flatten((c, h, w)), *dense_stack([c * h * w, hid, hid, num_classes])]
         super().__init__("vgg11", layers, factory)
 
 
@@ -318,16 +318,17 @@ class ResNet20(TwinNet):
             kwargs.get("groups", 2)
         norm = kwargs.get("norm", "group")
         hw = shape[1:]
-        stem = Conv2d(shape[0], widths[0], 3, 1, hw, bias=False, impl=conv)
+        stem = Conv2d(shape[0], widths[0], 3, 1, hw, bias=False, impl=conv, channels_last=channels_last)
         layers: list[Layer] = [ToGrouped(shape, channels_last), stem,
                                norm_layer(norm, widths[0], groups, relu=True)]
         cin = widths[0]
         for i, cout in enumerate(widths):
             for b in range(blocks):
-                block = Residual(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, hw, conv, norm)
+                block = Residual(cin, cout, 2 if (i > 0 and b == 0) else 1, groups, hw, conv, norm,
+                                 channels_last)
                 layers.append(block)
                 cin, hw = cout, block.hw_out
-        layers += [GlobalAvgPool(cin, channels_last), Linear(cin, num_classes, relu=False)]
+        layers += [GlobalAvgPool(cin), Linear(cin, num_classes, relu=False)]
         super().__init__(self.name, layers, factory)
 
 
