@@ -50,7 +50,8 @@ class ConvNet(LayerNet):
     """[conv k×k (+BN) → ReLU → 2×2 max-pool] × n, flatten, ReLU FC layers, output layer.
 
     channels_last: the grouped activations' memory order, True (NHWC), False (NCHW) or "auto" (the
-    default: NHWC on the CPU, NCHW on CUDA; models.layers.channels_last_on). On the CPU oneDNN's
+    default: NHWC on the CPU but for convolutions of at most 16 output positions, NCHW on CUDA;
+    models.layers.channels_last_on, AUTO_NCHW_POSITIONS). On the CPU oneDNN's
     convolutions and above all max-pooling are faster on NHWC (pooling 4–9× on MNIST-sized maps; 1.3–1.4×
     for the whole McMahan CNN step, see docs/engine.md); on an H200 cuDNN's grouped convolutions were
     faster on NCHW (this model's rounds of 64 clients 1.8–1.9×). The layout only changes strides, not the
