@@ -280,3 +280,26 @@ def test_an_efl_figures_caption_counts_the_runs_it_draws(tmp_path):
     assert "(2 of its 4 runs, 1 seed(s)" in caption
     assert "FedAvg's 1 run is not drawn: Figure 2 draws EFL only." in caption
     assert "EFL's 1 run at λ = 1 is not drawn: Figure 2 draws λ = 0 and the best λ" in caption
+
+
+def test_a_seed_whose_loss_is_infinite_leaves_the_loss_cell_unbounded(tmp_path):
+    """A run that diverges through an infinite loss records it (engine.runner: the round's row is kept), so
+    the λ table's final train_loss is inf for that seed. Its loss CI read [0.5, ∞]: the low end of seeds 0
+    and 1 only (both 0.5), and its paired Δ low end −0.685 = −0.05 − T1·0.05 of two of the three pairs."""
+    dirs = []
+    values = {0.0: (80, 82, 78), 0.1: (85, 86, 84)}
+    losses = {0.0: (0.6, 0.5, 0.7), 0.1: (0.5, 0.5, math.inf)}
+    for lam, bmtas in values.items():
+        for seed, b in enumerate(bmtas):
+            loss = losses[lam][seed]
+            dirs.append(make_run(tmp_path, f"lam{lam}_s{seed}", {
+                "algorithm": "efl", "seed": seed, "algorithm_params": {"lam": lam, "q": 0.1}},
+                {"mean_client_accuracy": [b / 200, b / 100], "train_loss": [2.0, loss]},
+                status="ok" if math.isfinite(loss) else "diverged"))
+    best = lambda_table(load_runs(dirs)).set_index("lam").loc[0.1]
+    assert best["loss_mean"] == math.inf and best["loss_diff_mean"] == math.inf
+    assert (best["loss_ci_low"], best["loss_ci_high"]) == (-math.inf, math.inf)
+    assert (best["loss_diff_ci_low"], best["loss_diff_ci_high"]) == (-math.inf, math.inf)
+    assert best["loss_n_pairs"] == 3 and best["loss_verdict"] == "inconclusive"
+    # the finite column is untouched: Δ BMTA (5, 4, 6) as in the test above
+    assert best["bmta_diff_ci_low"] == pytest.approx(5 - T2 / math.sqrt(3))

@@ -280,3 +280,48 @@ def test_each_paper_tables_resolution_is_its_printed_digit():
         text = load_reference(name)[column].dropna().map(repr)
         digits = text.map(lambda t: len(t.split(".")[1].rstrip("0")) if "." in t else 0)
         assert 0.5 * 10.0 ** -digits.max() == pytest.approx(PRINT_RESOLUTION[name]), name
+
+
+T1 = 12.706204736174698  # t_{1, 0.975}
+
+
+def test_an_infinite_seed_makes_the_interval_unbounded_both_ways():
+    """A seed at ±∞ (a loss recorded as inf at the round a run diverged, which the EFL λ table and the
+    figures' bands read) makes the sample's s infinite: no finite end can be computed from all the seeds.
+    _t_bounds took the finite end from the finite seeds only, here [1, 2]: 1.5 ∓ T1·0.5, a CI of 2 seeds
+    under n = 3 that silently left the third out."""
+    assert 1.5 - T1 * 0.5 == pytest.approx(-4.853102368)  # the low end it read: the finite seeds' interval
+    iv = t_interval([1.0, 2.0, math.inf])
+    assert iv.mean == math.inf and iv.n == 3
+    assert (iv.low, iv.high) == (-math.inf, math.inf)
+    for values in ([-math.inf, 1.0, 2.0], [math.inf, math.inf, 5.0]):  # high read 1.5 + T1·0.5; low NaN
+        assert (t_interval(values).low, t_interval(values).high) == (-math.inf, math.inf)
+    both = t_interval([-math.inf, 1.0, math.inf])  # was already unbounded both ways
+    assert (both.low, both.high) == (-math.inf, math.inf)
+    # every seed at the same infinity: equal values, the point [v, v] (it read (NaN, ∞): no CI printed)
+    same = t_interval([math.inf] * 3)
+    assert (same.mean, same.low, same.high) == (math.inf, math.inf, math.inf)
+    assert (t_interval([-math.inf] * 2).low, t_interval([-math.inf] * 2).high) == (-math.inf, -math.inf)
+    one = t_interval([math.inf])  # one seed: no CI, as for a finite one
+    assert one.mean == math.inf and math.isnan(one.low) and math.isnan(one.high)
+    # NaN is dropped by the callers; one left in makes the interval NaN, not that of the other seeds
+    nan = t_interval([1.0, 2.0, math.nan])
+    assert math.isnan(nan.low) and math.isnan(nan.high)
+    # what the table prints and says: the seed is there, and the cell cannot agree or disagree
+    assert interval_text(iv) == "∞ [−∞, ∞]"
+    for kind in ("difference", "level", "direction"):
+        assert verdict(3.0, iv.low, iv.high, kind=kind) == "inconclusive"
+        assert verdict(3.0, same.low, same.high, kind=kind) == "inconclusive"
+
+
+def test_the_bounds_rule_keeps_its_infinite_ends():
+    """bounded_interval reads only the infinite side of a set of bounds that holds ∞ (the high end over
+    upper bounds, the low end over lower bounds): unchanged by the rule for infinite seeds."""
+    iv = bounded_interval([30, 40, 71], [30, 40, math.inf])
+    s = math.sqrt(((30 - 47) ** 2 + (40 - 47) ** 2 + (71 - 47) ** 2) / 2)
+    assert (iv.low, iv.high) == (pytest.approx(47 - T2 * s / math.sqrt(3)), math.inf)
+    # a difference with one side censored per seed: seed 0 in (−∞, 2], seeds 1-2 exactly 3 and 5
+    low_only = bounded_interval([-math.inf, 3, 5], [2, 3, 5])
+    s = math.sqrt(((2 - 10 / 3) ** 2 + (3 - 10 / 3) ** 2 + (5 - 10 / 3) ** 2) / 2)
+    assert low_only.low == -math.inf and low_only.high == pytest.approx(10 / 3 + T2 * s / math.sqrt(3))
+    assert low_only.n_censored == 1 and math.isnan(low_only.mean)

@@ -39,6 +39,11 @@ value makes the spread huge too), and it does not claim to be.
 Seeds that all give the same value (counts of rounds often do) have s = 0: scipy's interval is then NaN,
 hetfl's the point [v, v]. That point is also the order-statistic interval [min, max] of the median, whose
 coverage is 1 − 2^(1−n) (93.75 % at 5 seeds, 75 % at 3) without any assumption on the distribution.
+
+A seed whose value is ±∞ (a loss recorded as inf at the round its run diverged: the EFL λ table's final
+loss, a figure's band at that round) makes the mean ±∞ and the CI (−∞, ∞) (`_t_bounds`): s is infinite,
+so neither end can be computed from all the seeds. Such a cell is ``inconclusive``. Seeds all at the same
+infinity are equal values: the point [∞, ∞], also ``inconclusive`` (unbounded).
 """
 
 from __future__ import annotations
@@ -82,20 +87,29 @@ def t_quantiles(confidence: float, df: int) -> tuple[float, float]:
 
 
 def _t_bounds(values: np.ndarray, confidence: float) -> tuple[float, float]:
-    """(low, high) of the Student-t interval of the mean; NaN for fewer than 2 values, ±∞ passed through.
+    """(low, high) of the Student-t interval of the mean; NaN for fewer than 2 values.
 
     As scipy.stats.t.interval(confidence, df=n − 1, loc=mean, scale=sem) computes it, bit for bit: each
     end is the standard quantile × sem + mean. One departure: equal values (sem = 0) give the point
-    [mean, mean] where scipy gives NaN (module docstring: the median's order-statistic interval)."""
+    [mean, mean] where scipy gives NaN (module docstring: the median's order-statistic interval).
+
+    Non-finite values (scipy gives NaN for any): a NaN gives NaN ends (callers drop NaN seeds before).
+    A value at ±∞ among values that are not all that same infinity gives (−∞, ∞): s is infinite, so no
+    finite end can be computed from all the seeds, and one from the finite seeds only would silently
+    leave the others out (it did, until 2026-11-27). As a finite stand-in M for the infinite values grows,
+    the t-interval's ends go to ±∞: one such seed sends the other end to the other infinity (at 95 %:
+    |t| > 1), several can send it to either; only (−∞, ∞) holds every case. Values all at the
+    same infinity are equal values: the point [±∞, ±∞]. The bounds rule (bounded_interval) reads only
+    the infinite side of a set of bounds that holds ∞, so it is unchanged."""
     n = len(values)
     if n < 2:
         return math.nan, math.nan
     if not np.isfinite(values).all():
-        inf_low = bool(np.isneginf(values).any())
-        inf_high = bool(np.isposinf(values).any())
-        finite = values[np.isfinite(values)]
-        low, high = _t_bounds(finite, confidence) if len(finite) >= 2 else (math.nan, math.nan)
-        return (-math.inf if inf_low else low), (math.inf if inf_high else high)
+        if np.isnan(values).any():
+            return math.nan, math.nan
+        if (values == values[0]).all():  # every seed at the same infinity
+            return float(values[0]), float(values[0])
+        return -math.inf, math.inf
     mean = float(values.mean())
     sem = float(values.std(ddof=1)) / math.sqrt(n)
     if sem == 0:
