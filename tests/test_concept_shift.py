@@ -115,6 +115,19 @@ def test_table5_by_hand(tmp_path):
     assert moving.loc["FedBN", "shifts_mean"] == 3
 
 
+def test_table5_counts_the_pairs_of_its_delta(tmp_path):
+    """FedBN's seed 1 is missing: FedFOR has 2 seeds but 1 pair (seed 0: 60 − 50 = 10), and the Δ cell's
+    Interval was given n_seeds (2), not the pairs its difference is over."""
+    from hetfl.reports.fedfor import concept_shift_table
+
+    runs = _table5_runs(tmp_path, 0.0)
+    runs = runs[~((runs["algorithm"] == "fedbn") & (runs["seed"] == 1))]
+    t = concept_shift_table(runs).set_index("method")
+    assert t.loc["FedFOR", "n_seeds"] == 2 and t.loc["FedFOR", "n_pairs"] == 1
+    assert t.loc["FedFOR", "diff_mean"] == pytest.approx(10.0) and np.isnan(t.loc["FedFOR", "ci_low"])
+    assert t.loc["FedBN", "n_pairs"] == 0
+
+
 def test_table5_readings_table_reads_each_validation_accuracy(tmp_path):
     """Table 5's readings table (rule table_readings) with no reading run: the cells under the experiment's
     own validation accuracy (the test split) and under the other two, read from the same runs. No shift:

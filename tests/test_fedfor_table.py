@@ -127,6 +127,28 @@ def test_acc_x_with_a_censored_seed(tmp_path):
     assert shown.loc[("FedFOR", "ACC60 (rounds)"), delta].startswith("2 of 3 censored")
 
 
+def test_the_delta_cell_counts_the_pairs_not_the_methods_seeds(tmp_path):
+    """FedAvg's seed 2 is missing: FedFOR's ACC60 has 3 seeds but 2 pairs. Seed 0: exactly 2 − 4 = −2;
+    seed 1: 3 − (> 4), in (−∞, −2]. The Δ cell read "1 of 3 censored": the method's n_seeds, not the pairs
+    its interval is over. Low end −∞ (seed 1's lower bound), high end the point of (−2, −2)."""
+    runs = _fake_runs(tmp_path, CURVES, acc_x=60)
+    runs = runs[~((runs["algorithm"] == "fedavg") & (runs["seed"] == 2))]
+    tidy = fedfor.fedfor_by_e(runs)
+    acc = tidy[tidy["measure"] == "ACC_x"].set_index("method")
+    assert acc.loc["FedFOR", "n_seeds"] == 3 and acc.loc["FedFOR", "n_pairs"] == 2
+    assert acc.loc["FedFOR", "diff_n_censored"] == 1 and acc.loc["FedAvg", "n_pairs"] == 0
+    assert (acc.loc["FedFOR", "ci_low"], acc.loc["FedFOR", "ci_high"]) == (-math.inf, -2.0)
+    shown = fedfor.layout(tidy).set_index(["method", "measure"])
+    delta = next(c for c in shown.columns if c.startswith("Δ vs"))
+    assert shown.loc[("FedFOR", "ACC60 (rounds)"), delta] == "1 of 2 censored [−∞, -2.00]"
+    # the readings table's cell says the same
+    row = tidy[(tidy["method"] == "FedFOR") & (tidy["measure"] == "ACC_x")].iloc[0]
+    assert "; Δ 1 of 2 censored [−∞, -2.00] · " in fedfor._reading_cell(row, fedfor._full_rounds(tidy))
+    # an uncensored measure counts its pairs too: best@full differences 10 and 11 (seeds 0, 1)
+    full = tidy[tidy["measure"] == "best@full"].set_index("method")
+    assert full.loc["FedFOR", "n_pairs"] == 2 and full.loc["FedFOR", "diff_mean"] == pytest.approx(10.5)
+
+
 def test_the_paper_shows_in_the_layout(tmp_path):
     runs = _fake_runs(tmp_path, CURVES)
     tidy = fedfor.fedfor_by_e(runs)

@@ -16,8 +16,9 @@ Per run (hetfl's reading, docs/fedfor.md):
 - ACC_x = the first evaluated round whose best-so-far accuracy is ≥ x % (computed here from the curve, for
   the x of the run's `acc_x`, else the paper table's own x), or censored "> R" when it never gets there.
 Over seeds: mean ± sample std (as the paper), and the paired difference to the table's baseline (FedAvg in
-Table 2, FedBN, the paper's backbone, in Tables 3-4) with its 95 % Student-t interval and a verdict
-against the paper's difference of means (`reports.verdicts`); a censored ACC_x uses the bounds rule.
+Table 2, FedBN, the paper's backbone, in Tables 3-4) over the seeds both ran (`n_pairs`) with its 95 %
+Student-t interval and a verdict against the paper's difference of means (`reports.verdicts`); a censored
+ACC_x uses the bounds rule.
 Runs of several paper tables in one table (Tables 3 and 4's configs run together, a stand-in beside) are
 grouped by the table each reproduces (paper_table_of) and each group is read against its own.
 In Tables 3-5 the paper applies every method's local rule on top of FedBN (local batch norm); hetfl's
@@ -62,7 +63,8 @@ MEASURES = ("best@half", "best@full", "ACC_x")
 TIDY_COLUMNS = ["paper_table", "dataset", "local_epochs", "measure", "round", "acc_x", "method",
                 "reproduced_mean", "reproduced_std", "n_seeds", "n_censored", "paper", "paper_std",
                 "paper_round", "baseline",
-                "diff_mean", "ci_low", "ci_high", "diff_n_censored", "paper_diff", "verdict", "comparable"]
+                "diff_mean", "ci_low", "ci_high", "n_pairs", "diff_n_censored", "paper_diff", "verdict",
+                "comparable"]
 
 
 #: the data sets of FedFOR's Tables 2-5; any other (mnist5k's long tail in make reproduce) stands in
@@ -280,8 +282,9 @@ def _summary(per: pd.DataFrame, measure: str) -> dict[str, float]:
 
 
 def _paired(per: pd.DataFrame, base: pd.DataFrame | None, measure: str, is_base: bool) -> dict[str, float]:
-    """method − baseline over the seeds both ran: mean and 95 % CI (bounds rule for censored ACC_x)."""
-    empty = {"diff_mean": np.nan, "ci_low": np.nan, "ci_high": np.nan, "diff_n_censored": 0}
+    """method − baseline over the seeds both ran: mean, 95 % CI (bounds rule for censored ACC_x) and the
+    number of pairs it is over (fewer than the method's seeds where the baseline lacks one)."""
+    empty = {"diff_mean": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n_pairs": 0, "diff_n_censored": 0}
     if is_base or base is None:
         return empty
     both = per.merge(base, left_index=True, right_index=True, suffixes=("", "_base"))
@@ -293,7 +296,8 @@ def _paired(per: pd.DataFrame, base: pd.DataFrame | None, measure: str, is_base:
         iv = bounded_interval(lo, hi)
     else:
         iv = t_interval((both[measure] - both[f"{measure}_base"]).dropna())
-    return {"diff_mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "diff_n_censored": iv.n_censored}
+    return {"diff_mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high, "n_pairs": iv.n,
+            "diff_n_censored": iv.n_censored}
 
 
 def _measure_text(r: pd.Series) -> str:
@@ -355,7 +359,7 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     delta = f"Δ vs {baselines[0]} [95% CI]" if len(baselines) == 1 else "Δ vs baseline [95% CI]"
     rows = []
     for _, r in tidy.iterrows():
-        n = 0 if pd.isna(r["diff_mean"]) and pd.isna(r["ci_low"]) else int(r["n_seeds"])
+        n = 0 if pd.isna(r["diff_mean"]) and pd.isna(r["ci_low"]) else int(r["n_pairs"])
         diff = interval_text(Interval(r["diff_mean"], math.nan, r["ci_low"], r["ci_high"], n,
                                       int(r["diff_n_censored"])), digits=2)
         row = {"table": f"{r['paper_table']} · {r['dataset']}"} if several else {}
@@ -466,8 +470,8 @@ def build(run_dirs: list[Path], out_stem: Path) -> Path:
 
 # ---- Table 5: concept shift ----------------------------------------------------------------------------
 CS_COLUMNS = ["dataset", "local_epochs", "method", "shifts_mean", "reproduced_mean", "reproduced_std",
-              "round_mean", "n_seeds", "paper", "baseline", "diff_mean", "ci_low", "ci_high", "paper_diff",
-              "verdict", "comparable"]
+              "round_mean", "n_seeds", "paper", "baseline", "diff_mean", "ci_low", "ci_high", "n_pairs",
+              "paper_diff", "verdict", "comparable"]
 
 
 def _num_classes(dataset: str) -> int:
@@ -530,7 +534,8 @@ def concept_shift_table(runs: pd.DataFrame, how: str | None = None) -> pd.DataFr
                          "n_seeds": iv.n, "paper": paper, "baseline": "FedBN",
                          "diff_mean": diff.mean if diff else math.nan,
                          "ci_low": diff.low if diff else math.nan,
-                         "ci_high": diff.high if diff else math.nan, "paper_diff": paper_diff,
+                         "ci_high": diff.high if diff else math.nan, "n_pairs": diff.n if diff else 0,
+                         "paper_diff": paper_diff,
                          "verdict": "—" if is_base else verdict(None if math.isnan(paper_diff)
                                                                      else paper_diff,
                                                                  diff.low if diff else math.nan,
@@ -560,7 +565,7 @@ def build_concept_shift(run_dirs: list[Path], out_stem: Path) -> Path:
         "Δ vs FedBN [95% CI]": [("—" if pd.isna(lo) and pd.isna(m) else
                                  interval_text(Interval(m, math.nan, lo, hi, int(n)), 2))
                                 for m, lo, hi, n in zip(tidy["diff_mean"], tidy["ci_low"], tidy["ci_high"],
-                                                        tidy["n_seeds"], strict=True)],
+                                                        tidy["n_pairs"], strict=True)],
         "paper Δ": tidy["paper_diff"].map(lambda v: "—" if pd.isna(v) else f"{v:.2f}"),
         "verdict": tidy["verdict"]})
     first = runs.iloc[0]
@@ -631,7 +636,7 @@ def _reading_cell(r: pd.Series, full: dict[tuple[str, str, int], int]) -> str:
         level = "—" if pd.isna(r["reproduced_mean"]) else f"{r['reproduced_mean']:.2f}{std}"
     if r["method"] == r["baseline"]:
         return level
-    n = 0 if pd.isna(r["diff_mean"]) and pd.isna(r["ci_low"]) else int(r["n_seeds"])
+    n = 0 if pd.isna(r["diff_mean"]) and pd.isna(r["ci_low"]) else int(r["n_pairs"])
     censored = int(r["diff_n_censored"]) if "diff_n_censored" in r and pd.notna(r["diff_n_censored"]) else 0
     diff = interval_text(Interval(r["diff_mean"], math.nan, r["ci_low"], r["ci_high"], n, censored), digits=2)
     return f"{level}; Δ {diff} · {r['verdict']}"
