@@ -198,6 +198,27 @@ def test_a_pruning_mirror_removes_runs_that_left_the_grid(store):
     assert client.search_runs([exp_id], run_view_type=ViewType.DELETED_ONLY) == []
 
 
+def test_purged_runs_leave_no_empty_artifact_folder(store):
+    """`mlflow gc` deletes a purged run's artifacts/ folder but not the folder of the run above it: every
+    replaced or pruned run left an empty mlartifacts/<experiment>/<run id>/ behind. The mirror removes the
+    folders of the runs it purged where they are empty, and nothing else."""
+    runs = [_write_run(store, _spec("emptydirs", run=f"IID_T8_C_s{s}", seed=s)) for s in range(3)]
+    first = tracking.mirror_run_dirs(store, runs)
+    s0, s1, s2 = (first.runs[f"emptydirs/IID_T8_C_s{s}"] for s in range(3))
+    folder = store / "mlartifacts" / "emptydirs"
+    assert {p.name for p in folder.iterdir()} == {s0, s1, s2}
+    (folder / s2 / "notes.txt").write_text("mine")  # a file in a purged run's folder: the folder stays
+    (folder / "not-a-run").mkdir()  # an empty folder of no purged run: stays
+    _write_run(store, _spec("emptydirs", run="IID_T8_C_s0", seed=0), acc=(0.1, 0.2, 0.3))  # retrained
+    again = tracking.mirror_run_dirs(store, runs[:2], prune=True)  # s0 replaced, s2 left the grid
+    new_s0 = again.runs["emptydirs/IID_T8_C_s0"]
+    assert again.purged == 2 and new_s0 != s0 and again.runs["emptydirs/IID_T8_C_s1"] == s1
+    assert {p.name for p in folder.iterdir()} == {new_s0, s1, s2, "not-a-run"}  # s0's empty folder gone
+    assert [p.name for p in (folder / s2).iterdir()] == ["notes.txt"]  # gc took its artifacts/ only
+    assert sorted(p.name for p in (folder / s1 / "artifacts").iterdir()) == ["metrics.parquet", "run.json"]
+    assert not any((folder / "not-a-run").iterdir())
+
+
 def test_a_pruning_mirror_without_summary_files_keeps_the_summary_run(store, tmp_path, capsys):
     """`hetfl track --prune RUNS` by hand, without --summary, purged the experiment's summary run (its tables
     and figures) as a run that left the grid, and counted it "replaced"; the workflow's track job, up to

@@ -505,21 +505,50 @@ def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, 
     return rid, stale
 
 
+def _run_folders(uri: str, run_ids: Sequence[str]) -> list[Path]:
+    """The local folders `<experiment's artifact location>/<run id>/` of runs whose artifacts are local
+    files (`<run id>/artifacts`, MLflow's layout); runs with artifacts elsewhere (a server's) have none."""
+    from urllib.parse import unquote, urlparse
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    folders = []
+    for rid in run_ids:
+        artifacts = urlparse(client.get_run(rid).info.artifact_uri or "")
+        if artifacts.scheme not in ("", "file"):
+            continue
+        path = Path(unquote(artifacts.path))
+        if path.is_absolute() and path.name == "artifacts" and path.parent.name == rid:
+            folders.append(path.parent)
+    return folders
+
+
 def purge_runs(uri: str, run_ids: Sequence[str]) -> bool:
     """Hard-delete deleted runs and their artifacts with `mlflow gc` (the store must be reachable: a
-    tracking server keeps them deleted until its own `mlflow gc`). Returns whether they were purged."""
+    tracking server keeps them deleted until its own `mlflow gc`). Returns whether they were purged.
+
+    `mlflow gc` deletes a run's `<run id>/artifacts/` but not the `<run id>/` folder above it, which every
+    purged run left behind empty: those folders of the runs purged are removed where they are empty (a
+    folder holding anything else is kept)."""
     if not run_ids:
         return True
     if not can_hard_delete(uri):
         print(f"warning: {len(run_ids)} replaced run(s) are deleted but not purged on {uri}; run "
               "`mlflow gc` against the server's backend store to remove them", file=sys.stderr)
         return False
+    folders = _run_folders(uri, run_ids)  # before gc, after which the store no longer knows the runs
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     proc = subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", uri,
                            "--run-ids", ",".join(run_ids)], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"mlflow gc could not purge {len(run_ids)} replaced run(s) from {uri}:\n"
                            f"{proc.stderr[-2000:]}")
+    for folder in folders:
+        try:
+            folder.rmdir()  # only an empty folder: rmdir refuses any other
+        except OSError:  # not empty (a file of someone's), or never made (a run cut off before its files)
+            pass
     return True
 
 
