@@ -355,6 +355,27 @@ def test_a_summary_path_that_is_no_file_is_named_with_its_flag(store, tmp_path, 
     assert not [e for e in _client(store).search_experiments() if e.name == "summflag"]
 
 
+def test_track_refuses_a_results_root_that_is_no_directory(store, tmp_path, capsys, monkeypatch):
+    """`hetfl track --results-root PATH` with a folder that does not exist (a typo; the default results/
+    from another directory) made it and a new MLflow store in it, and mirrored there. It is refused before
+    any work, naming the flag, the value and what is allowed; a file is refused the same way."""
+    from hetfl.cli import main
+
+    d = _write_run(store, _spec("noroot"))
+    (tmp_path / "a_file").write_text("")
+    for value in (tmp_path / "typo", tmp_path / "a_file"):
+        assert main(["track", "--results-root", str(value), str(d)]) == 2
+        err = capsys.readouterr().err
+        assert f"hetfl track: error: --results-root has value '{value}', which is not an existing " \
+            f"directory (relative to {Path.cwd()}); allowed: " in err
+        assert "the results directory" in err
+    monkeypatch.chdir(tmp_path)  # the default, results/, where there is none
+    assert main(["track", str(d)]) == 2
+    said = f"--results-root has value 'results', which is not an existing directory (relative to {tmp_path})"
+    assert said in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing made: no typo/, no results/
+
+
 def test_a_copied_store_is_refused_before_it_touches_the_originals_artifacts(tmp_path):
     """A SQLite store keeps each experiment's artifact location as an absolute path: in a copy of a project
     (cp -r), mirroring again purged the original's artifacts of the runs it replaced or pruned and wrote its

@@ -87,6 +87,15 @@ def existing_file(flag: str, arg: str, what: str) -> Path:
     return Path(arg)
 
 
+def existing_dir(flag: str, arg: str, what: str) -> Path:
+    """A flag's input directory, or a ConfigError naming the flag and the value before any work (instead
+    of a new directory made where a typo points)."""
+    if not Path(arg).is_dir():
+        raise ConfigError(f"{flag} has value {arg!r}, which is not an existing directory (relative to "
+                          f"{Path.cwd()}); allowed: {what}")
+    return Path(arg)
+
+
 #: the arrays a file of each kind holds, which training reads (data.federation.load_federation,
 #: data.traces.load_traces)
 NPZ_ARRAYS = {"split": ("x_train", "y_train", "train_offsets", "x_test", "y_test", "test_offsets",
@@ -585,6 +594,11 @@ def _cmd_track(args: argparse.Namespace) -> int:
         if not (run / METRICS_PARQUET).is_file():
             raise ConfigError(f"run {run} has no {METRICS_PARQUET} (its training did not finish); allowed: "
                               f"run directories holding run.json and {METRICS_PARQUET}")
+    # it was made where it did not exist (a typo, or the default results/ run from another directory), and a
+    # new store in it got the mirror
+    existing_dir("--results-root", args.results_root, "the results directory that holds the default "
+                 "MLflow store and its lock (results/mlflow.db, results/.mlflow.lock; default: results/, run "
+                 "from the project's root)")
     mirror = mirror_run_dirs(args.results_root, runs, description=args.description,
                              summary_files=None if args.summary is None else [Path(p) for p in args.summary],
                              rounds=args.rounds,
@@ -831,7 +845,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_table)
 
     p = sub.add_parser("track", help="mirror finished runs into MLflow (rebuilds the mirror from results/)")
-    p.add_argument("--results-root", default="results", help="directory of the default SQLite store")
+    p.add_argument("--results-root", default="results",
+                   help="directory of the default SQLite store and its lock; it must exist (default: "
+                        "results)")
     p.add_argument("--prune", action="store_true",
                    help="the runs given are their experiments' whole grid: delete the mirrors of any other "
                         "run of those experiments, and their summary run where --summary is given and makes "
