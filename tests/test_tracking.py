@@ -348,11 +348,51 @@ def test_a_summary_path_that_is_no_file_is_named_with_its_flag(store, tmp_path, 
 
     d = _write_run(store, _spec("summflag"))
     assert main(["track", "--results-root", str(store), str(d), "--summary", str(tmp_path),
-                 str(tmp_path / "no.md")]) == 2
+                 "--summary", str(tmp_path / "no.md")]) == 2
     err = capsys.readouterr().err
     assert f"--summary has value(s) {tmp_path}, {tmp_path / 'no.md'}, which are not files" in err
     assert "allowed: the tables and figures" in err
     assert not [e for e in _client(store).search_experiments() if e.name == "summflag"]
+
+
+def test_summary_takes_one_file_is_repeated_and_runs_may_follow_it(store, tmp_path, capsys, monkeypatch):
+    """`--summary` took every path after it (nargs="*"): `hetfl track --summary T.md RUN...` made the runs
+    summary files, and the error told users to give the runs first. It takes one file and is repeated, the
+    runs may come before or after it, a bare `--summary` still says the summary files are none, and the
+    old form (several files after one --summary) is refused naming the file, not mirrored without it."""
+    from hetfl.cli import main
+
+    runs = [_write_run(store, _spec("summone", run=f"IID_T8_C_s{s}", seed=s)) for s in range(2)]
+    r0, r1 = map(str, runs)
+    md, csv = tmp_path / "tables/accuracy_difference.md", tmp_path / "tables/accuracy_difference.csv"
+    md.parent.mkdir()
+    md.write_text("table")
+    csv.write_text("table")
+    base = ["track", "--results-root", str(store)]
+    out = tmp_path / "mlflow.json"
+    assert main([*base, "--out", str(out), "--summary", str(md), r0, r1]) == 0, capsys.readouterr().err
+    ids = json.loads(out.read_text())
+    assert sorted(ids["runs"]) == ["summone/IID_T8_C_s0", "summone/IID_T8_C_s1"]
+    assert [a.path for a in _client(store).list_artifacts(ids["summaries"]["summone"], "tables")] == \
+        ["tables/accuracy_difference.md"]
+
+    calls = []
+    monkeypatch.setattr(tracking, "mirror_run_dirs", lambda root, runs, **kw: calls.append(
+        ([str(r) for r in runs], kw["summary_files"])) or tracking.Mirror("uri", {}, {}, {}, 0))
+    for argv, summary in [([r0, "--summary", str(md), "--summary=" + str(csv), r1], [md, csv]),
+                          ([r0, r1, "--summary"], []), (["--summary", "--rounds", "all", r0, r1], []),
+                          ([r0, r1], None)]:
+        assert main([*base, *argv]) == 0, capsys.readouterr().err
+        assert calls.pop() == ([r0, r1], summary), argv
+    for argv, said in [([r0, "--summary", str(md), str(csv)],
+                        f"run path {csv} is a table or figure, not a run; allowed: run directories or their "
+                        "run.json files; --summary takes one file: give each table and figure its own "
+                        "--summary"),
+                       (["--summary", f"{r0}/run.json", r1],
+                        f"--summary has value(s) {r0}/run.json, which are runs, not tables or figures; "
+                        "allowed: the tables and figures")]:
+        assert main([*base, *argv]) == 2 and said in capsys.readouterr().err, argv
+    assert calls == []
 
 
 def test_track_refuses_a_results_root_that_is_no_directory(store, tmp_path, capsys, monkeypatch):

@@ -101,25 +101,33 @@ def test_run_outputs_and_mlflow_mirror(workflow_dir):
 def test_a_summary_run_carries_the_tables_of_its_runs_and_the_figures_captions(tmp_path):
     """The track job of a bmta experiment: its summary run carried bmta's table and EFL Figure 1 but not the
     fairness table built from the same runs (hetfl.reports.tables.SOURCES), nor a figure's caption (how
-    its numbers are computed, the runs read) nor the experiment's split chart, so MLflow had none of them."""
+    its numbers are computed, the runs read) nor the experiment's split chart, so MLflow had none of them.
+    `hetfl track --summary` takes one file each (it took every path after it): each file gets its own, and
+    an experiment without a table a bare --summary, after the runs."""
     config = tmp_path / "efl.json"
-    config.write_text(json.dumps({"experiments": {"t2": {
-        "table": "bmta", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
-        "num_devices": 6, "sizes": {"distribution": "equal", "size": 30}, "schemes": ["C"], "num_traces": [1],
-        "local_epochs": 1, "rounds": 3, "seeds": [0], "algorithms": ["fedavg", "apfl"]}}}))
+    grid = {"dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}}, "num_devices": 6,
+            "sizes": {"distribution": "equal", "size": 30}, "schemes": ["C"], "num_traces": [1],
+            "local_epochs": 1, "rounds": 3, "seeds": [0], "algorithms": ["fedavg", "apfl"]}
+    config.write_text(json.dumps({"experiments": {"t2": {"table": "bmta", **grid},
+                                                  "t0": {"table": "none", **grid}}}))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
          str(tmp_path / "wd"), "--configfile", str(config), "--cores", "1", "-n", "-p",
-         "results/t2/mlflow.json"],
+         "results/t2/mlflow.json", "results/t0/mlflow.json"],
         capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (track,) = [line for line in proc.stdout.splitlines() if "hetfl track" in line]
-    summary = set(track.split("--summary ", 1)[1].split(" > ")[0].split())
+    calls = [line.split(" > ")[0].split() for line in proc.stdout.splitlines() if "hetfl track" in line]
+    (track,) = [c for c in calls if "results/t2/mlflow.json" in c]
+    (bare,) = [c for c in calls if "results/t0/mlflow.json" in c]
+    summary = [w.removeprefix("--summary=") for w in track if w.startswith("--summary")]
     tables = {f"reports/tables/{t}.{ext}" for t in ("bmta", "fairness") for ext in ("md", "csv", "tex")}
     figures = {f"reports/figures/efl_figure1.{ext}" for ext in ("png", "svg", "caption.html")}
     figures |= {f"reports/figures/splits/t2.{ext}" for ext in ("png", "caption.html")}
-    assert summary == tables | figures
+    assert sorted(summary) == sorted(tables | figures)  # each file once, each with its own --summary=
+    runs = [w for w in track if w.endswith("/run.json")]
+    assert track[-len(summary):] == [f"--summary={f}" for f in summary] and len(runs) == 2
+    assert bare[-1] == "--summary" and bare[-3:-1] == [w.replace("t2", "t0") for w in runs]
 
 
 @pytest.mark.slow

@@ -577,17 +577,27 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 def _cmd_track(args: argparse.Namespace) -> int:
     from hetfl.io import atomic_write_json
     from hetfl.reports.results import METRICS_PARQUET, load_run_json
-    from hetfl.tracking import mirror_run_dirs
+    from hetfl.tracking import mirror_run_dirs, summary_folder
 
     if args.out and Path(args.out).is_dir():  # before the mirror, which takes minutes for a large grid
         raise ConfigError(f"--out has value {args.out!r}, which is a directory; allowed: a JSON file to "
                           "write (new, or an earlier mirror's)")
-    bad = [p for p in args.summary or [] if not Path(p).is_file()]
+    # --summary FILE, once per file; a bare --summary (None) gives none: the summary files are then none
+    summary = None if args.summary is None else [p for p in args.summary if p is not None]
+    allowed = ("allowed: the tables and figures to attach to each experiment's summary run (reports/tables/*."
+               "{md,csv,tex}, reports/figures/*.{png,svg,caption.html}), one file per --summary")
+    bad = [p for p in summary or [] if not Path(p).is_file()]
     if bad:  # it said "summary files do not exist" of a directory, without the flag or what it takes
-        raise ConfigError(f"--summary has value(s) {', '.join(bad)}, which are not files; allowed: the "
-                          "tables and figures to attach to each experiment's summary run (reports/tables/*."
-                          "{md,csv,tex}, reports/figures/*.{png,svg,caption.html}); give the runs before "
-                          "--summary")
+        raise ConfigError(f"--summary has value(s) {', '.join(bad)}, which are not files; {allowed}")
+    given = [p for p in summary or [] if Path(p).name == "run.json"]
+    if given:  # `hetfl track --summary RUN/run.json RUN2/run.json`, meaning a bare --summary
+        raise ConfigError(f"--summary has value(s) {', '.join(given)}, which are runs, not tables or "
+                          f"figures; {allowed}; give the runs as arguments")
+    for path in map(Path, args.runs):  # `--summary T.md T.csv`, the old form: T.csv taken for a run
+        if path.is_file() and path.name != "run.json" and summary_folder(path) != "reports":
+            raise ConfigError(f"run path {path} is a table or figure, not a run; allowed: run directories or "
+                              "their run.json files; --summary takes one file: give each table and figure "
+                              "its own --summary (in bash: --summary=reports/tables/<table>.{md,csv,tex})")
     runs = run_paths(args.runs)
     for run in runs:  # as table and figure read them: a malformed run.json was "Expecting value: line 2 ..."
         load_run_json(run)
@@ -600,7 +610,7 @@ def _cmd_track(args: argparse.Namespace) -> int:
                  "MLflow store and its lock (results/mlflow.db, results/.mlflow.lock; default: results/, run "
                  "from the project's root)")
     mirror = mirror_run_dirs(args.results_root, runs, description=args.description,
-                             summary_files=None if args.summary is None else [Path(p) for p in args.summary],
+                             summary_files=None if summary is None else [Path(p) for p in summary],
                              rounds=args.rounds,
                              prune=args.prune)
     if args.out:
@@ -856,10 +866,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--description", help="the config's top-level description: each experiment's MLflow "
                                          "description is written from it and the runs' grid (without it, "
                                          "only an experiment with no description gets one)")
-    p.add_argument("--summary", nargs="*", metavar="FILE",
-                   help="tables and figures (reports/tables/*.{md,csv,tex}, reports/figures/*.{png,svg}) to "
-                        "attach to each experiment's summary run: every experiment of the runs given gets "
-                        "all of them, so give one experiment's runs with its files (the workflow does)")
+    p.add_argument("--summary", action="append", nargs="?", metavar="FILE",
+                   help="a table or figure (reports/tables/*.{md,csv,tex}, reports/figures/*.{png,svg,"
+                        "caption.html}) to attach to each experiment's summary run; one file each, repeat it "
+                        "(in bash: --summary=reports/tables/<table>.{md,csv,tex}); the files given are the "
+                        "whole set, and a bare --summary gives none (an experiment without a table). Every "
+                        "experiment of the runs given gets all of them, so give one experiment's runs with "
+                        "its files (the workflow does)")
     p.add_argument("--rounds", choices=MIRROR_ROUNDS, default="evaluated",
                    help="which rounds' metrics to log: those the run was evaluated at (default; every "
                         "metric at those steps) or all of them; metrics.parquet, an artifact, has all")
@@ -910,6 +923,9 @@ def main(argv: list[str] | None = None) -> int:
         # argparse fills `tables` (nargs="*") right after `page`, so names given after the options are
         # left over: `hetfl report tables --out DIR NAME` means what `hetfl report tables NAME --out DIR` does
         args.tables = [*args.tables, *extra]
+    elif extra and args.verb == "track" and not any(e.startswith("-") for e in extra):
+        # `runs` takes the paths before the first option: `hetfl track RUN --summary FILE RUN2` left RUN2 over
+        args.runs = [*args.runs, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:

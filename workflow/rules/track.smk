@@ -24,7 +24,10 @@ rule track:
         # the store mirrored to (MLFLOW_TRACKING_URI, else results/mlflow.db: hetfl.tracking.tracking_uri):
         # another store gets the mirror made again; mlflow.json names the store
         store=os.environ.get("MLFLOW_TRACKING_URI", ""),
+        # --summary takes one file and is repeated; a bare --summary (an experiment without a table): the
+        # summary files are none, so --prune removes an earlier summary run
+        summary=lambda wc, input: [f"--summary={f}" for f in input.reports] or ["--summary"],
     priority: REPORT_PRIORITY
     shell:
         "hetfl track --prune --results-root results --out {output} --description={params.description:q}"
-        " {input.runs} --summary {input.reports} > {log} 2>&1"
+        " {input.runs} {params.summary:q} > {log} 2>&1"
