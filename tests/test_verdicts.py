@@ -325,3 +325,23 @@ def test_the_bounds_rule_keeps_its_infinite_ends():
     s = math.sqrt(((2 - 10 / 3) ** 2 + (3 - 10 / 3) ** 2 + (5 - 10 / 3) ** 2) / 2)
     assert low_only.low == -math.inf and low_only.high == pytest.approx(10 / 3 + T2 * s / math.sqrt(3))
     assert low_only.n_censored == 1 and math.isnan(low_only.mean)
+
+
+def test_a_mean_undefined_without_censored_seeds_says_why():
+    """A cell's mean is NaN in three ways: censored seeds (the bounds rule prints no made-up number), seeds
+    at both +∞ and −∞ (∞ − ∞ has no value) and a NaN seed left in by a caller. interval_text printed "k of
+    n censored" for all three: t_interval over [−∞, 1, ∞] read "0 of 3 censored [−∞, ∞]" where no seed is
+    censored, and over [1, 2, NaN] "0 of 3 censored"."""
+    both = t_interval([-math.inf, 1.0, math.inf])
+    assert math.isnan(both.mean) and both.n_censored == 0
+    assert interval_text(both) == "no mean (seeds at ∞ and −∞) [−∞, ∞]"
+    assert interval_text(t_interval([math.inf, -math.inf]), digits=3) == "no mean (seeds at ∞ and −∞) [−∞, ∞]"
+    # a NaN seed (callers drop them; one left in makes every number NaN): no CI to print
+    assert interval_text(t_interval([1.0, 2.0, math.nan])) == "no mean (a seed is NaN)"
+    assert interval_text(t_interval([math.nan])) == "no mean (a seed is NaN)"
+    # censored seeds keep their text, whatever their bounds
+    assert interval_text(bounded_interval([71, 71], [math.inf, math.inf])) == "2 of 2 censored [71.0, ∞]"
+    assert interval_text(bounded_interval([-math.inf, 3, 5], [math.inf, 3, 5])) == "1 of 3 censored [−∞, ∞]"
+    # an empty cell and a defined mean are unchanged
+    assert interval_text(t_interval([])) == "—"
+    assert interval_text(t_interval([1.0, 2.0, math.inf])) == "∞ [−∞, ∞]"

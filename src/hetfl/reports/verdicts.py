@@ -42,15 +42,17 @@ coverage is 1 − 2^(1−n) (93.75 % at 5 seeds, 75 % at 3) without any assumpti
 
 A seed whose value is ±∞ (a loss recorded as inf at the round its run diverged: the EFL λ table's final
 loss, a figure's band at that round) makes the mean ±∞ and the CI (−∞, ∞) (`_t_bounds`): s is infinite,
-so neither end can be computed from all the seeds. Such a cell is ``inconclusive``. Seeds all at the same
-infinity are equal values: the point [∞, ∞], also ``inconclusive`` (unbounded).
+so neither end can be computed from all the seeds. Such a cell is ``inconclusive``. Seeds at both +∞ and
+−∞ leave the mean undefined (∞ − ∞): the cell prints "no mean (seeds at ∞ and −∞) [−∞, ∞]", never "0 of n
+censored" (no seed is censored). Seeds all at the same infinity are equal values: the point [∞, ∞], also
+``inconclusive`` (unbounded).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -248,7 +250,9 @@ ZERO_NOISE = 1e-9
 
 
 def interval_text(iv: Interval, digits: int = 1) -> str:
-    """A cell as people read it: 'mean [low, high]' (bounds only when censored; '—' when empty)."""
+    """A cell as people read it: 'mean [low, high]'; '—' when empty. Where the mean is NaN the head says
+    why instead: 'k of n censored [low, high]' (the bounds rule), 'no mean (seeds at ∞ and −∞) [−∞, ∞]'
+    (∞ − ∞ has no value) or 'no mean (a seed is NaN)' (a NaN seed a caller left in; no CI either)."""
     if iv.n == 0:
         return "—"
 
@@ -263,5 +267,17 @@ def interval_text(iv: Interval, digits: int = 1) -> str:
         return f"{shown if shown != 0 else 0.0:.{digits}f}"  # float noise below the digits is 0, not "-0.0"
 
     ci = "" if math.isnan(iv.low) else f" [{fmt(iv.low, True)}, {fmt(iv.high, True)}]"
-    head = fmt(iv.mean) if not math.isnan(iv.mean) else f"{iv.n_censored} of {iv.n} censored"
-    return head + ci
+    return _head(iv, fmt) + ci
+
+
+def _head(iv: Interval, fmt: Callable[[float], str]) -> str:
+    """The cell's first part: its mean, or, where the mean is NaN, why (each way it can be NaN)."""
+    if not math.isnan(iv.mean):
+        return fmt(iv.mean)
+    if iv.n_censored:  # the bounds rule: the mean is never made up
+        return f"{iv.n_censored} of {iv.n} censored"
+    if iv.low == -math.inf and iv.high == math.inf:  # ∞ − ∞: seeds at both infinities (t_interval)
+        return "no mean (seeds at ∞ and −∞)"
+    if math.isnan(iv.low) and math.isnan(iv.high):  # a NaN seed left in: every number is NaN
+        return "no mean (a seed is NaN)"
+    return "no mean"
