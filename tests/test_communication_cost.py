@@ -151,3 +151,31 @@ def test_one_setting_name_on_two_data_sets_is_two_cells_for_validation_and_figur
     one = runs[runs["dataset"] == "mnist5k"]
     cc.draw_nonzeros(one, tmp_path / "nz1")
     assert [ax.get_title() for ax in drawn[1].axes] == ["dir0.3"]
+
+
+def test_a_change_from_a_base_of_0_non_zeros_is_excluded(tmp_path, monkeypatch):
+    """FedProx seed 0 sent no non-zero entry (every update exactly 0): the elastic net's change 100·(210/0
+    − 1) is +∞, a relative change from 0, which has no value. It was kept beside −30 and −50 (seeds 1, 2),
+    so the cell read "∞ [−∞, ∞] %"; with both totals 0 (0/0, NaN) the seed was dropped without a word. As
+    Table 3's relative change from an accuracy of 0 (accuracy_difference), the seed is excluded from that
+    Δ and counted, and the cell and caption say so; the entropy and accuracy Δs keep all three seeds."""
+    monkeypatch.setitem(RUNS, ("fedprox", 0), ([0, 0, 0], [0.0, 0.0, 0.0], 0.80))
+    runs = _runs(tmp_path)
+    tidy = cc.communication_cost(runs)
+    pairs = tidy[tidy["kind"] == "pair"].set_index("measure")
+    change = pairs.loc["nonzeros_change_pct"]
+    assert change["mean"] == pytest.approx(-40.0) and change["n_seeds"] == 2 and change["n_excluded"] == 1
+    half_width = 12.706204736174698 * np.std([-30, -50], ddof=1) / np.sqrt(2)  # 127.06
+    assert change["ci_low"] == pytest.approx(-40 - half_width)
+    assert change["ci_high"] == pytest.approx(-40 + half_width)
+    assert pairs.loc["entropy_diff", "n_seeds"] == 3 and pairs.loc["entropy_diff", "n_excluded"] == 0
+    out = cc.layout(tidy)
+    delta = out[out["method"].str.startswith("Δ")].iloc[0]
+    assert delta["total non-zeros (10⁶)"] == "-40.00 [-167.06, 87.06] % (1 excl.)"
+    assert not delta["entropy (bits/value)"].endswith("excl.)")
+    assert "a base run with no non-zero entry" in cc.caption(tidy, runs)
+    # both totals 0: 0/0, excluded and counted too (it was dropped silently)
+    monkeypatch.setitem(RUNS, ("fedelasticnet", 0), ([0, 0, 0], [0.0, 0.0, 0.0], 0.80))
+    (tmp_path / "zero").mkdir()
+    change = cc.communication_cost(_runs(tmp_path / "zero")).set_index("measure").loc["nonzeros_change_pct"]
+    assert change["n_seeds"] == 2 and change["n_excluded"] == 1

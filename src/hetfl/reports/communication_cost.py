@@ -13,7 +13,12 @@ over the round's clients) and `bytes_up` (engine.comm). Per run this module repo
   accuracy             the final validation accuracy (global test split, else the pooled holdouts).
 Over seeds: mean ± sample std. Each "X + elastic net vs X" pair gets paired per-seed differences with 95 %
 Student-t intervals: the change of total non-zeros in % of X's (negative = fewer), the entropy difference
-and the accuracy difference. The paper's Tables 2-4 are not in the transcribed text (only the claim that
+and the accuracy difference. A seed whose difference has no value is excluded from that Δ and counted
+(`n_excluded`, "k excl." in the cell), as Table 3's relative change from an accuracy of 0
+(accuracy_difference): a run that lacks the measure, or, for the change of non-zeros, a base run that sent
+no non-zero entry (every update exactly 0), whose relative change 100·(x/0 − 1) is ±∞ or 0/0 (a run with
+no round that had a client lacks the measure). Kept, one such seed made the cell "∞ [−∞, ∞]" (a NaN one
+was dropped without a word). The paper's Tables 2-4 are not in the transcribed text (only the claim that
 the elastic net lowers both measures), so every verdict is "not comparable" and the paper column says what
 it claims.
 """
@@ -45,8 +50,8 @@ PAPER_CLAIM = "lower (Tables 2-4; numbers not transcribed)"
 MEASURES = ("nonzeros_per_round", "total_nonzeros", "entropy", "mb_sent", "accuracy")
 #: a row per (data set, setting, method): two experiments on two data sets share the table, and a setting
 #: name says nothing of the data (the caption named the first run's data set only)
-TIDY_COLUMNS = ["dataset", "setting", "kind", "method", "measure", "mean", "std", "n_seeds", "ci_low",
-                "ci_high", "paper", "verdict"]
+TIDY_COLUMNS = ["dataset", "setting", "kind", "method", "measure", "mean", "std", "n_seeds", "n_excluded",
+                "ci_low", "ci_high", "paper", "verdict"]
 
 
 def run_measures(run_dir: str | Path) -> dict[str, float]:
@@ -86,7 +91,7 @@ def communication_cost(runs: pd.DataFrame) -> pd.DataFrame:
             iv = t_interval(g[measure].dropna())
             rows.append({"dataset": dataset, "setting": setting, "kind": "method",
                          "method": _label(algorithm), "measure": measure, "mean": iv.mean, "std": iv.std,
-                         "n_seeds": iv.n,
+                         "n_seeds": iv.n, "n_excluded": 0,
                          "ci_low": np.nan, "ci_high": np.nan, "paper": "", "verdict": ""})
     for (dataset, setting), g in seeds.groupby(["dataset", "setting"], sort=True):
         by = g.set_index(["algorithm", "seed"])
@@ -102,10 +107,12 @@ def communication_cost(runs: pd.DataFrame) -> pd.DataFrame:
             claims = {"nonzeros_change_pct": "< 0: " + PAPER_CLAIM, "entropy_diff": "< 0: " + PAPER_CLAIM,
                       "accuracy_diff": "≈ 0: 'maintains the classification accuracy' (Fig. 1)"}
             for measure, values in diffs.items():
-                iv = t_interval(values.dropna())
+                usable = np.isfinite(values)  # ±∞ or NaN: a change from 0 non-zeros, or a missing measure
+                iv = t_interval(values[usable])
                 rows.append({"dataset": dataset, "setting": setting, "kind": "pair",
                              "method": f"{LABELS[with_en]} vs {LABELS[base]}", "measure": measure,
-                             "mean": iv.mean, "std": iv.std, "n_seeds": iv.n, "ci_low": iv.low,
+                             "mean": iv.mean, "std": iv.std, "n_seeds": iv.n,
+                             "n_excluded": int((~usable).sum()), "ci_low": iv.low,
                              "ci_high": iv.high, "paper": claims[measure],
                              "verdict": verdict(None, iv.low, iv.high)})
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
@@ -134,16 +141,17 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
                      "entropy (bits/value)": cells.get("entropy", "—"), "MB sent": cells.get("mb_sent", "—"),
                      "accuracy (%)": cells.get("accuracy", "—"), "paper": "", "verdict": ""})
     for (dataset, setting, method), g in tidy[tidy["kind"] == "pair"].groupby(keys, sort=False):
-        def text(measure: str, g=g) -> str:
+        def text(measure: str, g=g, unit: str = "") -> str:
             r = g[g["measure"] == measure]
             if r.empty:
-                return "—"
+                return "—" + unit
             r = r.iloc[0]
-            return interval_text(
-                Interval(r["mean"], r["std"], r["ci_low"], r["ci_high"], int(r["n_seeds"])), 2)
+            cell = interval_text(
+                Interval(r["mean"], r["std"], r["ci_low"], r["ci_high"], int(r["n_seeds"])), 2) + unit
+            return cell + (f" ({int(r['n_excluded'])} excl.)" if r.get("n_excluded", 0) > 0 else "")
         rows.append({"dataset": dataset, "setting": setting, "method": f"Δ {method}",
                      "non-zeros / round (10³)": "", "total non-zeros (10⁶)":
-                     f"{text('nonzeros_change_pct')} %", "entropy (bits/value)": text("entropy_diff"),
+                     text("nonzeros_change_pct", unit=" %"), "entropy (bits/value)": text("entropy_diff"),
                      "MB sent": "", "accuracy (%)": text("accuracy_diff"),
                      "paper": "lower non-zeros and entropy; accuracy ≈ 0",
                      "verdict": "not comparable"})
@@ -177,7 +185,9 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
             "matched budget of one bit per entry (the reviewers' comparison). SCAFFOLD sends its "
             "control-variate update too. Cells: mean ± "
             "sample std over seeds; Δ rows: paired per-seed differences (elastic net − base) with 95 % "
-            "Student-t intervals. The paper's numbers are not in the transcribed text, so every verdict is "
+            "Student-t intervals; a seed is excluded from a Δ (\"k excl.\") when a run lacks the measure or, "
+            "for the change of non-zeros, a base run with no non-zero entry makes it a relative change from "
+            "0 (no value). The paper's numbers are not in the transcribed text, so every verdict is "
             f"'not comparable' (verdicts, one for each Δ row's non-zeros, entropy and accuracy: "
             f"{counts_text(list(tidy.loc[tidy['kind'] == 'pair', 'verdict']))}). "
             f"Here: {', '.join(datasets)}, {settings or 'its settings'}, {_sizes_text(first)}, "
