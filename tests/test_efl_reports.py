@@ -13,12 +13,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from hetfl.reports.efl_lambda import best_lambda, lambda_table, with_values
+from hetfl.reports.efl_lambda import best_lambda, lambda_table, layout, with_values
 from hetfl.reports.fairness import fairness
 from hetfl.reports.tables import BUILDERS, SOURCES, load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 T2 = 4.302652729911275  # Student t, 97.5 % quantile, 2 degrees of freedom
+T1 = 12.706204736174698  # ... 1 degree of freedom
 
 
 def make_run(root: Path, name: str, spec: dict, metrics: dict[str, list[float]], status: str = "ok") -> Path:
@@ -280,6 +281,35 @@ def test_an_efl_figures_caption_counts_the_runs_it_draws(tmp_path):
     assert "(2 of its 4 runs, 1 seed(s)" in caption
     assert "FedAvg's 1 run is not drawn: Figure 2 draws EFL only." in caption
     assert "EFL's 1 run at λ = 1 is not drawn: Figure 2 draws λ = 0 and the best λ" in caption
+
+
+def test_a_pair_where_both_runs_diverged_is_excluded_from_the_loss_delta_and_counted(tmp_path):
+    """Seed 2 diverges at λ = 0.1 and at λ = 0 alike: its loss Δ is ∞ − ∞, no value. It went into the
+    interval as NaN, which made the whole Δ cell "—" though two pairs exist. Now it is left out and counted
+    (as the communication-cost table's Δ): Δ loss over seeds 0 and 1 is (−0.1, 0.0), mean −0.05; the cell
+    says "(1 excl.)". Seeds at +∞ and −∞ in one Δ print why the mean is missing, not "—"."""
+    dirs = []
+    values = {0.0: (80, 82, 78), 0.1: (85, 86, 84)}
+    losses = {0.0: (0.6, 0.5, math.inf), 0.1: (0.5, 0.5, math.inf)}
+    for lam, bmtas in values.items():
+        for seed, b in enumerate(bmtas):
+            loss = losses[lam][seed]
+            dirs.append(make_run(tmp_path, f"lam{lam}_s{seed}", {
+                "algorithm": "efl", "seed": seed, "algorithm_params": {"lam": lam, "q": 0.1}},
+                {"mean_client_accuracy": [b / 200, b / 100], "train_loss": [2.0, loss]},
+                status="ok" if math.isfinite(loss) else "diverged"))
+    tidy = lambda_table(load_runs(dirs))
+    best = tidy.set_index("lam").loc[0.1]
+    assert best["loss_diff_mean"] == pytest.approx(-0.05)
+    assert best["loss_n_pairs"] == 2 and best["loss_n_excluded"] == 1
+    assert best["loss_diff_ci_low"] == pytest.approx(-0.05 - T1 * 0.05)
+    cell = layout(tidy).set_index("λ").loc["0.1 (best)", "Δ loss vs λ = 0"]
+    assert cell == f"-0.050 [{-0.05 - T1 * 0.05:.3f}, {-0.05 + T1 * 0.05:.3f}] (1 excl.)"
+    both = tidy.copy()  # a Δ over seeds at +∞ and −∞: t_interval's (NaN, −∞, ∞)
+    both.loc[both["lam"] == 0.1, ["loss_diff_mean", "loss_diff_ci_low", "loss_diff_ci_high"]] = \
+        [math.nan, -math.inf, math.inf]
+    cell = layout(both).set_index("λ").loc["0.1 (best)", "Δ loss vs λ = 0"]
+    assert cell == "no mean (seeds at ∞ and −∞) [−∞, ∞] (1 excl.)"
 
 
 def test_a_seed_whose_loss_is_infinite_leaves_the_loss_cell_unbounded(tmp_path):

@@ -9,7 +9,8 @@ hetfl runs EFL at several λ (one experiment per λ, table `efl_lambda`) on the 
 BMTA (as bmta.py) and the training loss F(w) at the final evaluated round, mean and 95 % CI over seeds.
 Reading of "best λ": the λ > 0 with the highest mean BMTA over seeds (ties: the smaller λ) — chosen on the
 same runs it is then compared on, as the paper's tuning does, which favours it. For every λ > 0 the paired
-per-seed differences to λ = 0 (BMTA, final training loss) with their CIs; verdicts only for the best λ,
+per-seed differences to λ = 0 (BMTA, final training loss) with their CIs (a seed whose two runs both
+diverged has no loss difference, ∞ − ∞: left out and counted, "k excl."); verdicts only for the best λ,
 against the directions the paper states (BMTA up; training loss down, "stabilizes and improves the
 convergence"): the paper gives directions, not numbers, so "agrees" cannot occur.
 """
@@ -63,12 +64,16 @@ def lambda_table(runs: pd.DataFrame) -> pd.DataFrame:
             by_seed = gl.set_index("seed")
             for what in ("bmta", "loss"):
                 iv = t_interval(by_seed[what].dropna().to_list())
-                diff = t_interval(paired(by_seed[what], zero[what])) if lam > 0 and len(zero) else None
+                pairs = paired(by_seed[what], zero[what]) if lam > 0 and len(zero) else []
+                # a seed whose runs both diverged: its loss Δ is ∞ − ∞, no value (left out, counted)
+                usable = [d for d in pairs if not math.isnan(d)]
+                diff = t_interval(usable) if lam > 0 and len(zero) else None
                 row.update({f"{what}_mean": iv.mean, f"{what}_ci_low": iv.low, f"{what}_ci_high": iv.high})
                 row.update({f"{what}_diff_mean": diff.mean if diff else np.nan,
                             f"{what}_diff_ci_low": diff.low if diff else np.nan,
                             f"{what}_diff_ci_high": diff.high if diff else np.nan,
-                            f"{what}_n_pairs": diff.n if diff else 0})
+                            f"{what}_n_pairs": diff.n if diff else 0,
+                            f"{what}_n_excluded": len(pairs) - len(usable)})
                 row[f"{what}_verdict"] = ("—" if lam == 0 else "not comparable" if not (lam == best and diff)
                                           else verdict(PAPER_DIRECTION[what], diff.low, diff.high))
             rows.append(row)
@@ -81,23 +86,26 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     for _, r in tidy.iterrows():
         row = {**{c: str(r[c]) for c in varying}, "λ": f"{r['lam']:g}" + (" (best)" if r["is_best"] else "")}
         row["BMTA [95% CI]"] = _cell(r, "bmta", "", r["n_seeds"])
-        row["Δ BMTA vs λ = 0"] = _cell(r, "bmta", "_diff", r["bmta_n_pairs"])
+        row["Δ BMTA vs λ = 0"] = _cell(r, "bmta", "_diff", r["bmta_n_pairs"], excluded=r["bmta_n_excluded"])
         row["Δ verdict (paper: up)"] = r["bmta_verdict"]
         row["final train loss [95% CI]"] = _cell(r, "loss", "", r["n_seeds"], digits=3)
-        row["Δ loss vs λ = 0"] = _cell(r, "loss", "_diff", r["loss_n_pairs"], digits=3)
+        row["Δ loss vs λ = 0"] = _cell(r, "loss", "_diff", r["loss_n_pairs"], digits=3,
+                                       excluded=r["loss_n_excluded"])
         row["Δ verdict (paper: down)"] = r["loss_verdict"]
         row["diverged"] = f"{r['n_diverged']} of {r['n_seeds']}"
         out.append(row)
     return pd.DataFrame(out)
 
 
-def _cell(r: pd.Series, what: str, kind: str, n: int, digits: int = 2) -> str:
-    mean = r[f"{what}{kind}_mean"]
-    if pd.isna(mean):
-        return "—"
-    return interval_text(Interval(mean, np.nan, r[f"{what}{kind}_ci_low"], r[f"{what}{kind}_ci_high"],
-                                  int(n)),
-                         digits=digits)
+def _cell(r: pd.Series, what: str, kind: str, n: int, digits: int = 2, excluded: int = 0) -> str:
+    """A cell's text; '—' where it has no value at all. A mean that is NaN beside a CI (seeds at +∞ and
+    −∞: ∞ − ∞) says why (verdicts.interval_text); `excluded` pairs (both runs diverged) are counted."""
+    mean, low, high = r[f"{what}{kind}_mean"], r[f"{what}{kind}_ci_low"], r[f"{what}{kind}_ci_high"]
+    if n == 0 or (pd.isna(mean) and pd.isna(low) and pd.isna(high)):
+        text = "—"
+    else:
+        text = interval_text(Interval(mean, np.nan, low, high, int(n)), digits=digits)
+    return text + (f" ({int(excluded)} excl.)" if excluded else "")
 
 
 def caption(tidy: pd.DataFrame, settings_note: str) -> str:
@@ -109,9 +117,10 @@ def caption(tidy: pd.DataFrame, settings_note: str) -> str:
             "> 0 with the highest mean BMTA over these seeds (chosen on the runs it is compared on, like the "
             "paper's tuning, which favours it). Δ = paired per-seed difference to λ = 0 on the same split "
             "and seed, mean "
-            "[95% Student-t CI]. The paper states directions only (accuracy up, training loss down), so a "
-            "verdict is 'same direction', 'inconclusive' or 'disagrees', never 'agrees'; λ other than the "
-            f"best are not judged (not comparable). Verdicts: {counts_text(judged)}. " + settings_note)
+            "[95% Student-t CI]; a seed whose λ and λ = 0 runs both diverged has no loss Δ (∞ − ∞) and is "
+            "left out (\"k excl.\"). The paper states directions only (accuracy up, training loss down), "
+            "so a verdict is 'same direction', 'inconclusive' or 'disagrees', never 'agrees'; λ other than "
+            f"the best are not judged (not comparable). Verdicts: {counts_text(judged)}. " + settings_note)
 
 
 def write(runs: pd.DataFrame, out_stem: Path, settings_note: str) -> pd.DataFrame:
