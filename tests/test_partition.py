@@ -1,5 +1,7 @@
 """Partitioners: properties over random seeds and parameters, plus hand-checked definitions."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -200,6 +202,23 @@ def test_natural_one_client_per_id(y, n_ids, data, seed):
 
 # ---------------------------------------------------------------------------------------------------
 # Dirichlet concentration
+
+
+def test_dirichlet_min_size_no_draw_reaches_names_the_key_and_the_largest_that_one_did():
+    """min_size at its count limit (min_size x num_devices = the samples) passed validation and then failed
+    after 1,000 draws with no value to use instead. No bound on min_size is sound before the split (at that
+    limit 2 devices succeed in a few % of draws, 10 almost never; it depends on alpha, num_devices and the
+    class counts: docs/datasets.md), so the split job's error names the key, the value and the largest
+    min_size one of its draws reached, which the same seed then meets (the draws are the same)."""
+    y = np.repeat(np.arange(10), 40)  # 400 samples, 10 devices: the count limit is 40
+    with pytest.raises(ValueError) as err:
+        partition(y, PartitionSpec("dirichlet", alpha=0.5, min_size=40), 10, seed=0)
+    text = str(err.value)
+    assert "partition key 'min_size' has value 40, which no split of 1000 draws reached" in text, text
+    best = int(re.search(r"allowed: at most (\d+) for this seed", text).group(1))
+    assert 0 < best < 40, text
+    parts = partition(y, PartitionSpec("dirichlet", alpha=0.5, min_size=best), 10, seed=0)
+    assert min(len(p) for p in parts) >= best
 
 
 @settings(max_examples=8, deadline=None)

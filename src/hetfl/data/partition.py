@@ -303,6 +303,7 @@ def _dirichlet_niid_bench(
             "lower min_size or num_devices"
         )
     cap = n / n_clients
+    best = 0  # the largest smallest-client count a draw reached: the min_size this seed meets
     for _ in range(_MAX_DIRICHLET_DRAWS):
         held: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
         counts = np.zeros(n_clients, dtype=np.int64)
@@ -320,9 +321,16 @@ def _dirichlet_niid_bench(
                 counts[k] += len(piece)
         if counts.min() >= min_size:
             return [np.concatenate(h) for h in held]
+        best = max(best, int(counts.min()))
+    # No bound on min_size is sound before the split (config validation checks only min_size × num_devices
+    # against the samples): at that limit 2 devices succeed in a few % of draws, 10 almost never, and below
+    # it the odds turn on alpha, num_devices and the class counts (docs/datasets.md). So the error gives the
+    # largest min_size a draw reached: the same seed makes the same draws and meets it at that one at latest.
     raise ValueError(
-        f"dirichlet(alpha={alpha}): no split in {_MAX_DIRICHLET_DRAWS} draws gave every one of "
-        f"{n_clients} clients >= min_size={min_size} samples; raise alpha or lower min_size / num_devices"
+        f"partition key 'min_size' has value {min_size}, which no split of {_MAX_DIRICHLET_DRAWS} draws "
+        f"reached with label_skew 'dirichlet', alpha {alpha} and num_devices {n_clients} ({n} samples, "
+        f"{n / n_clients:g} per device on average; the smallest device of the best draw held {best}); "
+        f"allowed: at most {best} for this seed, or a larger alpha or fewer devices"
     )
 
 
