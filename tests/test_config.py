@@ -1013,3 +1013,35 @@ def test_global_test_samples_without_a_global_test_set_is_refused():
                   "allowed: null, or global_test true")
     cfg["experiments"][MLP_EXP]["global_test"] = True
     validate_config(cfg)
+
+
+@pytest.mark.parametrize(("devices", "refused"), [(30, True), (20, True), (19, False)])
+def test_longtail_disjoint_devices_an_offline_sources_classes_cannot_hold_are_refused(devices, refused):
+    """longtail with draw disjoint deals every sample once: with mnist5k's 400 images a class, client_fraction
+    0.25 (242 images a device, 100 of its head class) and 20 devices every class gives at least 242 + 142,
+    and some 484: it passed validation, then the split job said "class ... runs out at client ..." (an audit).
+    19 devices can fit, as the smallest class gives 242 + the 9 smallest counts (384) at least."""
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"]["fedfor_table2_mnist5k"]
+    cfg["experiments"] = {"fedfor_table2_mnist5k": exp}
+    for setting in exp["settings"].values():
+        setting["partition"] = {**setting["partition"], "draw": "disjoint"}
+    exp["num_devices"] = devices
+    if not refused:
+        validate_config(cfg)
+        return
+    _refused(cfg, f"config key 'experiments.fedfor_table2_mnist5k.num_devices' has value {devices}, which "
+                  "is not allowed with dataset mnist5k and setting E1's partition (label_skew \"longtail\", "
+                  "draw \"disjoint\", client_fraction 0.25, imbalance_ratio 0.01)")
+    _refused(cfg, "allowed: at most 19 devices, or draw \"independent\" or a smaller client_fraction")
+
+
+def test_offline_class_counts_are_the_sources():
+    """The per-class training counts validation checks longtail's disjoint draw against are the sources'."""
+    import numpy as np
+
+    from hetfl.config import OFFLINE_CLASS_COUNTS
+    from hetfl.data.sources import load_source
+
+    for name, counts in OFFLINE_CLASS_COUNTS.items():
+        assert tuple(np.bincount(load_source(name, split="train").y).tolist()) == counts, name

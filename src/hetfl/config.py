@@ -928,6 +928,41 @@ def _check_table_cells(config: dict[str, Any]) -> None:
             "its own, run in a directory of its own (docs/adding-an-algorithm.md)")
 
 
+#: per-class training counts of the offline sources (data.sources: digits' and mnist5k's fixed stratified
+#: 80/20 split), known without loading them; tests/test_config.py checks them against the sources
+OFFLINE_CLASS_COUNTS: dict[str, tuple[int, ...]] = {
+    "digits": (142, 146, 142, 146, 145, 146, 145, 143, 139, 144),
+    "mnist5k": (400,) * 10,
+}
+
+
+def _longtail_disjoint_fits(counts: tuple[int, ...], n_devices: int, part: dict[str, Any]) -> int | None:
+    """None when longtail's disjoint draw (no size skew) may deal n_devices from classes of these counts;
+    else the most devices it may deal. data.partition._longtail gives every device the same counts, one
+    rank per class; a block of C devices takes every class once at every rank, so B full blocks take
+    B · (the device's total) of every class, and a partial block of k takes k distinct ranks of each. The
+    smallest class then gives at least the k smallest counts: beyond that it certainly runs out. Between
+    that and the k largest counts it runs out for some seeds only (the class order is drawn), which the
+    split job reports, naming the class and the device."""
+    from hetfl.data.partition import longtail_profile
+
+    n, n_classes = sum(counts), len(counts)
+    head = math.floor(part.get("client_fraction", 0.1) * n / n_classes + 1e-9)  # as data.partition._longtail
+    per = (head * longtail_profile(n_classes, part.get("imbalance_ratio", 0.01))).astype(int)
+    if per[-1] < 1:
+        return None  # a tail of 0 samples: the split job's own error (raise client_fraction) says why
+
+    low = sorted(int(c) for c in per)
+
+    def fits(devices: int) -> bool:
+        blocks, k = divmod(devices, n_classes)
+        return blocks * sum(low) + sum(low[:k]) <= min(counts)
+
+    if fits(n_devices):
+        return None
+    return max((d for d in range(1, n_devices) if fits(d)), default=0)
+
+
 def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
     """What a registered real source's size refuses in the split job, refused first: a pathological m above
     its classes, more devices than its training samples (an audit found both passing validation)."""
@@ -959,6 +994,19 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
         option = {"shards": "shards_per_client", "dirichlet": "min_size"}.get(part.get("label_skew"))
         if option == "min_size" and exp["sizes"]["distribution"] != "equal":
             continue  # FedDyn's split of the size skew: min_size is not read
+        if (part.get("label_skew") == "longtail" and part.get("draw", "disjoint") == "disjoint"
+                and exp["sizes"]["distribution"] == "equal" and info.name in OFFLINE_CLASS_COUNTS):
+            # a large source's class counts are known only once it is loaded: its split job reports a class
+            # running out (data.partition._longtail, naming the class and the device)
+            most = _longtail_disjoint_fits(OFFLINE_CLASS_COUNTS[info.name], n, part)
+            if most is not None:
+                raise ConfigError(
+                    f"config key '{key}.num_devices' has value {n}, which is not allowed with dataset "
+                    f"{info.name} and setting {label}'s partition (label_skew \"longtail\", draw "
+                    f"\"disjoint\", client_fraction {part.get('client_fraction', 0.1)}, imbalance_ratio "
+                    f"{part.get('imbalance_ratio', 0.01)}): every sample is dealt once, and its smallest "
+                    f"class ({min(OFFLINE_CLASS_COUNTS[info.name])} training samples) runs out; allowed: at "
+                    f"most {most} devices, or draw \"independent\" or a smaller client_fraction")
         if option is not None and part[option] * n > train:
             raise ConfigError(f"config key '{key}.settings.{label}.partition.{option}' has value "
                               f"{part[option]}, which is not allowed with dataset {info.name} and "
