@@ -1045,3 +1045,34 @@ def test_offline_class_counts_are_the_sources():
 
     for name, counts in OFFLINE_CLASS_COUNTS.items():
         assert tuple(np.bincount(load_source(name, split="train").y).tolist()) == counts, name
+
+
+@pytest.mark.parametrize(("exp", "sizes", "message"), [
+    # every device was clipped to max_size: the skew or the size asked for silently gone
+    (EXP, {"distribution": "equal", "size": 5000}, "'experiments.{e}.sizes.size' has value 5000, which is "
+     "not allowed with sizes.max_size 1000 (every count is clipped to the cap, so no device would hold "
+     "5000); allowed: at most 1000, or a larger max_size"),
+    (EXP, {"distribution": "pareto", "size": 20, "max_size": 10**30}, "'experiments.{e}.sizes.max_size' has "
+     "value 1000000000000000000000000000000, which is not allowed; allowed: <= 9007199254740992"),
+    # cast past int64: every device of the real source got 0 samples
+    ("fedelasticnet_comm_mnist5k", {"distribution": "lognormal", "size": 40, "max_size": 10**20},
+     "'experiments.{e}.sizes.max_size' has value 100000000000000000000, which is not allowed; allowed: <= "
+     "9007199254740992"),
+    # a device asking for more than the source holds, a floor the source cannot give every device
+    ("fedelasticnet_comm_mnist5k", {"distribution": "lognormal", "size": 5000, "max_size": 6000},
+     "'experiments.{e}.sizes.size' has value 5000, which is not allowed with dataset mnist5k; allowed: at "
+     "most 4,000 (its training samples)"),
+    ("fedelasticnet_comm_mnist5k", {"distribution": "lognormal", "size": 40, "min_size": 50},
+     "'experiments.{e}.sizes.min_size' has value 50, which is not allowed with dataset mnist5k and "
+     "num_devices 100; allowed: at most 40 (4,000 training samples over 100 devices)"),
+])
+def test_sizes_beyond_what_can_be_dealt_are_refused(exp, sizes, message):
+    """sizes had no upper bound: a size above max_size was clipped to it silently, a huge max_size cast past
+    int64 and dealt every device 0 samples, and on a real source a size or min_size beyond its samples was
+    shrunk away in the split (an audit)."""
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {exp: {**cfg["experiments"][exp], "sizes": sizes}}
+    _refused(cfg, message.format(e=exp))
+    ok = {**sizes, "size": 40, "max_size": 1000, "min_size": 10}
+    cfg["experiments"][exp]["sizes"] = ok
+    validate_config(cfg)

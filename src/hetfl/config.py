@@ -584,6 +584,7 @@ def _check_experiment_keys(name: str, exp: dict[str, Any]) -> None:
                           f"objectives, no samples to hold out: it does not read it); allowed: "
                           f"{_experiment_default('test_fraction')} (the default)")
     _check_size_keys(name, exp)
+    _check_size_bounds(name, exp)
 
 
 #: the sizes keys each distribution reads (data.sizes.sample_sizes: every one clips to [min_size, max_size])
@@ -601,6 +602,35 @@ def _schema_defaults(definition: str) -> dict[str, Any]:
 
 def _experiment_default(key: str) -> Any:
     return _schema_defaults("experiment")[key]
+
+
+def _check_size_bounds(name: str, exp: dict[str, Any]) -> None:
+    """sizes beyond what can be dealt are refused (the schema caps every count at 2**53, the largest a float
+    draw holds exactly): a size above max_size was clipped to it silently (every device max_size), and on a
+    real source of known size a size above its training samples or a min_size above them over the devices
+    was shrunk away in the split (data.partition._target_sizes). A memory bound for SYNTHETIC's samples
+    would depend on the machine: none is set."""
+    from hetfl.cluster import SOURCE_SIZES
+
+    sizes, dataset = exp["sizes"], exp["dataset"]
+    key = f"config key 'experiments.{name}.sizes"
+    if dataset == "quadratic" or (dataset != "synthetic" and sizes["distribution"] == "equal"):
+        return  # no sizes read (_check_size_keys): the quadratic bed, a real source's own equal split
+    if sizes["size"] > sizes["max_size"]:
+        raise ConfigError(f"{key}.size' has value {sizes['size']}, which is not allowed with sizes.max_size "
+                          f"{sizes['max_size']} (every count is clipped to the cap, so no device would hold "
+                          f"{sizes['size']}); allowed: at most {sizes['max_size']}, or a larger max_size")
+    train = SOURCE_SIZES.get(dataset, (0, 0))[0]
+    if not train:
+        return
+    if sizes["size"] > train:
+        raise ConfigError(f"{key}.size' has value {sizes['size']}, which is not allowed with dataset "
+                          f"{dataset}; allowed: at most {train:,} (its training samples)")
+    n = exp["num_devices"]
+    if sizes["min_size"] * n > train:
+        raise ConfigError(f"{key}.min_size' has value {sizes['min_size']}, which is not allowed with dataset "
+                          f"{dataset} and num_devices {n}; allowed: at most {train // n} ({train:,} training "
+                          f"samples over {n} devices)")
 
 
 def _check_size_keys(name: str, exp: dict[str, Any]) -> None:
