@@ -1047,6 +1047,16 @@ def test_offline_class_counts_are_the_sources():
         assert tuple(np.bincount(load_source(name, split="train").y).tolist()) == counts, name
 
 
+def test_source_sizes_of_the_offline_sources_are_theirs():
+    """cluster.SOURCE_SIZES, which validation checks sizes against (and the cluster's estimates read), holds
+    the offline sources' real (train, test) counts: digits' read (1,437, 360) against its 1,438 and 359."""
+    from hetfl.cluster import SOURCE_SIZES
+    from hetfl.data.sources import load_source
+
+    for name in ("digits", "mnist5k"):
+        assert SOURCE_SIZES[name] == tuple(len(load_source(name, split=s).y) for s in ("train", "test")), name
+
+
 @pytest.mark.parametrize(("exp", "sizes", "message"), [
     # every device was clipped to max_size: the skew or the size asked for silently gone
     (EXP, {"distribution": "equal", "size": 5000}, "'experiments.{e}.sizes.size' has value 5000, which is "

@@ -99,7 +99,7 @@ SYNTHETIC_SHAPE = (60, 10)  # FedProx SYNTHETIC(α, β): 60 features, 10 classes
 # Per-source sample counts (train split, test split) of the copies docs/datasets.md names; a source
 # without a test split has 0. Used for shards (which deal out the whole train split) and the global test.
 SOURCE_SIZES: dict[str, tuple[int, int]] = {
-    "digits": (1_437, 360), "mnist5k": (4_000, 1_000), "mnist": (60_000, 10_000),
+    "digits": (1_438, 359), "mnist5k": (4_000, 1_000), "mnist": (60_000, 10_000),
     "emnist-balanced": (112_800, 18_800), "emnist-byclass": (697_932, 116_323),
     "emnist-letters": (124_800, 20_800), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
     "femnist": (814_255, 0), "shakespeare": (4_226_158, 0), "sent140": (1_600_000, 359),
