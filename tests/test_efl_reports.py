@@ -283,22 +283,27 @@ def test_an_efl_figures_caption_counts_the_runs_it_draws(tmp_path):
     assert "EFL's 1 run at λ = 1 is not drawn: Figure 2 draws λ = 0 and the best λ" in caption
 
 
-def test_a_pair_where_both_runs_diverged_is_excluded_from_the_loss_delta_and_counted(tmp_path):
-    """Seed 2 diverges at λ = 0.1 and at λ = 0 alike: its loss Δ is ∞ − ∞, no value. It went into the
-    interval as NaN, which made the whole Δ cell "—" though two pairs exist. Now it is left out and counted
-    (as the communication-cost table's Δ): Δ loss over seeds 0 and 1 is (−0.1, 0.0), mean −0.05; the cell
-    says "(1 excl.)". Seeds at +∞ and −∞ in one Δ print why the mean is missing, not "—"."""
+def _lambda_runs(tmp_path, losses):
+    """EFL runs at λ = 0 and 0.1, three seeds each (BMTA 80, 82, 78 and 85, 86, 84), with these final
+    training losses by λ; a run whose loss is infinite diverged."""
     dirs = []
-    values = {0.0: (80, 82, 78), 0.1: (85, 86, 84)}
-    losses = {0.0: (0.6, 0.5, math.inf), 0.1: (0.5, 0.5, math.inf)}
-    for lam, bmtas in values.items():
+    for lam, bmtas in {0.0: (80, 82, 78), 0.1: (85, 86, 84)}.items():
         for seed, b in enumerate(bmtas):
             loss = losses[lam][seed]
             dirs.append(make_run(tmp_path, f"lam{lam}_s{seed}", {
                 "algorithm": "efl", "seed": seed, "algorithm_params": {"lam": lam, "q": 0.1}},
                 {"mean_client_accuracy": [b / 200, b / 100], "train_loss": [2.0, loss]},
                 status="ok" if math.isfinite(loss) else "diverged"))
-    tidy = lambda_table(load_runs(dirs))
+    return dirs
+
+
+def test_a_pair_where_both_runs_diverged_is_excluded_from_the_loss_delta_and_counted(tmp_path):
+    """Seed 2 diverges at λ = 0.1 and at λ = 0 alike: its loss Δ is ∞ − ∞, no value. It went into the
+    interval as NaN, which made the whole Δ cell "—" though two pairs exist. Now it is left out and counted
+    (as the communication-cost table's Δ): Δ loss over seeds 0 and 1 is (−0.1, 0.0), mean −0.05; the cell
+    says "(1 excl.)". Seeds at +∞ and −∞ in one Δ print why the mean is missing, not "—"."""
+    tidy = lambda_table(load_runs(_lambda_runs(tmp_path, {0.0: (0.6, 0.5, math.inf),
+                                                          0.1: (0.5, 0.5, math.inf)})))
     best = tidy.set_index("lam").loc[0.1]
     assert best["loss_diff_mean"] == pytest.approx(-0.05)
     assert best["loss_n_pairs"] == 2 and best["loss_n_excluded"] == 1
@@ -316,16 +321,7 @@ def test_a_seed_whose_loss_is_infinite_leaves_the_loss_cell_unbounded(tmp_path):
     """A run that diverges through an infinite loss records it (engine.runner: the round's row is kept), so
     the λ table's final train_loss is inf for that seed. Its loss CI read [0.5, ∞]: the low end of seeds 0
     and 1 only (both 0.5), and its paired Δ low end −0.685 = −0.05 − T1·0.05 of two of the three pairs."""
-    dirs = []
-    values = {0.0: (80, 82, 78), 0.1: (85, 86, 84)}
-    losses = {0.0: (0.6, 0.5, 0.7), 0.1: (0.5, 0.5, math.inf)}
-    for lam, bmtas in values.items():
-        for seed, b in enumerate(bmtas):
-            loss = losses[lam][seed]
-            dirs.append(make_run(tmp_path, f"lam{lam}_s{seed}", {
-                "algorithm": "efl", "seed": seed, "algorithm_params": {"lam": lam, "q": 0.1}},
-                {"mean_client_accuracy": [b / 200, b / 100], "train_loss": [2.0, loss]},
-                status="ok" if math.isfinite(loss) else "diverged"))
+    dirs = _lambda_runs(tmp_path, {0.0: (0.6, 0.5, 0.7), 0.1: (0.5, 0.5, math.inf)})
     best = lambda_table(load_runs(dirs)).set_index("lam").loc[0.1]
     assert best["loss_mean"] == math.inf and best["loss_diff_mean"] == math.inf
     assert (best["loss_ci_low"], best["loss_ci_high"]) == (-math.inf, math.inf)
