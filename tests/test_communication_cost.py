@@ -179,3 +179,19 @@ def test_a_change_from_a_base_of_0_non_zeros_is_excluded(tmp_path, monkeypatch):
     (tmp_path / "zero").mkdir()
     change = cc.communication_cost(_runs(tmp_path / "zero")).set_index("measure").loc["nonzeros_change_pct"]
     assert change["n_seeds"] == 2 and change["n_excluded"] == 1
+
+
+def test_a_run_that_lacks_a_measure_is_counted_in_its_methods_cell(tmp_path, monkeypatch):
+    """FedProx seed 0 recorded no non-zeros (no round had a client): its non-zero measures are NaN. The
+    method's cell was the mean ± std of the other two seeds, silently; it now says "(1 excl.)" as the Δ rows
+    do, and the CSV counts it (n_excluded). Its entropy, recorded, keeps all three seeds."""
+    monkeypatch.setitem(RUNS, ("fedprox", 0), ([], [1.0, 1.0, 1.0], 0.80))
+    tidy = cc.communication_cost(_runs(tmp_path))
+    methods = tidy[tidy["kind"] == "method"].set_index(["method", "measure"])
+    total = methods.loc[("FedProx", "total_nonzeros")]
+    assert total["mean"] == 300 and total["n_seeds"] == 2 and total["n_excluded"] == 1
+    assert methods.loc[("FedProx", "entropy"), "n_excluded"] == 0
+    row = cc.layout(tidy).set_index("method").loc["FedProx"]
+    assert row["total non-zeros (10⁶)"] == "0.00 ± 0.00 (1 excl.)"
+    assert row["non-zeros / round (10³)"] == "0.1 ± 0.0 (1 excl.)"
+    assert not row["entropy (bits/value)"].endswith("excl.)")

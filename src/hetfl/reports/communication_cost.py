@@ -13,7 +13,8 @@ over the round's clients) and `bytes_up` (engine.comm). Per run this module repo
   accuracy             the final validation accuracy (global test split, else the pooled holdouts).
 Over seeds: mean ± sample std. Each "X + elastic net vs X" pair gets paired per-seed differences with 95 %
 Student-t intervals: the change of total non-zeros in % of X's (negative = fewer), the entropy difference
-and the accuracy difference. A seed whose difference has no value is excluded from that Δ and counted
+and the accuracy difference. A run that lacks a measure is left out of its method's cell and counted
+("k excl."). A seed whose difference has no value is excluded from that Δ and counted
 (`n_excluded`, "k excl." in the cell), as Table 3's relative change from an accuracy of 0
 (accuracy_difference): a run that lacks the measure, or, for the change of non-zeros, a base run that sent
 no non-zero entry (every update exactly 0), whose relative change 100·(x/0 − 1) is ±∞ or 0/0 (a run with
@@ -88,10 +89,10 @@ def communication_cost(runs: pd.DataFrame) -> pd.DataFrame:
                               key=lambda c: c.map(order).fillna(len(order)) if c.name == "algorithm" else c)
     for (dataset, setting, algorithm), g in seeds.groupby(["dataset", "setting", "algorithm"], sort=False):
         for measure in MEASURES:
-            iv = t_interval(g[measure].dropna())
+            iv = t_interval(g[measure].dropna())  # a run that lacks the measure: left out and counted
             rows.append({"dataset": dataset, "setting": setting, "kind": "method",
                          "method": _label(algorithm), "measure": measure, "mean": iv.mean, "std": iv.std,
-                         "n_seeds": iv.n, "n_excluded": 0,
+                         "n_seeds": iv.n, "n_excluded": int(g[measure].isna().sum()),
                          "ci_low": np.nan, "ci_high": np.nan, "paper": "", "verdict": ""})
     for (dataset, setting), g in seeds.groupby(["dataset", "setting"], sort=True):
         by = g.set_index(["algorithm", "seed"])
@@ -126,6 +127,11 @@ def _fmt(measure: str, mean: float, std: float) -> str:
     return text + ("" if math.isnan(std) else f" ± {std / scale:.{digits}f}")
 
 
+def _excluded(r: pd.Series) -> str:
+    """A cell's note of the seeds left out of it (n_excluded), or nothing."""
+    return f" ({int(r['n_excluded'])} excl.)" if r.get("n_excluded", 0) > 0 else ""
+
+
 def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     """A row per (data set, setting, algorithm) with its five measures, then a row per (data set, setting,
     elastic-net pair) with the paired differences and their 95 % intervals."""
@@ -134,7 +140,8 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     rows = []
     keys = ["dataset", "setting", "method"]
     for (dataset, setting, method), g in tidy[tidy["kind"] == "method"].groupby(keys, sort=False):
-        cells = {r["measure"]: _fmt(r["measure"], r["mean"], r["std"]) for _, r in g.iterrows()}
+        cells = {r["measure"]: _fmt(r["measure"], r["mean"], r["std"]) + _excluded(r)
+                 for _, r in g.iterrows()}
         rows.append({"dataset": dataset, "setting": setting, "method": method,
                      "non-zeros / round (10³)": cells.get("nonzeros_per_round", "—"),
                      "total non-zeros (10⁶)": cells.get("total_nonzeros", "—"),
@@ -148,7 +155,7 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
             r = r.iloc[0]
             cell = interval_text(
                 Interval(r["mean"], r["std"], r["ci_low"], r["ci_high"], int(r["n_seeds"])), 2) + unit
-            return cell + (f" ({int(r['n_excluded'])} excl.)" if r.get("n_excluded", 0) > 0 else "")
+            return cell + _excluded(r)
         rows.append({"dataset": dataset, "setting": setting, "method": f"Δ {method}",
                      "non-zeros / round (10³)": "", "total non-zeros (10⁶)":
                      text("nonzeros_change_pct", unit=" %"), "entropy (bits/value)": text("entropy_diff"),
@@ -185,9 +192,9 @@ def caption(tidy: pd.DataFrame, runs: pd.DataFrame) -> str:
             "matched budget of one bit per entry (the reviewers' comparison). SCAFFOLD sends its "
             "control-variate update too. Cells: mean ± "
             "sample std over seeds; Δ rows: paired per-seed differences (elastic net − base) with 95 % "
-            "Student-t intervals; a seed is excluded from a Δ (\"k excl.\") when a run lacks the measure or, "
-            "for the change of non-zeros, a base run with no non-zero entry makes it a relative change from "
-            "0 (no value). The paper's numbers are not in the transcribed text, so every verdict is "
+            "Student-t intervals; a seed is excluded from a cell (\"k excl.\") when a run lacks the measure "
+            "or, for the change of non-zeros, a base run with no non-zero entry makes it a relative change "
+            "from 0 (no value). The paper's numbers are not in the transcribed text, so every verdict is "
             f"'not comparable' (verdicts, one for each Δ row's non-zeros, entropy and accuracy: "
             f"{counts_text(list(tidy.loc[tidy['kind'] == 'pair', 'verdict']))}). "
             f"Here: {', '.join(datasets)}, {settings or 'its settings'}, {_sizes_text(first)}, "
