@@ -345,3 +345,12 @@ def test_a_mean_undefined_without_censored_seeds_says_why():
     # an empty cell and a defined mean are unchanged
     assert interval_text(t_interval([])) == "—"
     assert interval_text(t_interval([1.0, 2.0, math.inf])) == "∞ [−∞, ∞]"
+
+
+def test_the_bounds_rule_refuses_a_nan_bound():
+    """A NaN bound is no censoring: NaN != NaN counted it as a censored seed, and its t-bounds came out NaN.
+    No table passes one today (FedFOR skips ACC_x without a target); the rule refuses it, naming the seeds."""
+    from hetfl.reports.verdicts import bounded_interval
+
+    with pytest.raises(ValueError, match=r"bounds of seed\(s\) \[1\] are NaN"):
+        bounded_interval([1.0, math.nan, 3.0], [1.0, math.nan, math.inf])

@@ -139,6 +139,9 @@ def bounded_interval(lower: Sequence[float], upper: Sequence[float],
     lo, hi = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
     if lo.shape != hi.shape:
         raise ValueError(f"lower bounds {lo.shape} and upper bounds {hi.shape} differ in length")
+    if (nan := np.isnan(lo) | np.isnan(hi)).any():  # NaN != NaN would count as a censored seed
+        raise ValueError(f"bounds of seed(s) {np.flatnonzero(nan).tolist()} are NaN; allowed: numbers or ±∞ "
+                         "(drop the seeds without a value before the bounds rule)")
     if (lo > hi).any():
         raise ValueError("a lower bound exceeds its upper bound")
     censored = int((lo != hi).sum())
