@@ -390,6 +390,10 @@ def test_summary_takes_one_file_is_repeated_and_runs_may_follow_it(store, tmp_pa
                         "--summary"),
                        (["--summary", f"{r0}/run.json", r1],
                         f"--summary has value(s) {r0}/run.json, which are runs, not tables or figures; "
+                        "allowed: the tables and figures"),
+                       # a run directory after --summary: it said only "which are not files"
+                       (["--summary", str(r0), r1],
+                        f"--summary has value(s) {r0}, which are runs, not tables or figures; "
                         "allowed: the tables and figures")]:
         assert main([*base, *argv]) == 2 and said in capsys.readouterr().err, argv
     assert calls == []

@@ -586,13 +586,14 @@ def _cmd_track(args: argparse.Namespace) -> int:
     summary = None if args.summary is None else [p for p in args.summary if p is not None]
     allowed = ("allowed: the tables and figures to attach to each experiment's summary run (reports/tables/*."
                "{md,csv,tex}, reports/figures/*.{png,svg,caption.html}), one file per --summary")
+    given = [p for p in summary or [] if (Path(p).name == "run.json" and Path(p).is_file())
+             or (Path(p) / "run.json").is_file()]
+    if given:  # `hetfl track --summary RUN/run.json RUN2` (or `--summary RUN RUN2`), meaning a bare --summary
+        raise ConfigError(f"--summary has value(s) {', '.join(given)}, which are runs, not tables or "
+                          f"figures; {allowed}; give the runs as arguments")
     bad = [p for p in summary or [] if not Path(p).is_file()]
     if bad:  # it said "summary files do not exist" of a directory, without the flag or what it takes
         raise ConfigError(f"--summary has value(s) {', '.join(bad)}, which are not files; {allowed}")
-    given = [p for p in summary or [] if Path(p).name == "run.json"]
-    if given:  # `hetfl track --summary RUN/run.json RUN2/run.json`, meaning a bare --summary
-        raise ConfigError(f"--summary has value(s) {', '.join(given)}, which are runs, not tables or "
-                          f"figures; {allowed}; give the runs as arguments")
     for path in map(Path, args.runs):  # `--summary T.md T.csv`, the old form: T.csv taken for a run
         if path.is_file() and path.name != "run.json" and summary_folder(path) != "reports":
             raise ConfigError(f"run path {path} is a table or figure, not a run; allowed: run directories or "
