@@ -195,7 +195,7 @@ def _on_workers(blocks: Sequence[tuple[int, int]], work: Sequence[float], worker
                 train_block: Callable[[int, int], None]) -> None:
     """The blocks on `workers` threads (`assign`), each with `threads` intra-op threads; one worker is the
     calling thread itself."""
-    groups = [g for g in assign(work, workers) if g] if blocks else []
+    groups = [g for g in assign(work, workers) if g]
 
     def worker(group: list[int]) -> None:
         torch.set_num_threads(threads)  # this thread's kernels run on its own cores only

@@ -35,7 +35,7 @@ import pandas as pd
 from hetfl.reports.event_tables import curve
 from hetfl.reports.labels import COMMUNICATION_LABELS, communication_label
 from hetfl.reports.results import load_metrics
-from hetfl.reports.verdicts import counts_text, interval_text, t_interval, verdict
+from hetfl.reports.verdicts import counts_text, excluded_text, interval_text, t_interval, verdict
 
 LABELS = COMMUNICATION_LABELS  # the rows' names (reports.labels: validation groups runs by them too)
 
@@ -127,11 +127,6 @@ def _fmt(measure: str, mean: float, std: float) -> str:
     return text + ("" if math.isnan(std) else f" ± {std / scale:.{digits}f}")
 
 
-def _excluded(r: pd.Series) -> str:
-    """A cell's note of the seeds left out of it (n_excluded), or nothing."""
-    return f" ({int(r['n_excluded'])} excl.)" if r.get("n_excluded", 0) > 0 else ""
-
-
 def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     """A row per (data set, setting, algorithm) with its five measures, then a row per (data set, setting,
     elastic-net pair) with the paired differences and their 95 % intervals."""
@@ -140,7 +135,7 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
     rows = []
     keys = ["dataset", "setting", "method"]
     for (dataset, setting, method), g in tidy[tidy["kind"] == "method"].groupby(keys, sort=False):
-        cells = {r["measure"]: _fmt(r["measure"], r["mean"], r["std"]) + _excluded(r)
+        cells = {r["measure"]: _fmt(r["measure"], r["mean"], r["std"]) + excluded_text(r.get("n_excluded", 0))
                  for _, r in g.iterrows()}
         rows.append({"dataset": dataset, "setting": setting, "method": method,
                      "non-zeros / round (10³)": cells.get("nonzeros_per_round", "—"),
@@ -155,7 +150,7 @@ def layout(tidy: pd.DataFrame) -> pd.DataFrame:
             r = r.iloc[0]
             cell = interval_text(
                 Interval(r["mean"], r["std"], r["ci_low"], r["ci_high"], int(r["n_seeds"])), 2) + unit
-            return cell + _excluded(r)
+            return cell + excluded_text(r.get("n_excluded", 0))
         rows.append({"dataset": dataset, "setting": setting, "method": f"Δ {method}",
                      "non-zeros / round (10³)": "", "total non-zeros (10⁶)":
                      text("nonzeros_change_pct", unit=" %"), "entropy (bits/value)": text("entropy_diff"),

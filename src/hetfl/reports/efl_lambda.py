@@ -26,7 +26,7 @@ import pandas as pd
 from hetfl.reports.bmta import model_note, paired, per_run
 from hetfl.reports.fairness import final_value
 from hetfl.reports.tables import load_runs, notes
-from hetfl.reports.verdicts import Interval, counts_text, interval_text, t_interval, verdict
+from hetfl.reports.verdicts import Interval, counts_text, excluded_text, interval_text, t_interval, verdict
 from hetfl.reports.writers import write_frame_tables
 
 LAMBDA = "algorithm_params.lam"
@@ -64,10 +64,11 @@ def lambda_table(runs: pd.DataFrame) -> pd.DataFrame:
             by_seed = gl.set_index("seed")
             for what in ("bmta", "loss"):
                 iv = t_interval(by_seed[what].dropna().to_list())
-                pairs = paired(by_seed[what], zero[what]) if lam > 0 and len(zero) else []
+                compared = lam > 0 and len(zero) > 0
+                pairs = paired(by_seed[what], zero[what]) if compared else []
                 # a seed whose runs both diverged: its loss Δ is ∞ − ∞, no value (left out, counted)
                 usable = [d for d in pairs if not math.isnan(d)]
-                diff = t_interval(usable) if lam > 0 and len(zero) else None
+                diff = t_interval(usable) if compared else None
                 row.update({f"{what}_mean": iv.mean, f"{what}_ci_low": iv.low, f"{what}_ci_high": iv.high})
                 row.update({f"{what}_diff_mean": diff.mean if diff else np.nan,
                             f"{what}_diff_ci_low": diff.low if diff else np.nan,
@@ -105,7 +106,7 @@ def _cell(r: pd.Series, what: str, kind: str, n: int, digits: int = 2, excluded:
         text = "—"
     else:
         text = interval_text(Interval(mean, np.nan, low, high, int(n)), digits=digits)
-    return text + (f" ({int(excluded)} excl.)" if excluded else "")
+    return text + excluded_text(excluded)
 
 
 def caption(tidy: pd.DataFrame, settings_note: str) -> str:

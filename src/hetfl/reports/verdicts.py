@@ -273,6 +273,12 @@ def interval_text(iv: Interval, digits: int = 1) -> str:
     return _head(iv, fmt) + ci
 
 
+def excluded_text(n_excluded: int) -> str:
+    """A cell's note of the seeds left out of it (a relative change from 0, both runs diverged, a missing
+    measure), or nothing when none was."""
+    return f" ({int(n_excluded)} excl.)" if n_excluded > 0 else ""
+
+
 def _head(iv: Interval, fmt: Callable[[float], str]) -> str:
     """The cell's first part: its mean, or, where the mean is NaN, why (each way it can be NaN)."""
     if not math.isnan(iv.mean):
