@@ -160,7 +160,8 @@ def test_table_page_colours_verdicts_and_keeps_the_caption(tmp_path):
           "| MNIST | 1.0 [0.5, 1.5] · agrees |\n| A\\|B | 2.0 · disagrees |\n")
     (tmp_path / "t.md").write_text(md)
     pd.DataFrame({"verdict": ["agrees", "disagrees"]}).to_csv(tmp_path / "t.csv", index=False)
-    report_pages.write_table_page("t", tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "t")
+    report_pages.write_table_page("t", tmp_path / "t.md", report_pages.verdict_line("t", tmp_path / "t.csv"),
+                                  tmp_path / "t")
     page = (tmp_path / "t.html").read_text()
     assert "Caption with |T| = 1 and a &lt;tag&gt;." in page
     agrees = report_pages.VERDICT_COLOURS["agrees"]
@@ -178,7 +179,7 @@ def test_an_empty_table_csv_is_refused_naming_it(tmp_path):
     (tmp_path / "t.md").write_text("Caption.\n\n| a |\n|:--|\n| 1 |\n")
     (tmp_path / "t.csv").write_text("")
     with pytest.raises(ValueError, match=r"t\.csv is not a table CSV .*; allowed: the CSV `hetfl table`"):
-        report_pages.write_table_page("t", tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "t")
+        report_pages.verdict_line("t", tmp_path / "t.csv")
 
 def test_every_registered_table_and_figure_has_a_category():
     for name in BUILDERS:
@@ -407,6 +408,27 @@ def test_table_pages_of_a_bad_readings_table_write_no_page_at_all(tmp_path, caps
     assert main(["report", "tables", "accuracy_difference", "accuracy_difference_readings", "--tables-dir",
                  str(tmp_path), "--out", str(out)]) == 2
     assert f"{csv} has no column 'reading'" in capsys.readouterr().err and not out.exists()
+
+
+def test_table_pages_read_each_csv_once_and_show_its_verdicts(tmp_path, capsys, monkeypatch):
+    """`hetfl report tables` reads every CSV before writing any page; the pages show the verdicts of that
+    one read (each CSV was read a second time to write its page)."""
+    from hetfl.cli import main
+
+    _fidelity_tables(tmp_path)
+    names = ["accuracy_difference", "accuracy_difference_readings"]
+    expected = {n: html.escape(report_pages.verdict_line(n, tmp_path / f"{n}.csv")) for n in names}
+    reads = []
+    read_tidy = report_pages.read_tidy
+    monkeypatch.setattr(report_pages, "read_tidy",
+                        lambda name, csv: reads.append(name) or read_tidy(name, csv))
+    out = tmp_path / "out"
+    assert main(["report", "tables", *names, "--tables-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert reads == names
+    for n in names:
+        fragment = (out / f"{n}.caption.html").read_text()
+        assert f". Verdicts: {expected[n]}.</p>" in fragment and fragment in (out / f"{n}.html").read_text()
+    assert f"wrote {out}" in capsys.readouterr().err
 
 
 def test_a_fidelity_summary_of_no_table_is_refused(tmp_path, capsys):

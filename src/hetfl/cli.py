@@ -678,10 +678,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.page == "fidelity":
         rp.write_fidelity(args.tables, tables_dir, out)
     else:
-        for name in args.tables:  # every table read before any page is written (a bad one left others')
-            rp.verdict_line(name, tables_dir / f"{name}.csv")
-        for name in args.tables:
-            rp.write_table_page(name, tables_dir / f"{name}.md", tables_dir / f"{name}.csv", out / name)
+        # every table read before any page is written (a bad one left others')
+        verdicts = {name: rp.verdict_line(name, tables_dir / f"{name}.csv") for name in args.tables}
+        for name, line in verdicts.items():
+            rp.write_table_page(name, tables_dir / f"{name}.md", line, out / name)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -127,12 +127,13 @@ def table_title(name: str) -> str:
     return f"{catalog.table_entry(base_table(name)).paper}: {table_label(name)}"
 
 
-def write_table_page(name: str, md: Path, csv: Path, out: Path) -> None:
+def write_table_page(name: str, md: Path, verdicts: str, out: Path) -> None:
     """<out>.html: the table page (title, caption, verdicts, coloured table); <out>.caption.html: the
-    fragment the report's caption shows (title, verdict counts, the table's caption)."""
+    fragment the report's caption shows (title, verdict counts, the table's caption). `verdicts` is the
+    table CSV's verdict_line, which the caller has read already (to refuse a bad CSV before any page)."""
     caption, blocks = split_markdown(Path(md).read_text())
     body = "\n".join(table_html(b) if isinstance(b, list) else f"<p>{html.escape(b)}</p>" for b in blocks)
-    title, verdicts = html.escape(table_title(name)), html.escape(verdict_line(name, Path(csv)))
+    title, verdicts = html.escape(table_title(name)), html.escape(verdicts)
     fragment = (f'<p><strong>{title}</strong>. Verdicts: {verdicts}.</p>\n'
                 f'<p class="caption">{html.escape(caption)}</p>\n')
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>{_STYLE}</head>"
