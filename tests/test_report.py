@@ -458,3 +458,16 @@ def test_report_out_under_a_file_names_the_flag(tmp_path, capsys):
     assert f"--out has value '{csv / 'fidelity'}', which is not allowed ({csv} is a file); allowed: " in \
         capsys.readouterr().err
     assert csv.read_text() == before
+    # a dangling link is in the way too: the fidelity stem's own check passed over it, read the tables, then
+    # said "File exists"
+    gone = tmp_path / "gone"
+    gone.symlink_to(tmp_path / "nowhere")
+    assert main(["report", "tables", "accuracy_difference", "--tables-dir", str(tmp_path), "--out",
+                 str(gone / "pages")]) == 2
+    assert f"--out has value '{gone / 'pages'}', which is not a directory ({gone} is a file)" in \
+        capsys.readouterr().err
+    assert main(["report", "fidelity", "accuracy_difference", "--tables-dir", str(tmp_path), "--out",
+                 str(gone / "fidelity")]) == 2
+    assert f"--out has value '{gone / 'fidelity'}', which is not allowed ({gone} is a file); allowed: " in \
+        capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists()

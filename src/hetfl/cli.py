@@ -132,17 +132,23 @@ def npz_file(flag: str, arg: str | Path, kind: str, what: str) -> Path:
     return path
 
 
+def _file_in_the_way(path: Path) -> Path | None:
+    """The nearest of `path` and the folders above it that is there, where it is not a directory (a file, a
+    dangling link): what a write under `path` would fail on; None where nothing is in the way."""
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            return None if p.is_dir() else p
+    return None
+
+
 def output_dir(flag: str, arg: str, what: str) -> Path:
     """A flag's output directory: an existing directory or a new one; a ConfigError naming the flag and the
     value before any work where it, or a folder above it, is a file (the training ran, then its first
     write failed)."""
     path = Path(arg)
-    for p in (path, *path.parents):
-        if p.exists() or p.is_symlink():
-            if not p.is_dir():
-                at = "" if p == path else f" ({p} is a file)"
-                raise ConfigError(f"{flag} has value {arg!r}, which is not a directory{at}; allowed: {what}")
-            break
+    if (p := _file_in_the_way(path)) is not None:
+        at = "" if p == path else f" ({p} is a file)"
+        raise ConfigError(f"{flag} has value {arg!r}, which is not a directory{at}; allowed: {what}")
     return path
 
 
@@ -672,7 +678,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     # --out under a file said only "File exists: FILE" (tables) or "Not a directory" (fidelity)
     if args.page == "tables":
         output_dir("--out", args.out, "a folder for the table pages (new, or an earlier one's)")
-    elif (file := next((p for p in out.parents if p.exists() and not p.is_dir()), None)) is not None:
+    elif (file := _file_in_the_way(out.parent)) is not None:
         raise ConfigError(f"--out has value {args.out!r}, which is not allowed ({file} is a file); allowed: "
                           "a stem in a folder, e.g. reports/report/fidelity")
     if args.page == "fidelity":
