@@ -119,6 +119,31 @@ def test_experiment_description_kind_and_unique_names(store, tmp_path):
     assert client.get_experiment_by_name("expA").tags["mlflow.note.content"] == text
 
 
+def test_each_experiment_is_fetched_once_a_deleted_one_restored_and_a_new_one_described(store, monkeypatch):
+    """One fetch of each experiment serves the copied-store check, its id and the by-hand description
+    check (each fetched it again): a deleted experiment is restored under its id with its description
+    kept, and a new one gets its grid's description."""
+    runs = [_write_run(store, _spec("fetchold")), _write_run(store, _spec("fetchnew"))]
+    tracking.mirror_run_dirs(store, runs[:1], description="the config")
+    client = _client(store)
+    old = client.get_experiment_by_name("fetchold")
+    text = old.tags["mlflow.note.content"]
+    client.delete_experiment(old.experiment_id)
+    calls = []
+    for method in ("get_experiment_by_name", "get_experiment"):
+        real = getattr(MlflowClient, method)
+        monkeypatch.setattr(MlflowClient, method,
+                            lambda self, key, real=real, method=method: calls.append((method, key))
+                            or real(self, key))
+    mirror = tracking.mirror_run_dirs(store, runs)  # by hand: a description only where there is none
+    assert calls == [("get_experiment_by_name", "fetchold"), ("get_experiment_by_name", "fetchnew")]
+    assert mirror.experiments["fetchold"] == old.experiment_id
+    restored, new = (client.get_experiment_by_name(e) for e in ("fetchold", "fetchnew"))
+    assert restored.lifecycle_stage == "active" and restored.tags["mlflow.note.content"] == text
+    assert new.tags["mlflow.note.content"].startswith("**fetchnew**: table `accuracy_difference`")
+    assert "Part of the grid" not in new.tags["mlflow.note.content"]
+
+
 def test_remirroring_updates_in_place_and_leaves_no_deleted_run(store, tmp_path):
     results = store
     a, b = _write_run(results, _spec("again")), _write_run(results, _spec("again", run="IID_T8_C_s1"))

@@ -409,8 +409,8 @@ def summary_record(experiment: str, runs: Sequence[RunRecord], files: Iterable[s
                      key_tag=SUMMARY_TAG)
 
 
-def _experiment_id(client, name: str, uri: str) -> str:
-    exp = client.get_experiment_by_name(name)
+def _experiment_id(client, name: str, uri: str, exp) -> str:
+    """The id of experiment `name`, made or restored as needed; `exp` is what get_experiment_by_name gave."""
     if exp is None:
         return client.create_experiment(name, artifact_location=artifact_location(uri, name))
     if exp.lifecycle_stage == "deleted":  # its name is taken until restored or purged
@@ -591,16 +591,20 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
     exp_ids: dict[str, str] = {}
     with _store_lock(results_dir):
         client = MlflowClient(tracking_uri=uri)
+        # each experiment fetched once: the lock keeps another mirror from changing it before it is used
+        found = {}
         for name in by_exp:  # every experiment checked before anything is written
-            if (exp := client.get_experiment_by_name(name)) is not None:
+            found[name] = exp = client.get_experiment_by_name(name)
+            if exp is not None:
                 check_artifact_location(uri, exp)
         stale: list[str] = []
         for name, exp_runs in by_exp.items():
-            exp_id = exp_ids[name] = _experiment_id(client, name, uri)
+            exp = found[name]
+            exp_id = exp_ids[name] = _experiment_id(client, name, uri, exp)
             client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
             text = (descriptions or {}).get(name)
-            if text is not None and (replace_descriptions or
-                                     not client.get_experiment(exp_id).tags.get(NOTE_TAG)):
+            # a new experiment has no tags; restoring one keeps them
+            if text is not None and (replace_descriptions or exp is None or not exp.tags.get(NOTE_TAG)):
                 client.set_experiment_tag(exp_id, NOTE_TAG, text)
             existing = _mirrors(client, exp_id)
             for run in exp_runs.values():
