@@ -244,6 +244,29 @@ def test_purged_runs_leave_no_empty_artifact_folder(store):
     assert not any((folder / "not-a-run").iterdir())
 
 
+def test_the_folders_of_runs_to_purge_come_from_one_search_per_chunk(store, monkeypatch):
+    """_run_folders asked the store for each run to purge on its own (get_run); a search per chunk of ids
+    finds them all, deleted ones included, in the order given, and only in the experiments given."""
+    client = _client(store)
+    exp_id = client.create_experiment("chunks", artifact_location=tracking.artifact_location(
+        tracking.tracking_uri(store), "chunks"))
+    other = client.create_experiment("chunks_other")
+    rids = [client.create_run(exp_id).info.run_id for _ in range(3)]
+    elsewhere = client.create_run(other).info.run_id
+    for rid in rids[1:]:
+        client.delete_run(rid)
+    searches = []
+    search_runs = MlflowClient.search_runs
+    monkeypatch.setattr(MlflowClient, "search_runs",
+                        lambda self, *a, **kw: searches.append(a) or search_runs(self, *a, **kw))
+    monkeypatch.setattr(MlflowClient, "get_run", lambda self, rid: pytest.fail(f"get_run({rid})"))
+    monkeypatch.setattr(tracking, "PURGE_SEARCH_IDS", 2)
+    asked = [rids[2], rids[0], elsewhere, rids[1]]
+    folders = tracking._run_folders(tracking.tracking_uri(store), asked, [exp_id])
+    assert folders == [store / "mlartifacts" / "chunks" / rid for rid in (rids[2], rids[0], rids[1])]
+    assert len(searches) == 2
+
+
 def test_a_pruning_mirror_without_summary_files_keeps_the_summary_run(store, tmp_path, capsys):
     """`hetfl track --prune RUNS` by hand, without --summary, purged the experiment's summary run (its tables
     and figures) as a run that left the grid, and counted it "replaced"; the workflow's track job, up to
@@ -470,7 +493,7 @@ def test_a_copied_store_is_refused_before_it_touches_the_originals_artifacts(tmp
 def test_a_tracking_server_is_not_purged_from_the_client(capsys):
     assert tracking.can_hard_delete("sqlite:///x.db") and tracking.can_hard_delete("postgresql://h/db")
     assert not tracking.can_hard_delete("http://127.0.0.1:5000")
-    assert tracking.purge_runs("https://mlflow.example", ["abc"]) is False
+    assert tracking.purge_runs("https://mlflow.example", ["abc"], ["1"]) is False
     assert "mlflow gc" in capsys.readouterr().err
     assert tracking.artifact_location("http://127.0.0.1:5000", "e") is None  # the server's own default
 

@@ -505,17 +505,31 @@ def _log_run(client, exp_id: str, run: RunRecord, existing: list) -> tuple[str, 
     return rid, stale
 
 
-def _run_folders(uri: str, run_ids: Sequence[str]) -> list[Path]:
-    """The local folders `<experiment's artifact location>/<run id>/` of runs whose artifacts are local
-    files (`<run id>/artifacts`, MLflow's layout); runs with artifacts elsewhere (a server's) have none."""
+#: run ids a search for the runs to purge names at once: one page of results, few SQL parameters
+PURGE_SEARCH_IDS = 100
+
+
+def _run_folders(uri: str, run_ids: Sequence[str], experiment_ids: Sequence[str]) -> list[Path]:
+    """The local folders `<experiment's artifact location>/<run id>/` of runs (of the experiments given)
+    whose artifacts are local files (`<run id>/artifacts`, MLflow's layout); runs with artifacts elsewhere
+    (a server's) have none."""
     from urllib.parse import unquote, urlparse
 
+    from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
+    artifact_uris: dict[str, str] = {}
+    for i in range(0, len(run_ids), PURGE_SEARCH_IDS):  # one search per chunk, not a get_run per run
+        # the ids are the store's own (uuid hex), not text from received files: safe in a filter string
+        ids = ", ".join(f"'{rid}'" for rid in run_ids[i:i + PURGE_SEARCH_IDS])
+        for run in client.search_runs(list(experiment_ids), f"attributes.run_id IN ({ids})",
+                                      run_view_type=ViewType.ALL, max_results=PURGE_SEARCH_IDS):
+            artifact_uris[run.info.run_id] = run.info.artifact_uri
     folders = []
     for rid in run_ids:
-        artifacts = urlparse(client.get_run(rid).info.artifact_uri or "")
+        # a run not found (gone since it was listed) has no folder to remove: mlflow gc says why it failed
+        artifacts = urlparse(artifact_uris.get(rid) or "")
         if artifacts.scheme not in ("", "file"):
             continue
         path = Path(unquote(artifacts.path))
@@ -524,9 +538,10 @@ def _run_folders(uri: str, run_ids: Sequence[str]) -> list[Path]:
     return folders
 
 
-def purge_runs(uri: str, run_ids: Sequence[str]) -> bool:
-    """Hard-delete deleted runs and their artifacts with `mlflow gc` (the store must be reachable: a
-    tracking server keeps them deleted until its own `mlflow gc`). Returns whether they were purged.
+def purge_runs(uri: str, run_ids: Sequence[str], experiment_ids: Sequence[str]) -> bool:
+    """Hard-delete deleted runs (of the experiments given) and their artifacts with `mlflow gc` (the store
+    must be reachable: a tracking server keeps them deleted until its own `mlflow gc`). Returns whether
+    they were purged.
 
     `mlflow gc` deletes a run's `<run id>/artifacts/` but not the `<run id>/` folder above it, which every
     purged run left behind empty: those folders of the runs purged are removed where they are empty (a
@@ -537,7 +552,8 @@ def purge_runs(uri: str, run_ids: Sequence[str]) -> bool:
         print(f"warning: {len(run_ids)} replaced run(s) are deleted but not purged on {uri}; run "
               "`mlflow gc` against the server's backend store to remove them", file=sys.stderr)
         return False
-    folders = _run_folders(uri, run_ids)  # before gc, after which the store no longer knows the runs
+    # before gc, after which the store no longer knows the runs
+    folders = _run_folders(uri, run_ids, experiment_ids)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     proc = subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", uri,
                            "--run-ids", ",".join(run_ids)], capture_output=True, text=True, env=env)
@@ -618,7 +634,7 @@ def log_runs(results_dir: str | Path, runs: Iterable[RunRecord], *,
                 if live:
                     client.delete_run(r.info.run_id)
                 stale.append(r.info.run_id)
-        purged = len(stale) if purge_runs(uri, stale) else 0
+        purged = len(stale) if purge_runs(uri, stale, list(exp_ids.values())) else 0
     return Mirror(uri, ids, exp_ids, summaries, purged)
 
 
