@@ -280,6 +280,7 @@ def test_what_a_sources_size_refuses_is_refused_before_any_job(change, message):
 @pytest.mark.parametrize(("exp", "setting", "key", "value", "shown", "allowed"), [
     (MLP_EXP, "NIID", "alpha", 0.3, "0.3", "partition, local_epochs"),  # meant as the Dirichlet's
     (MLP_EXP, "NIID", "iid", True, "true", "partition, local_epochs"),
+    (MLP_EXP, "NIID", "iid", False, "false", "partition, local_epochs"),  # the schema's default, written
     (EXP, "NIID", "partition", {"label_skew": "iid"}, "{...}", "alpha, beta, iid, local_epochs"),
     (EXP, "NIID", "a", [1.0, 2.0], "[1.0, 2.0]", "alpha, beta, iid, local_epochs"),
     ("objective_inconsistency", "t2_10_p_equal", "alpha", 1.0, "1.0", "a, b, n, local_epochs"),
@@ -959,12 +960,38 @@ def test_a_partition_key_its_label_skew_does_not_read_is_refused(partition, size
     _refused(cfg, f"config key 'experiments.{MLP_EXP}.settings.NIID.partition.{key}' has value {shown}, "
                   f"which is not allowed with {why}")
     _refused(cfg, f"(it does not read it); allowed: {allowed}" if sizes is None else f"; allowed: {allowed}")
-    # what the schema fills in (alpha 0.5, m 2, ...), or the same keys at their defaults, are not refused
+    # what the schema fills in (alpha 0.5, m 2, ...) is not refused
     exp["settings"]["NIID"]["partition"] = {"label_skew": partition["label_skew"]}
     validate_config(validate_config(cfg))  # hetfl project validates a validated config again
-    exp["settings"]["NIID"]["partition"] = {"label_skew": partition["label_skew"], "alpha": 0.5, "m": 2,
-                                            "min_size": 10}
-    validate_config(cfg)
+
+
+@pytest.mark.parametrize(("partition", "sizes", "key", "shown", "allowed"), [
+    ({"label_skew": "dirichlet", "m": 2}, None, "m", "2", "alpha, min_size"),
+    ({"label_skew": "pathological", "alpha": 0.5}, None, "alpha", "0.5", "m, label_choice, equal_counts"),
+    ({"label_skew": "iid", "shards_per_client": 2}, None, "shards_per_client", "2", "equal_counts"),
+    ({"label_skew": "shards", "imbalance_ratio": 0.01}, None, "imbalance_ratio", "0.01", "shards_per_client"),
+    ({"label_skew": "dirichlet", "min_size": 10}, "pareto", "min_size", "10", "alpha"),
+])
+def test_a_partition_key_at_its_schema_default_is_refused_where_it_is_not_read(partition, sizes, key, shown,
+                                                                              allowed):
+    """m: 5 beside dirichlet was refused and m: 2 passed: validation filled the schema's defaults (m 2, ...)
+    into every partition before the check, which therefore let a written default through."""
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {MLP_EXP: cfg["experiments"][MLP_EXP]}
+    exp = cfg["experiments"][MLP_EXP]
+    exp["settings"]["NIID"]["partition"] = partition
+    if sizes:
+        exp["sizes"] = {"distribution": sizes}
+    _refused(cfg, f"config key 'experiments.{MLP_EXP}.settings.NIID.partition.{key}' has value {shown}, "
+                  f"which is not allowed with label_skew \"{partition['label_skew']}\"")
+    _refused(cfg, f"; allowed: {allowed}")
+    exp["settings"]["NIID"]["partition"] = {"label_skew": partition["label_skew"]}
+    validated = validate_config(cfg)
+    assert validated["experiments"][MLP_EXP]["settings"]["NIID"]["partition"][key] == json.loads(shown)
+    # validation's own output validates again unchanged, as a dict and as the config file hetfl project
+    # writes for its workflow (projection.scaled_config, then Snakemake's --configfile)
+    assert validate_config(validated) == validated
+    assert validate_config(yaml.safe_load(yaml.safe_dump(validated, sort_keys=False))) == validated
 
 
 @pytest.mark.parametrize("table", ["bmta", "communication_cost", "none", "fedfor_concept_shift"])

@@ -79,9 +79,17 @@ def test_a_sizes_key_its_distribution_does_not_read_is_refused(changes, key, sho
         validate_config(_config(**changes, model="mlp"))
     assert str(err.value) == (f"config key 'experiments.e.{key}' has value {shown}, which is not allowed "
                               f"with {why}it does not read it); allowed: {allowed}")
-    # the key at the schema's default passes (validation fills it in; hetfl project validates again)
-    sizes = {"distribution": changes["sizes"]["distribution"], "size": 20, "index": 0.5, "sigma": 0.3}
-    validate_config(validate_config(_config(**{**changes, "sizes": sizes}, model="mlp")))
+    # the key written at the schema's default is refused too (validation fills the defaults in first,
+    # which let it pass); the one validation filled in is not, nor when hetfl project validates again
+    default = {"size": 20, "index": 0.5, "sigma": 0.3}[key.split(".")[1]]
+    sizes = {"distribution": changes["sizes"]["distribution"], key.split(".")[1]: default}
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(**{**changes, "sizes": sizes}, model="mlp"))
+    assert str(err.value) == (f"config key 'experiments.e.{key}' has value {default}, which is not allowed "
+                              f"with {why}it does not read it); allowed: {allowed}")
+    sizes = {"distribution": changes["sizes"]["distribution"]}
+    validated = validate_config(_config(**{**changes, "sizes": sizes}, model="mlp"))
+    assert validate_config(validated) == validated
 
 
 def test_sizes_and_test_fraction_on_the_quadratic_bed_are_refused():
@@ -100,6 +108,10 @@ def test_sizes_and_test_fraction_on_the_quadratic_bed_are_refused():
         "\"quadratic\" (its devices hold closed-form objectives, no samples to hold out: it does not read "
         "it); allowed: 0.2 (the default)")
     validate_config(validate_config(_config(**quad)))
+    with pytest.raises(ConfigError) as err:  # the schema's default, written
+        validate_config(_config(**quad, sizes={"distribution": "pareto"}))
+    assert str(err.value).startswith("config key 'experiments.e.sizes.distribution' has value \"pareto\", "
+                                     "which is not allowed with dataset \"quadratic\"")
 
 
 def test_population_sampling_weights_without_clients_per_round_are_refused():

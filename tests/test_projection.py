@@ -2,10 +2,13 @@
 and its errors before any work."""
 
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from hetfl.cluster import ENVIRONMENT, cells_per_job
 from hetfl.config import ConfigError, by_cell, expand_runs, load_config, validate_config
@@ -74,6 +77,27 @@ def test_every_fraction_runs_the_jobs_of_the_full_grid():
     assert {e["cells_per_job"] for e in scaled_config(smoke, 0.5, None)["experiments"].values()} == {"group"}
     mnist["experiments"]["ruan2021_table3_mnist"]["cells_per_job"] = "group"
     assert scaled_config(mnist, 0.1, None)["experiments"]["ruan2021_table3_mnist"]["cells_per_job"] == "group"
+
+
+def test_the_scaled_config_the_workflow_reads_validates_again(tmp_path):
+    """hetfl project writes its scaled copy of a validated config as its workflow's config file (project):
+    there every default validation filled in (m 2 beside dirichlet, sizes.size beside equal on a real
+    source, iid false) reads as written, and must not be refused as a key nothing reads."""
+    config = validate_config({"experiments": {"e": {
+        "table": "none", "dataset": "mnist", "settings": {"D": {"partition": {"label_skew": "dirichlet"}}},
+        "sizes": {"distribution": "equal"}, "num_devices": 4, "schemes": ["B"], "num_traces": [1],
+        "rounds": 4, "seeds": [0, 1]}}})
+    exp = config["experiments"]["e"]
+    assert (exp["settings"]["D"]["partition"]["m"], exp["sizes"]["size"], exp["settings"]["D"]["iid"]) \
+        == (2, 20, False)
+    scaled = scaled_config(config, 0.5, tmp_path)
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(scaled, sort_keys=False))
+    assert validate_config(yaml.safe_load(configfile.read_text())) == scaled
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s",
+                           str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+                           str(configfile)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_the_line_and_the_projection_by_hand():

@@ -132,6 +132,7 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 
     Raises ConfigError listing every problem, each naming key, value and what is allowed.
     """
+    raw = config  # the defaults are filled into the copy: the keys nothing reads are refused as written
     config = copy.deepcopy(config)
     # keys written in the file (before defaults are filled in): some defaults depend on other keys
     exps = config.get("experiments")
@@ -146,8 +147,28 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(_format_error(e) for e in errors))
-    _check_semantics(config, given)
+    _check_semantics(config, given, _as_written(raw["experiments"]))
     return config
+
+
+def _as_written(experiments: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """experiment -> its mapping as the config wrote it, for the checks of keys nothing reads (_written);
+    None for one that already holds every key the schema fills into an experiment. That is validation's own
+    output: hetfl project validates a validated config again (projection.scaled_config), and its workflow
+    reads that copy back as its config file, where a filled-in default reads as written. A config that
+    writes every one of those keys itself is taken for such output: its keys at their defaults pass."""
+    filled = set(_schema_defaults("experiment"))
+    return {name: None if filled <= set(exp) else exp for name, exp in experiments.items()}
+
+
+def _written(mapping: dict[str, Any], raw: dict[str, Any] | None, definition: str) -> set[str]:
+    """The keys of `mapping` (validated) that the config wrote: those of `raw`, the same mapping before the
+    defaults were filled in. Without it (validation's own output, _as_written) a key at the schema's
+    default of `definition` cannot be told from a filled-in one, and counts as not written."""
+    if raw is not None:
+        return set(raw)
+    defaults = _schema_defaults(definition)
+    return {k for k, v in mapping.items() if k not in defaults or v != defaults[k]}
 
 
 def _algorithms(exp: dict[str, Any]) -> list[str]:
@@ -284,15 +305,17 @@ _SETTING_KEYS = {"synthetic": ("alpha", "beta", "iid"), "quadratic": ("a", "b", 
 _ANY_SETTING = ("local_epochs", "rounds", "local_steps")
 
 
-def _check_setting_keys(name: str, exp: dict[str, Any]) -> None:
+def _check_setting_keys(name: str, exp: dict[str, Any], raw: dict[str, Any] | None) -> None:
     """A setting key another kind of dataset reads is refused: alpha: 0.3 beside a dirichlet partition on
     mnist5k passed, the split used the partition's alpha (0.5), and the runs recorded alpha 0.3 (an
-    audit); so did SYNTHETIC's iid on a real source, a partition on SYNTHETIC and the quadratic bed's a."""
+    audit); so did SYNTHETIC's iid on a real source, a partition on SYNTHETIC and the quadratic bed's a.
+    `raw`: the experiment as written (_as_written); iid: false filled in is not refused."""
     dataset = exp["dataset"]
     own = _SETTING_KEYS.get(dataset, ("partition",))
     for label, setting in exp["settings"].items():
+        written = _written(setting, raw and raw["settings"][label], "setting")
         for k, v in setting.items():
-            if k in own or k in _ANY_SETTING or (k == "iid" and v is False):  # false: the schema's default
+            if k in own or k in _ANY_SETTING or k not in written:
                 continue
             hint = "; a Dirichlet alpha is partition's: {label_skew: dirichlet, alpha: ...}" \
                 if k == "alpha" and "partition" in own else ""
@@ -548,7 +571,7 @@ def _check_validation_accuracy(name: str, exp: dict[str, Any]) -> None:
 ACC_X_TABLES = ("fedfor_by_e",)
 
 
-def _check_experiment_keys(name: str, exp: dict[str, Any]) -> None:
+def _check_experiment_keys(name: str, exp: dict[str, Any], raw: dict[str, Any] | None) -> None:
     """An experiment key that nothing reads for this experiment is refused: acc_x: 60 on a bmta table, and
     data_dir or global_test_samples on SYNTHETIC or the quadratic bed, passed, and every run recorded them
     (an audit)."""
@@ -583,7 +606,7 @@ def _check_experiment_keys(name: str, exp: dict[str, Any]) -> None:
                           "which is not allowed with dataset \"quadratic\" (its devices hold closed-form "
                           f"objectives, no samples to hold out: it does not read it); allowed: "
                           f"{_experiment_default('test_fraction')} (the default)")
-    _check_size_keys(name, exp)
+    _check_size_keys(name, exp, raw)
     _check_size_bounds(name, exp)
 
 
@@ -633,13 +656,14 @@ def _check_size_bounds(name: str, exp: dict[str, Any]) -> None:
                           f"samples over {n} devices)")
 
 
-def _check_size_keys(name: str, exp: dict[str, Any]) -> None:
+def _check_size_keys(name: str, exp: dict[str, Any], raw: dict[str, Any] | None) -> None:
     """A sizes key its distribution does not read is refused: sizes.size beside distribution equal on a real
     source (the partitioner deals the source out itself: data.build), index beside lognormal, and any sizes
     or test_fraction on the quadratic bed passed, and every run recorded them (an audit). As with partition
-    keys, a key at the schema's default passes: validation fills those in (_check_partition_keys)."""
+    keys, a key written at the schema's default is refused too; one validation filled in is not (`raw`, the
+    experiment as written: _as_written)."""
     sizes, dataset = exp["sizes"], exp["dataset"]
-    defaults = _schema_defaults("sizes")
+    written = _written(sizes, raw and raw.get("sizes", {}), "sizes")
     if dataset == "quadratic":
         reads: tuple[str, ...] = ()
         why = "dataset \"quadratic\" (its devices hold closed-form objectives, not samples: "
@@ -650,7 +674,7 @@ def _check_size_keys(name: str, exp: dict[str, Any]) -> None:
         reads = ("distribution", *SIZE_KEYS[sizes["distribution"]])
         why = f"distribution \"{sizes['distribution']}\" ("
     for k, v in sizes.items():
-        if k in reads or v == defaults.get(k):
+        if k in reads or k not in written:
             continue
         raise ConfigError(f"config key 'experiments.{name}.sizes.{k}' has value {json.dumps(v)}, which is "
                           f"not allowed with {why}it does not read it); allowed: "
@@ -1182,29 +1206,28 @@ def _check_equal_counts(name: str, exp: dict[str, Any]) -> None:
 _SIZE_SKEW_UNREAD = (("dirichlet", "min_size"), ("longtail", "client_fraction"))
 
 
-def _check_partition_keys(name: str, exp: dict[str, Any]) -> None:
+def _check_partition_keys(name: str, exp: dict[str, Any], raw: dict[str, Any] | None) -> None:
     """A partition key its label skew does not read is refused: m beside label_skew dirichlet, alpha beside
     pathological, shards_per_client beside iid passed, the split ignored them and every run recorded them
     (an audit). The keys each skew reads are data.partition.SKEW_KEYS (the split figures' captions show the
     same); dirichlet's min_size is read only without a size skew (with one, FedDyn's split takes the redraw's
     place), natural's equal_counts_* only with equal_counts.
-    A key at the schema's default (alpha 0.5, m 2, shards_per_client 2, imbalance_ratio 0.01, min_size 10)
-    passes: validation fills these into every partition, and hetfl project validates a validated config
-    again (projection.scaled_config), so such a value cannot be told from one the config gave; it records
-    what every run of that skew records anyway."""
+    A key written at the schema's default (m: 2 beside dirichlet) is refused too; validation fills those
+    (alpha 0.5, m 2, shards_per_client 2, imbalance_ratio 0.01, min_size 10) into every partition, and
+    those are not (`raw`, the experiment as written: _as_written)."""
     from hetfl.data.partition import SKEW_KEYS
 
-    defaults = _schema_defaults("partition")
     skewed = exp["sizes"]["distribution"] != "equal"  # data.build: "equal" is the partitioner's own split
     for label, setting in exp["settings"].items():
         part = setting.get("partition")
         if not isinstance(part, dict) or part.get("label_skew") not in SKEW_KEYS:
             continue
         skew = part["label_skew"]
+        written = _written(part, raw and raw["settings"][label]["partition"], "partition")
         reads = [k for k in SKEW_KEYS[skew] if not (skewed and (skew, k) in _SIZE_SKEW_UNREAD)
                  and not (k.startswith("equal_counts_") and not part.get("equal_counts"))]
         for k, v in part.items():
-            if k == "label_skew" or k in reads or (k in defaults and v == defaults[k]):
+            if k == "label_skew" or k in reads or k not in written:
                 continue
             if (skew, k) in _SIZE_SKEW_UNREAD:
                 why = (f"label_skew \"{skew}\" and experiments.{name}.sizes.distribution "
@@ -1298,16 +1321,18 @@ def _check_run_names(config: dict[str, Any]) -> None:
                           "first; allowed: values that differ within their first 6 significant digits")
 
 
-def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None) -> None:
-    """Rules JSON Schema cannot express."""
+def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None = None,
+                     written: dict[str, dict[str, Any] | None] | None = None) -> None:
+    """Rules JSON Schema cannot express; `written`: _as_written's experiments (none: all taken as filled)."""
     _check_names(config["experiments"])
     for name, exp in config["experiments"].items():
+        raw = (written or {}).get(name)
         _check_event(name, exp)
         _check_algorithms(name, exp, (given or {}).get(name, set(exp)))
         _check_schemes(name, exp)
         _check_text(name, exp, (given or {}).get(name, set(exp)))
         _check_quadratic(name, exp, (given or {}).get(name, set(exp)))
-        _check_setting_keys(name, exp)
+        _check_setting_keys(name, exp, raw)
         _check_inputs(name, exp)
         _check_model_params(name, exp)
         n_order = len(exp["trace_order"])
@@ -1329,10 +1354,10 @@ def _check_semantics(config: dict[str, Any], given: dict[str, set[str]] | None =
             )
         _check_synthetic_iid(name, exp)
         _check_equal_counts(name, exp)
-        _check_partition_keys(name, exp)
+        _check_partition_keys(name, exp, raw)
         _check_global_test_average(name, exp)
         _check_validation_accuracy(name, exp)
-        _check_experiment_keys(name, exp)
+        _check_experiment_keys(name, exp, raw)
         _check_no_holdout(name, exp)
         _check_test_fraction(name, exp)
         _check_table_fits(name, exp)
