@@ -627,14 +627,20 @@ def _experiment_default(key: str) -> Any:
     return _schema_defaults("experiment")[key]
 
 
+def _train_samples(dataset: str) -> int:
+    """The training samples of `dataset` by cluster.SOURCE_SIZES; 0 where it lists none (generated data, a
+    source whose size is its prepared copy's), which leaves the count checks against it to the split job."""
+    from hetfl.cluster import SOURCE_SIZES
+
+    return SOURCE_SIZES.get(dataset, (0, 0))[0]
+
+
 def _check_size_bounds(name: str, exp: dict[str, Any]) -> None:
     """sizes beyond what can be dealt are refused (the schema caps every count at 2**53, the largest a float
     draw holds exactly): a size above max_size was clipped to it silently (every device max_size), and on a
     real source of known size a size above its training samples or a min_size above them over the devices
     was shrunk away in the split (data.partition._target_sizes). A memory bound for SYNTHETIC's samples
     would depend on the machine: none is set."""
-    from hetfl.cluster import SOURCE_SIZES
-
     sizes, dataset = exp["sizes"], exp["dataset"]
     key = f"config key 'experiments.{name}.sizes"
     if dataset == "quadratic" or (dataset != "synthetic" and sizes["distribution"] == "equal"):
@@ -643,7 +649,7 @@ def _check_size_bounds(name: str, exp: dict[str, Any]) -> None:
         raise ConfigError(f"{key}.size' has value {sizes['size']}, which is not allowed with sizes.max_size "
                           f"{sizes['max_size']} (every count is clipped to the cap, so no device would hold "
                           f"{sizes['size']}); allowed: at most {sizes['max_size']}, or a larger max_size")
-    train = SOURCE_SIZES.get(dataset, (0, 0))[0]
+    train = _train_samples(dataset)
     if not train:
         return
     if sizes["size"] > train:
@@ -1020,7 +1026,6 @@ def _longtail_disjoint_fits(counts: tuple[int, ...], n_devices: int, part: dict[
 def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
     """What a registered real source's size refuses in the split job, refused first: a pathological m above
     its classes, more devices than its training samples (an audit found both passing validation)."""
-    from hetfl.cluster import SOURCE_SIZES
     from hetfl.data.sources import SOURCES
 
     info = SOURCES.get(exp["dataset"])
@@ -1034,7 +1039,7 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
             raise ConfigError(f"config key '{key}.settings.{label}.partition.m' has value {m}, which is "
                               f"not allowed with dataset {info.name}; allowed: 1..{info.num_classes} (its "
                               "classes)")
-    train = SOURCE_SIZES.get(info.name, (0, 0))[0]
+    train = _train_samples(info.name)
     natural = any((s.get("partition") or {}).get("label_skew") == "natural" for s in exp["settings"].values())
     if train and not natural and exp["num_devices"] > train:
         raise ConfigError(f"config key '{key}.num_devices' has value {exp['num_devices']}, which is not "
