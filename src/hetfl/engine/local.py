@@ -52,7 +52,10 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
     order_t = torch.from_numpy(order).to(device)
     idx = torch.from_numpy(batch_idx[order]).to(device)
     if start is None:
-        params = [p.unsqueeze(0).repeat(K, *([1] * p.dim())) for p in global_params]
+        # each block copies the broadcast into its own rows when it starts (train_block), on its worker,
+        # and its first step finds them in cache; one copy of all K rows up front ran on one thread and
+        # streamed them to DRAM and back (the 2NN's 100 clients: 63 MB, 11 ms; its round is 1-4 % faster)
+        params = [torch.empty((K, *p.shape), dtype=p.dtype, device=p.device) for p in global_params]
     else:
         params = [s.index_select(0, order_t) for s in start]  # index_select copies: start is not touched
     ctx_sorted = {k: [t.index_select(0, order_t) for t in v] for k, v in (ctx or {}).items()}
@@ -133,6 +136,9 @@ def local_sgd(model: BatchedModel, global_params: list[Tensor], x_train: Tensor,
         return True
 
     def train_block(lo: int, hi: int) -> None:
+        if start is None:
+            for p, g in zip(params, global_params, strict=True):
+                p[lo:hi].copy_(g)
         # runs of steps with the same working prefix: the same clients and shapes, only the minibatches
         # change (engine.graphs replays such a run from one CUDA graph)
         for m, j0, j1 in prefix_runs(active, lo, hi):
