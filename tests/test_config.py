@@ -1063,15 +1063,41 @@ def test_longtail_disjoint_devices_an_offline_sources_classes_cannot_hold_are_re
     _refused(cfg, "allowed: at most 19 devices, or draw \"independent\" or a smaller client_fraction")
 
 
-def test_offline_class_counts_are_the_sources():
-    """The per-class training counts validation checks longtail's disjoint draw against are the sources'."""
+def test_class_counts_are_the_sources():
+    """The per-class training counts validation checks longtail's disjoint draw against are the offline
+    sources' own; a published source's have its classes and add up to its training samples."""
     import numpy as np
 
-    from hetfl.config import OFFLINE_CLASS_COUNTS
-    from hetfl.data.sources import load_source
+    from hetfl.cluster import SOURCE_SIZES
+    from hetfl.config import CLASS_COUNTS
+    from hetfl.data.sources import SOURCES, load_source
 
-    for name, counts in OFFLINE_CLASS_COUNTS.items():
-        assert tuple(np.bincount(load_source(name, split="train").y).tolist()) == counts, name
+    for name in ("digits", "mnist5k"):
+        assert tuple(np.bincount(load_source(name, split="train").y).tolist()) == CLASS_COUNTS[name], name
+    for name, counts in CLASS_COUNTS.items():
+        assert (len(counts), sum(counts)) == (SOURCES[name].num_classes, SOURCE_SIZES[name][0]), name
+
+
+@pytest.mark.parametrize(("dataset", "devices", "most"), [("cifar10", 45, 44), ("mnist", 40, 39)])
+def test_longtail_disjoint_devices_a_published_sources_classes_cannot_hold_are_refused(dataset, devices,
+                                                                                       most):
+    """The full sources' published class counts refuse at validation what their split job refused after the
+    download. CIFAR-10 at client_fraction 0.1 gives a device 500, 299, 179, 107, 64, 38, 23, 13, 8 and 5
+    images of its classes by rank (1,236), so 4 full blocks of 10 devices take 4,944 of every class, and 4
+    more devices at least 5 + 8 + 13 + 23 = 49 of the 56 left; a 5th takes at least 38 more. MNIST: 600,
+    359, 215, 129, 77, 46, 27, 16, 10, 6 (1,485); 5,421 fives hold 3 blocks (4,455) and 9 more devices
+    (885 of 966), not a 10th."""
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"]["fedfor_table2_mnist5k"]
+    cfg["experiments"] = {"e": exp}
+    exp.update(dataset=dataset, num_devices=devices)
+    for setting in exp["settings"].values():
+        setting["partition"] = {**setting["partition"], "draw": "disjoint", "client_fraction": 0.1}
+    _refused(cfg, f"config key 'experiments.e.num_devices' has value {devices}, which is not allowed with "
+                  f"dataset {dataset} and setting E1's partition (label_skew \"longtail\", draw \"disjoint\"")
+    _refused(cfg, f"allowed: at most {most} devices")
+    exp["num_devices"] = most
+    validate_config(cfg)
 
 
 def test_source_sizes_of_the_offline_sources_are_theirs():

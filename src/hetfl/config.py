@@ -988,11 +988,20 @@ def _check_table_cells(config: dict[str, Any]) -> None:
             "its own, run in a directory of its own (docs/adding-an-algorithm.md)")
 
 
-#: per-class training counts of the offline sources (data.sources: digits' and mnist5k's fixed stratified
-#: 80/20 split), known without loading them; tests/test_config.py checks them against the sources
-OFFLINE_CLASS_COUNTS: dict[str, tuple[int, ...]] = {
+#: per-class training counts of the registered sources whose counts are published, known without loading
+#: them: the offline sources (data.sources: digits' and mnist5k's fixed stratified 80/20 split; tests check
+#: them against the sources), MNIST's training set (LeCun et al.'s distribution: 5,421 fives to 6,742
+#: ones), CIFAR-10's and CIFAR-100's (Krizhevsky 2009: 5,000 and 500 images a class) and EMNIST Balanced's
+#: and Letters' (Cohen et al. 2017: 2,400 and 4,800 a class). EMNIST ByClass, FEMNIST and the
+#: text sources are uneven or natural: their split job reports a class running out.
+CLASS_COUNTS: dict[str, tuple[int, ...]] = {
     "digits": (142, 146, 142, 146, 145, 146, 145, 143, 139, 144),
     "mnist5k": (400,) * 10,
+    "mnist": (5_923, 6_742, 5_958, 6_131, 5_842, 5_421, 5_918, 6_265, 5_851, 5_949),
+    "cifar10": (5_000,) * 10,
+    "cifar100": (500,) * 100,
+    "emnist-balanced": (2_400,) * 47,
+    "emnist-letters": (4_800,) * 26,
 }
 
 
@@ -1054,17 +1063,17 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
         if option == "min_size" and exp["sizes"]["distribution"] != "equal":
             continue  # FedDyn's split of the size skew: min_size is not read
         if (part.get("label_skew") == "longtail" and part.get("draw", "disjoint") == "disjoint"
-                and exp["sizes"]["distribution"] == "equal" and info.name in OFFLINE_CLASS_COUNTS):
-            # a large source's class counts are known only once it is loaded: its split job reports a class
-            # running out (data.partition._longtail, naming the class and the device)
-            most = _longtail_disjoint_fits(OFFLINE_CLASS_COUNTS[info.name], n, part)
+                and exp["sizes"]["distribution"] == "equal" and info.name in CLASS_COUNTS):
+            # a source without published counts (CLASS_COUNTS) is known only once loaded: its split job
+            # reports a class running out (data.partition._longtail, naming the class and the device)
+            most = _longtail_disjoint_fits(CLASS_COUNTS[info.name], n, part)
             if most is not None:
                 raise ConfigError(
                     f"config key '{key}.num_devices' has value {n}, which is not allowed with dataset "
                     f"{info.name} and setting {label}'s partition (label_skew \"longtail\", draw "
                     f"\"disjoint\", client_fraction {part.get('client_fraction', 0.1)}, imbalance_ratio "
                     f"{part.get('imbalance_ratio', 0.01)}): every sample is dealt once, and its smallest "
-                    f"class ({min(OFFLINE_CLASS_COUNTS[info.name])} training samples) runs out; allowed: at "
+                    f"class ({min(CLASS_COUNTS[info.name])} training samples) runs out; allowed: at "
                     f"most {most} devices, or draw \"independent\" or a smaller client_fraction")
         if option is not None and part[option] * n > train:
             raise ConfigError(f"config key '{key}.settings.{label}.partition.{option}' has value "
