@@ -477,6 +477,22 @@ def test_values_the_split_or_trace_jobs_would_refuse_are_refused_first(path, val
     validate_config(_with(["p_inactive"], 0.07))  # below T_hi's bound: a fit exists
 
 
+def test_a_synthetic_holdout_is_checked_against_the_floored_sizes():
+    """A SYNTHETIC device keeps a training sample after its holdout of max(1, round(test_fraction·n)): equal
+    sizes of 1 under the floor min_size 2 hold 2 samples (1 test, 1 train), but were refused as devices of
+    1, with "allowed: ... e.g. <= -0.500 for 1"."""
+    cfg = _with(["test_fraction"], 0.2)
+    cfg["experiments"][EXP]["sizes"] = {"distribution": "equal", "size": 1, "min_size": 2}
+    validate_config(cfg)
+    cfg["experiments"][EXP].update(test_fraction=0.9,
+                                   sizes={"distribution": "equal", "size": 3, "min_size": 2})
+    with pytest.raises(ConfigError) as err:  # round(2.7) = 3 of 3 held out
+        validate_config(cfg)
+    assert str(err.value) == (f"config key 'experiments.{EXP}.test_fraction' has value 0.9, which is not "
+                              "allowed with sizes as given (a device of 3 samples would keep no training "
+                              "sample); allowed: a fraction that leaves one, e.g. <= 0.500 for 3")
+
+
 @pytest.mark.parametrize(("key", "values"), [("eta0", [0.1, 0.1000001]), ("p_inactive", [0.02, 0.02000001])])
 def test_readings_values_that_give_one_run_name_are_refused(key, values):
     """readings eta0 [0.1, 0.1000001] named both variants ..._s0__eta0-0.1; the training job trained both into

@@ -1123,19 +1123,22 @@ def _check_no_holdout(name: str, exp: dict[str, Any]) -> None:
 def _check_test_fraction(name: str, exp: dict[str, Any]) -> None:
     """A SYNTHETIC device of the fewest samples its sizes allow must keep a training sample after its
     holdout (data.synthetic.holdout_split: n_test = max(1, round(test_fraction·n))); test_fraction 0.99
-    passed validation, then every split job failed."""
+    passed validation, then every split job failed. The fewest is the floor min_size, or for equal and
+    pareto sizes the larger of size and min_size (data.sizes: every count is clipped to the floor)."""
     if exp["dataset"] != "synthetic":
         return  # a real dataset's device sizes are known only once it is dealt
     sizes, tf = exp["sizes"], exp["test_fraction"]
-    low = {"equal": sizes["size"], "pareto": max(sizes["size"], sizes["min_size"])}.get(
-        sizes["distribution"], sizes["min_size"])
+    low = max(sizes["size"], sizes["min_size"]) if sizes["distribution"] in ("equal", "pareto") \
+        else sizes["min_size"]
     high = max(low, min(sizes["max_size"], low + 1000))
     short = next((n for n in range(low, high + 1) if n - max(1, round(tf * n)) < 1), None)
-    if short is not None:
-        raise ConfigError(f"config key 'experiments.{name}.test_fraction' has value {tf}, which is not "
-                          f"allowed with sizes as given (a device of {short} samples would keep no training "
-                          "sample); "
-                          f"allowed: a fraction that leaves one, e.g. <= {(low - 1.5) / low:.3f} for {low}")
+    if short is None:
+        return
+    # tf·n ≤ n − 1.5 keeps a training sample, and 1 − 1.5/n grows with n: the fewest samples (the schema's
+    # min_size ≥ 2) bound it
+    raise ConfigError(f"config key 'experiments.{name}.test_fraction' has value {tf}, which is not allowed "
+                      f"with sizes as given (a device of {short} samples would keep no training sample); "
+                      f"allowed: a fraction that leaves one, e.g. <= {(low - 1.5) / low:.3f} for {low}")
 
 
 def _domains_allowed(dataset: str, partition: dict[str, Any] | None, global_test: bool) -> bool:
