@@ -493,6 +493,20 @@ def test_a_synthetic_holdout_is_checked_against_the_floored_sizes():
                               "sample); allowed: a fraction that leaves one, e.g. <= 0.500 for 3")
 
 
+def test_a_synthetic_holdout_suggestion_is_a_fraction_that_leaves_a_sample():
+    """The suggested test_fraction was (n - 1.5) / n to 3 decimals: for devices of 10000 samples that is
+    "e.g. <= 1.000", which test_fraction < 1 refuses; it is shown with the decimals it needs."""
+    cfg = _with(["test_fraction"], 0.99999)
+    cfg["experiments"][EXP]["sizes"] = {"distribution": "equal", "size": 10000, "max_size": 10000}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert str(err.value) == (f"config key 'experiments.{EXP}.test_fraction' has value 0.99999, which is not "
+                              "allowed with sizes as given (a device of 10000 samples would keep no training "
+                              "sample); allowed: a fraction that leaves one, e.g. <= 0.9999 for 10000")
+    cfg["experiments"][EXP]["test_fraction"] = 0.9999  # the suggestion validates
+    validate_config(cfg)
+
+
 @pytest.mark.parametrize(("key", "values"), [("eta0", [0.1, 0.1000001]), ("p_inactive", [0.02, 0.02000001])])
 def test_readings_values_that_give_one_run_name_are_refused(key, values):
     """readings eta0 [0.1, 0.1000001] named both variants ..._s0__eta0-0.1; the training job trained both into

@@ -1135,10 +1135,14 @@ def _check_test_fraction(name: str, exp: dict[str, Any]) -> None:
     if short is None:
         return
     # tf·n ≤ n − 1.5 keeps a training sample, and 1 − 1.5/n grows with n: the fewest samples (the schema's
-    # min_size ≥ 2) bound it
+    # min_size ≥ 2) bound it. Shown to 3 decimals, or as many more as keep it a fraction that leaves one:
+    # 3 rounded 1 − 1.5/10000 up to 1.000, which test_fraction < 1 refuses
+    bound = (low - 1.5) / low
+    shown = next((t for t in (f"{bound:.{d}f}" for d in range(3, 18))
+                  if low - max(1, round(float(t) * low)) >= 1), repr(bound))
     raise ConfigError(f"config key 'experiments.{name}.test_fraction' has value {tf}, which is not allowed "
                       f"with sizes as given (a device of {short} samples would keep no training sample); "
-                      f"allowed: a fraction that leaves one, e.g. <= {(low - 1.5) / low:.3f} for {low}")
+                      f"allowed: a fraction that leaves one, e.g. <= {shown} for {low}")
 
 
 def _domains_allowed(dataset: str, partition: dict[str, Any] | None, global_test: bool) -> bool:
