@@ -150,3 +150,20 @@ def test_a_p_inactive_whose_trace_file_name_is_too_long_is_refused(where):
         "a p_inactive written in at most 235 characters (a file name holds 255 bytes)")
     validate_config(_config(**{**changes, "p_inactive": 1e-100} if where == "p_inactive" else
                             {**changes, "readings": {"p_inactive": [1e-100]}}))
+
+
+def test_more_devices_than_a_size_skew_can_floor_are_refused_by_num_devices():
+    """With a size skew on a real source, min_size × num_devices above its training samples was refused as
+    "sizes.min_size ... allowed: at most 1" for more than half as many devices as samples: min_size is at
+    least 2, so the suggestion could not be taken. num_devices is then the key at fault."""
+    real = {**IMAGES, "dataset": "mnist5k", "model": "mlp", "sizes": {"distribution": "pareto"}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(**real, num_devices=3000))
+    assert str(err.value) == (
+        "config key 'experiments.e.num_devices' has value 3000, which is not allowed with dataset mnist5k "
+        "and sizes.distribution \"pareto\" (every device holds at least sizes.min_size samples, and min_size "
+        "is at least 2); allowed: at most 2,000 (4,000 training samples over devices of 2)")
+    with pytest.raises(ConfigError) as err:  # at 2,000 devices, min_size's own bound is allowed: 2
+        validate_config(_config(**real, num_devices=2000))
+    assert str(err.value).endswith("allowed: at most 2 (4,000 training samples over 2000 devices)")
+    validate_config(_config(**{**real, "sizes": {"distribution": "pareto", "min_size": 2}}, num_devices=2000))

@@ -656,6 +656,11 @@ def _check_size_bounds(name: str, exp: dict[str, Any]) -> None:
         raise ConfigError(f"{key}.size' has value {sizes['size']}, which is not allowed with dataset "
                           f"{dataset}; allowed: at most {train:,} (its training samples)")
     n = exp["num_devices"]
+    if train // n < 2 and sizes["min_size"] * n > train:  # "at most 1": below min_size's own floor, 2
+        raise ConfigError(f"config key 'experiments.{name}.num_devices' has value {n}, which is not allowed "
+                          f"with dataset {dataset} and sizes.distribution \"{sizes['distribution']}\" (every "
+                          "device holds at least sizes.min_size samples, and min_size is at least 2); "
+                          f"allowed: at most {train // 2:,} ({train:,} training samples over devices of 2)")
     if sizes["min_size"] * n > train:
         raise ConfigError(f"{key}.min_size' has value {sizes['min_size']}, which is not allowed with dataset "
                           f"{dataset} and num_devices {n}; allowed: at most {train // n} ({train:,} training "
