@@ -1093,6 +1093,22 @@ def test_longtail_disjoint_devices_an_offline_sources_classes_cannot_hold_are_re
     _refused(cfg, "allowed: at most 19 devices, or draw \"independent\" or a smaller client_fraction")
 
 
+def test_longtail_disjoint_refusal_offers_no_fewer_devices_than_two():
+    """Where not even two devices fit (digits' 139 zeros against client_fraction 1, imbalance_ratio 1: 143 of
+    every class a device), the refusal said "allowed: at most 0 devices, or ...", under num_devices' floor."""
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"]["fedfor_table2_mnist5k"]
+    cfg["experiments"] = {"e": exp}
+    exp.update(dataset="digits", num_devices=2, clients_per_round=2)
+    for setting in exp["settings"].values():
+        setting["partition"] = {"label_skew": "longtail", "client_fraction": 1, "imbalance_ratio": 1}
+    _refused(cfg, "its smallest class (139 training samples) runs out; allowed: draw \"independent\" or a "
+                  "smaller client_fraction")
+    for setting in exp["settings"].values():
+        setting["partition"]["draw"] = "independent"
+    validate_config(cfg)
+
+
 def test_class_counts_are_the_sources():
     """The per-class training counts validation checks longtail's disjoint draw against are the offline
     sources' own; a published source's have its classes and add up to its training samples."""

@@ -1073,13 +1073,15 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
             # reports a class running out (data.partition._longtail, naming the class and the device)
             most = _longtail_disjoint_fits(CLASS_COUNTS[info.name], n, part)
             if most is not None:
+                # fewer than 2 fit: num_devices is at least 2, so "at most 0 devices" was no way out
+                fewer = f"at most {most} devices, or " if most >= 2 else ""
                 raise ConfigError(
                     f"config key '{key}.num_devices' has value {n}, which is not allowed with dataset "
                     f"{info.name} and setting {label}'s partition (label_skew \"longtail\", draw "
                     f"\"disjoint\", client_fraction {part.get('client_fraction', 0.1)}, imbalance_ratio "
                     f"{part.get('imbalance_ratio', 0.01)}): every sample is dealt once, and its smallest "
-                    f"class ({min(CLASS_COUNTS[info.name])} training samples) runs out; allowed: at "
-                    f"most {most} devices, or draw \"independent\" or a smaller client_fraction")
+                    f"class ({min(CLASS_COUNTS[info.name])} training samples) runs out; allowed: "
+                    f"{fewer}draw \"independent\" or a smaller client_fraction")
         if option is not None and part[option] * n > train:
             raise ConfigError(f"config key '{key}.settings.{label}.partition.{option}' has value "
                               f"{part[option]}, which is not allowed with dataset {info.name} and "
