@@ -167,3 +167,13 @@ def test_more_devices_than_a_size_skew_can_floor_are_refused_by_num_devices():
         validate_config(_config(**real, num_devices=2000))
     assert str(err.value).endswith("allowed: at most 2 (4,000 training samples over 2000 devices)")
     validate_config(_config(**{**real, "sizes": {"distribution": "pareto", "min_size": 2}}, num_devices=2000))
+
+
+def test_a_lognormal_sigma_of_0_is_refused():
+    """The schema allowed sigma >= 0, data.sizes.SizeSpec > 0: sigma 0 passed validation, then every split
+    job failed ("SizeSpec.sigma=0 must be a finite number > 0")."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(sizes={"distribution": "lognormal", "sigma": 0}))
+    assert str(err.value) == ("invalid configuration:\n  config key 'experiments.e.sizes.sigma' has value 0, "
+                              "which is not allowed; allowed: > 0")
+    validate_config(_config(sizes={"distribution": "lognormal", "sigma": 5e-324}))
