@@ -177,3 +177,17 @@ def test_a_lognormal_sigma_of_0_is_refused():
     assert str(err.value) == ("invalid configuration:\n  config key 'experiments.e.sizes.sigma' has value 0, "
                               "which is not allowed; allowed: > 0")
     validate_config(_config(sizes={"distribution": "lognormal", "sigma": 5e-324}))
+
+
+def test_an_integer_beyond_a_float_is_refused_with_a_config_error():
+    """YAML reads 1 followed by 400 zeros as an int; the finite-number check (math.isfinite) raised
+    OverflowError ("int too large to convert to float") instead of naming the key."""
+    big = 10**400
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(num_devices=big, seeds=[big]))
+    assert f"config key 'experiments.e.seeds.0' has value {big}, which is not allowed; allowed: <= " \
+           "18446744073709551615" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(test_fraction=big))
+    assert str(err.value) == (f"invalid configuration:\n  config key 'experiments.e.test_fraction' has value "
+                              f"{big}, which is not allowed; allowed: < 1")

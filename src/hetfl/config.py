@@ -49,8 +49,11 @@ def _is_integer(checker, instance) -> bool:
 
 
 def _is_number(checker, instance) -> bool:
-    """A finite number: jsonschema's "number" also takes .nan and .inf, which fail in a job, or not at all."""
-    return isinstance(instance, int | float) and not isinstance(instance, bool) and math.isfinite(instance)
+    """A finite number: jsonschema's "number" also takes .nan and .inf, which fail in a job, or not at all. An
+    int is finite: math.isfinite raised OverflowError for one beyond a float (10**400 written out in YAML)."""
+    if isinstance(instance, bool) or not isinstance(instance, int | float):
+        return False
+    return isinstance(instance, int) or math.isfinite(instance)
 
 
 def _with_defaults(validator_class: type) -> type:
