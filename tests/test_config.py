@@ -958,6 +958,17 @@ def test_snakemake_dry_run_of_the_fedfor_readings_check_builds_its_readings_tabl
     assert int(counts.get("split", 0)) + int(counts.get("split_large", 0)) == 5 * 3 + 4 * 3
 
 
+def _with_partition(partition: dict, sizes: str | None) -> tuple[dict, dict]:
+    """QUICK with only its MLP experiment, its NIID setting's partition `partition`, its sizes `sizes`."""
+    cfg = copy.deepcopy(QUICK)
+    cfg["experiments"] = {MLP_EXP: cfg["experiments"][MLP_EXP]}
+    exp = cfg["experiments"][MLP_EXP]
+    exp["settings"]["NIID"]["partition"] = partition
+    if sizes:
+        exp["sizes"] = {"distribution": sizes}
+    return cfg, exp
+
+
 @pytest.mark.parametrize(("partition", "sizes", "key", "shown", "why", "allowed"), [
     ({"label_skew": "dirichlet", "m": 5}, None, "m", "5", "label_skew \"dirichlet\"", "alpha, min_size"),
     ({"label_skew": "pathological", "m": 2, "alpha": 0.1}, None, "alpha", "0.1",
@@ -981,12 +992,7 @@ def test_a_partition_key_its_label_skew_does_not_read_is_refused(partition, size
     """m beside label_skew dirichlet, alpha beside pathological, shards_per_client beside iid, Dirichlet's
     min_size beside a size skew (FedDyn's split, no redraw) passed: the split ignored them and every run
     recorded them (an audit)."""
-    cfg = copy.deepcopy(QUICK)
-    cfg["experiments"] = {MLP_EXP: cfg["experiments"][MLP_EXP]}
-    exp = cfg["experiments"][MLP_EXP]
-    exp["settings"]["NIID"]["partition"] = partition
-    if sizes:
-        exp["sizes"] = {"distribution": sizes}
+    cfg, exp = _with_partition(partition, sizes)
     _refused(cfg, f"config key 'experiments.{MLP_EXP}.settings.NIID.partition.{key}' has value {shown}, "
                   f"which is not allowed with {why}")
     _refused(cfg, f"(it does not read it); allowed: {allowed}" if sizes is None else f"; allowed: {allowed}")
@@ -1006,12 +1012,7 @@ def test_a_partition_key_at_its_schema_default_is_refused_where_it_is_not_read(p
                                                                               allowed):
     """m: 5 beside dirichlet was refused and m: 2 passed: validation filled the schema's defaults (m 2, ...)
     into every partition before the check, which therefore let a written default through."""
-    cfg = copy.deepcopy(QUICK)
-    cfg["experiments"] = {MLP_EXP: cfg["experiments"][MLP_EXP]}
-    exp = cfg["experiments"][MLP_EXP]
-    exp["settings"]["NIID"]["partition"] = partition
-    if sizes:
-        exp["sizes"] = {"distribution": sizes}
+    cfg, exp = _with_partition(partition, sizes)
     _refused(cfg, f"config key 'experiments.{MLP_EXP}.settings.NIID.partition.{key}' has value {shown}, "
                   f"which is not allowed with label_skew \"{partition['label_skew']}\"")
     _refused(cfg, f"; allowed: {allowed}")
