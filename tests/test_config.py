@@ -977,8 +977,8 @@ def _with_partition(partition: dict, sizes: str | None) -> tuple[dict, dict]:
      "equal_counts"),
     ({"label_skew": "shards", "label_choice": "cyclic"}, None, "label_choice", "\"cyclic\"",
      "label_skew \"shards\"", "shards_per_client"),
-    ({"label_skew": "longtail", "equal_counts": False}, None, "equal_counts", "false",
-     "label_skew \"longtail\"", "imbalance_ratio, client_fraction, draw"),
+    ({"label_skew": "longtail", "client_fraction": 0.25, "draw": "independent", "equal_counts": False}, None,
+     "equal_counts", "false", "label_skew \"longtail\"", "imbalance_ratio, client_fraction, draw"),
     ({"label_skew": "iid", "equal_counts_pick": "random"}, None, "equal_counts_pick", "\"random\"",
      "label_skew \"iid\"", "equal_counts"),
     ({"label_skew": "dirichlet", "alpha": 0.3, "min_size": 20}, "pareto", "min_size", "20",
@@ -996,8 +996,10 @@ def test_a_partition_key_its_label_skew_does_not_read_is_refused(partition, size
     _refused(cfg, f"config key 'experiments.{MLP_EXP}.settings.NIID.partition.{key}' has value {shown}, "
                   f"which is not allowed with {why}")
     _refused(cfg, f"(it does not read it); allowed: {allowed}" if sizes is None else f"; allowed: {allowed}")
-    # what the schema fills in (alpha 0.5, m 2, ...) is not refused
-    exp["settings"]["NIID"]["partition"] = {"label_skew": partition["label_skew"]}
+    # what the schema fills in (alpha 0.5, m 2, ...) is not refused (longtail's client_fraction and draw
+    # kept: at the default 0.1 mnist5k's tail class rounds to 0 samples)
+    kept = ("label_skew",) if sizes else ("label_skew", "client_fraction", "draw")
+    exp["settings"]["NIID"]["partition"] = {k: v for k, v in partition.items() if k in kept}
     validate_config(validate_config(cfg))  # hetfl project validates a validated config again
 
 
@@ -1107,6 +1109,36 @@ def test_longtail_disjoint_refusal_offers_no_fewer_devices_than_two():
                   "smaller client_fraction")
     for setting in exp["settings"].values():
         setting["partition"]["draw"] = "independent"
+    validate_config(cfg)
+
+
+@pytest.mark.parametrize(("dataset", "part", "head", "allowed", "fixed"), [
+    # mnist5k: h = floor(0.1 · 4,000 / 10) = 40, 40 · 0.01 = 0.4; 0.25 gives h = 100, a tail of 1
+    ("mnist5k", {}, 40, "client_fraction 0.25 or more, or a larger imbalance_ratio",
+     {"client_fraction": 0.25}),
+    # digits: h = floor(0.1 · 1,438 / 10) = 14; h = 100 needs 100 · 10 / 1,438 = 0.69541, shown rounded up
+    ("digits", {"draw": "independent"}, 14, "client_fraction 0.6955 or more", {"client_fraction": 0.6955}),
+    # mnist5k at 0.01: h = 4; at client_fraction 1 h = 400, 400 · 0.001 = 0.4: only ρ ≥ 1/4 helps
+    ("mnist5k", {"client_fraction": 0.01, "imbalance_ratio": 0.001}, 4,
+     "imbalance_ratio 0.25 or more at this client_fraction (at client_fraction 1, its largest, the tail "
+     "would still round to 0)", {"imbalance_ratio": 0.25}),
+])
+def test_a_longtail_tail_of_0_samples_is_refused_before_the_split(dataset, part, head, allowed, fixed):
+    """longtail gives a device int(h · imbalance_ratio) samples of its tail class: at 0 the split job failed
+    ("its tail ... rounds to 0; raise client_fraction or the sizes") after validation passed (an audit:
+    mnist5k at the default client_fraction). The suggested value validates."""
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"]["fedfor_table2_mnist5k"]
+    cfg["experiments"] = {"e": exp}
+    exp.update(dataset=dataset, num_devices=10)
+    for setting in exp["settings"].values():
+        setting["partition"] = {"label_skew": "longtail", **part}
+    _refused(cfg, "config key 'experiments.e.settings.E1.partition.client_fraction' has value "
+                  f"{part.get('client_fraction', 0.1)}, which is not allowed with dataset {dataset} and "
+                  f"imbalance_ratio {part.get('imbalance_ratio', 0.01)}: a device's head class holds {head} "
+                  f"samples, so its tail class rounds to 0; allowed: {allowed}")
+    for setting in exp["settings"].values():
+        setting["partition"].update(fixed)
     validate_config(cfg)
 
 

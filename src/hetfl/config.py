@@ -1040,6 +1040,31 @@ def _longtail_disjoint_fits(counts: tuple[int, ...], n_devices: int, part: dict[
     return max((d for d in range(1, n_devices) if fits(d)), default=0)
 
 
+def _check_longtail_tail(key: str, source: str, part: dict[str, Any]) -> None:
+    """longtail without a size skew gives every device int(h·ρ) samples of its tail class, h =
+    floor(client_fraction · n / C) (data.partition._longtail): where that is 0 the split job failed ("its
+    tail ... rounds to 0"), so on a source of known class counts it is refused first. mnist5k at the default
+    client_fraction 0.1: h = 40, 40 · 0.01 = 0.4; 0.25 gives h = 100 and a tail of 1."""
+    from hetfl.data.partition import longtail_profile
+
+    counts = CLASS_COUNTS[source]
+    n, n_classes = sum(counts), len(counts)
+    fraction, ratio = part.get("client_fraction", 0.1), part.get("imbalance_ratio", 0.01)
+    tail = float(longtail_profile(n_classes, ratio)[-1])
+    head = math.floor(fraction * n / n_classes + 1e-9)  # as data.partition._longtail
+    if int(head * tail) >= 1:
+        return
+    need = math.ceil(1 / tail - 1e-9)  # the smallest head whose tail is a sample
+    need += int(need * tail) < 1  # 1/ρ rounded to a head the float product still takes to 1
+    least = math.ceil(need * n_classes / n * 1e4) / 1e4  # rounded up: the floor above then reaches need
+    fix = (f"client_fraction {least:g} or more, or a larger imbalance_ratio" if least <= 1 else
+           f"imbalance_ratio {math.ceil(1 / max(head, 1) * 1e4) / 1e4:g} or more at this client_fraction "
+           "(at client_fraction 1, its largest, the tail would still round to 0)")
+    raise ConfigError(f"config key '{key}.client_fraction' has value {fraction}, which is not allowed with "
+                      f"dataset {source} and imbalance_ratio {ratio}: a device's head class holds {head} "
+                      f"samples, so its tail class rounds to 0; allowed: {fix}")
+
+
 def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
     """What a registered real source's size refuses in the split job, refused first: a pathological m above
     its classes, more devices than its training samples (an audit found both passing validation)."""
@@ -1070,6 +1095,9 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
         option = {"shards": "shards_per_client", "dirichlet": "min_size"}.get(part.get("label_skew"))
         if option == "min_size" and exp["sizes"]["distribution"] != "equal":
             continue  # FedDyn's split of the size skew: min_size is not read
+        if (part.get("label_skew") == "longtail" and exp["sizes"]["distribution"] == "equal"
+                and info.name in CLASS_COUNTS):
+            _check_longtail_tail(f"{key}.settings.{label}.partition", info.name, part)
         if (part.get("label_skew") == "longtail" and part.get("draw", "disjoint") == "disjoint"
                 and exp["sizes"]["distribution"] == "equal" and info.name in CLASS_COUNTS):
             # a source without published counts (CLASS_COUNTS) is known only once loaded: its split job
