@@ -1122,6 +1122,10 @@ def test_longtail_disjoint_refusal_offers_no_fewer_devices_than_two():
     ("mnist5k", {"client_fraction": 0.01, "imbalance_ratio": 0.001}, 4,
      "imbalance_ratio 0.25 or more at this client_fraction (at client_fraction 1, its largest, the tail "
      "would still round to 0)", {"imbalance_ratio": 0.25}),
+    # mnist5k at 0.001: h = 0, no ratio helps; at client_fraction 1, h = 400 needs ρ ≥ 0.0025
+    ("mnist5k", {"client_fraction": 0.001, "imbalance_ratio": 0.001}, 0,
+     "client_fraction 1 with imbalance_ratio 0.0025 or more",
+     {"client_fraction": 1, "imbalance_ratio": 0.0025, "draw": "independent"}),
 ])
 def test_a_longtail_tail_of_0_samples_is_refused_before_the_split(dataset, part, head, allowed, fixed):
     """longtail gives a device int(h · imbalance_ratio) samples of its tail class: at 0 the split job failed

@@ -1057,9 +1057,18 @@ def _check_longtail_tail(key: str, source: str, part: dict[str, Any]) -> None:
     need = math.ceil(1 / tail - 1e-9)  # the smallest head whose tail is a sample
     need += int(need * tail) < 1  # 1/ρ rounded to a head the float product still takes to 1
     least = math.ceil(need * n_classes / n * 1e4) / 1e4  # rounded up: the floor above then reaches need
-    fix = (f"client_fraction {least:g} or more, or a larger imbalance_ratio" if least <= 1 else
-           f"imbalance_ratio {math.ceil(1 / max(head, 1) * 1e4) / 1e4:g} or more at this client_fraction "
-           "(at client_fraction 1, its largest, the tail would still round to 0)")
+
+    def ratio_for(h: int) -> float:  # the smallest ρ, rounded up, that gives a head of h a tail of 1
+        r = math.ceil(1e4 / h) / 1e4
+        return r if int(h * r) >= 1 else r + 1e-4
+
+    if least <= 1:
+        fix = f"client_fraction {least:g} or more, or a larger imbalance_ratio"
+    elif head >= 1:
+        fix = (f"imbalance_ratio {ratio_for(head):g} or more at this client_fraction (at client_fraction 1, "
+               "its largest, the tail would still round to 0)")
+    else:  # not one sample of the head class: only the largest client_fraction leaves a ratio that works
+        fix = f"client_fraction 1 with imbalance_ratio {ratio_for(n // n_classes):g} or more"
     raise ConfigError(f"config key '{key}.client_fraction' has value {fraction}, which is not allowed with "
                       f"dataset {source} and imbalance_ratio {ratio}: a device's head class holds {head} "
                       f"samples, so its tail class rounds to 0; allowed: {fix}")
