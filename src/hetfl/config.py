@@ -30,6 +30,7 @@ from hetfl.reports.labels import communication_label
 
 if TYPE_CHECKING:
     import jsonschema
+    import numpy as np
 
 SCHEMA_RESOURCE = "schemas/config.schema.yaml"
 
@@ -1013,6 +1014,16 @@ CLASS_COUNTS: dict[str, tuple[int, ...]] = {
 }
 
 
+def _longtail_ranks(counts: tuple[int, ...], part: dict[str, Any]) -> np.ndarray:
+    """A device's samples of its classes by rank, as data.partition._longtail deals them without a size
+    skew: int(h · ρ^(r/(C−1))) with head h = floor(client_fraction · n / C)."""
+    from hetfl.data.partition import longtail_profile
+
+    n, n_classes = sum(counts), len(counts)
+    head = math.floor(part.get("client_fraction", 0.1) * n / n_classes + 1e-9)  # 1e-9: as _longtail
+    return (head * longtail_profile(n_classes, part.get("imbalance_ratio", 0.01))).astype(int)
+
+
 def _longtail_disjoint_fits(counts: tuple[int, ...], n_devices: int, part: dict[str, Any]) -> int | None:
     """None when longtail's disjoint draw (no size skew) may deal n_devices from classes of these counts;
     else the most devices it may deal. data.partition._longtail gives every device the same counts, one
@@ -1020,16 +1031,9 @@ def _longtail_disjoint_fits(counts: tuple[int, ...], n_devices: int, part: dict[
     B · (the device's total) of every class, and a partial block of k takes k distinct ranks of each. The
     smallest class then gives at least the k smallest counts: beyond that it certainly runs out. Between
     that and the k largest counts it runs out for some seeds only (the class order is drawn), which the
-    split job reports, naming the class and the device."""
-    from hetfl.data.partition import longtail_profile
-
-    n, n_classes = sum(counts), len(counts)
-    head = math.floor(part.get("client_fraction", 0.1) * n / n_classes + 1e-9)  # as data.partition._longtail
-    per = (head * longtail_profile(n_classes, part.get("imbalance_ratio", 0.01))).astype(int)
-    if per[-1] < 1:
-        return None  # a tail of 0 samples: the split job's own error (raise client_fraction) says why
-
-    low = sorted(int(c) for c in per)
+    split job reports, naming the class and the device. A tail of 0 samples is _check_longtail_tail's."""
+    n_classes = len(counts)
+    low = sorted(int(c) for c in _longtail_ranks(counts, part))
 
     def fits(devices: int) -> bool:
         blocks, k = divmod(devices, n_classes)
@@ -1045,15 +1049,13 @@ def _check_longtail_tail(key: str, source: str, part: dict[str, Any]) -> None:
     floor(client_fraction · n / C) (data.partition._longtail): where that is 0 the split job failed ("its
     tail ... rounds to 0"), so on a source of known class counts it is refused first. mnist5k at the default
     client_fraction 0.1: h = 40, 40 · 0.01 = 0.4; 0.25 gives h = 100 and a tail of 1."""
-    from hetfl.data.partition import longtail_profile
-
     counts = CLASS_COUNTS[source]
     n, n_classes = sum(counts), len(counts)
     fraction, ratio = part.get("client_fraction", 0.1), part.get("imbalance_ratio", 0.01)
-    tail = float(longtail_profile(n_classes, ratio)[-1])
-    head = math.floor(fraction * n / n_classes + 1e-9)  # as data.partition._longtail
-    if int(head * tail) >= 1:
+    per = _longtail_ranks(counts, part)
+    if per[-1] >= 1:
         return
+    head, tail = int(per[0]), ratio  # the profile's ends: ρ^0 = 1 and ρ^1 = ρ
     need = math.ceil(1 / tail - 1e-9)  # the smallest head whose tail is a sample
     need += int(need * tail) < 1  # 1/ρ rounded to a head the float product still takes to 1
     least = math.ceil(need * n_classes / n * 1e4) / 1e4  # rounded up: the floor above then reaches need
@@ -1104,13 +1106,13 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
         option = {"shards": "shards_per_client", "dirichlet": "min_size"}.get(part.get("label_skew"))
         if option == "min_size" and exp["sizes"]["distribution"] != "equal":
             continue  # FedDyn's split of the size skew: min_size is not read
-        if (part.get("label_skew") == "longtail" and exp["sizes"]["distribution"] == "equal"
-                and info.name in CLASS_COUNTS):
+        # a source without published counts (CLASS_COUNTS) is known only once loaded: its split job reports
+        # a tail of 0 or a class running out (data.partition._longtail, naming the class and the device)
+        longtail = (part.get("label_skew") == "longtail" and exp["sizes"]["distribution"] == "equal"
+                    and info.name in CLASS_COUNTS)
+        if longtail:
             _check_longtail_tail(f"{key}.settings.{label}.partition", info.name, part)
-        if (part.get("label_skew") == "longtail" and part.get("draw", "disjoint") == "disjoint"
-                and exp["sizes"]["distribution"] == "equal" and info.name in CLASS_COUNTS):
-            # a source without published counts (CLASS_COUNTS) is known only once loaded: its split job
-            # reports a class running out (data.partition._longtail, naming the class and the device)
+        if longtail and part.get("draw", "disjoint") == "disjoint":
             most = _longtail_disjoint_fits(CLASS_COUNTS[info.name], n, part)
             if most is not None:
                 # fewer than 2 fit: num_devices is at least 2, so "at most 0 devices" was no way out
