@@ -1,5 +1,8 @@
 """Per-device sample counts (hetfl.data.sizes)."""
 
+import sys
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -101,16 +104,44 @@ def test_counts_always_within_bounds(dist: str, size: int, lo: int, span: int, s
 
 @pytest.mark.parametrize("seed", range(0, 200, 7))
 def test_size_draws_are_bitwise_scipy_stats(seed):
-    """sizes.pareto_rvs / lognorm_rvs stand in for scipy.stats.pareto / lognorm (whose import dominated a
-    split job): from the same generator they must give bitwise the same draws, or every split would move."""
+    """sizes.pareto_rvs and the lognormal draw stand in for scipy.stats.pareto / lognorm (whose import
+    dominated a split job): from the same generator they must give bitwise the same draws, or every split
+    would move. The lognormal one is checked through the sizes it gives (FedDyn's normalisation)."""
     from scipy import stats
 
-    from hetfl.data.sizes import lognorm_rvs, pareto_rvs
+    from hetfl.data.sizes import pareto_rvs
 
     n = int(np.random.default_rng(seed).integers(1, 500))
     for b in (0.5, 1.0, 1.7, 3.0):
         expect = stats.pareto(b=b).rvs(size=n, random_state=np.random.default_rng(seed))
         assert np.array_equal(pareto_rvs(b, n, np.random.default_rng(seed)), expect)
     for s in (0.3, 1.0, 2.0):
-        expect = stats.lognorm(s=s).rvs(size=n, random_state=np.random.default_rng(seed))
-        assert np.array_equal(lognorm_rvs(s, n, np.random.default_rng(seed)), expect)
+        lk = stats.lognorm(s=s).rvs(size=n, random_state=np.random.default_rng(seed))
+        expect = np.clip(np.rint(25 * n * lk / lk.sum()), 2, None).astype(np.int64)
+        spec = SizeSpec("lognormal", size=25, sigma=s, min_size=2, max_size=None)
+        got = sample_sizes(n, spec, np.random.default_rng(seed))
+        assert np.array_equal(got, expect)
+
+
+@pytest.mark.parametrize("sigma", [1e3, 1e300, sys.float_info.max])
+def test_lognormal_sizes_finite_at_any_sigma(sigma):
+    """A σ whose draws overflow exp (inf / inf) once gave NaN sizes, cast to int64's minimum, and the split
+    job failed with "sizes must all be >= 1, got min -9223372036854775808". The shares are the same ratios
+    taken relative to the largest draw: the device with the largest draw takes the whole total and the
+    others get the floor."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        n = sample_sizes(8, SizeSpec("lognormal", size=20, sigma=sigma, min_size=2), rng(0))
+    z = rng(0).standard_normal(8)
+    assert n.dtype == np.int64
+    assert n[np.argmax(z)] == 160 and np.all(np.delete(n, np.argmax(z)) == 2)
+
+
+def test_lognormal_sizes_finite_when_every_draw_underflows():
+    """All of σ · z_k below exp's underflow (σ huge, every z_k < 0) gave 0 / 0: the device with the largest
+    draw still takes the whole total."""
+    g = np.random.default_rng(0)
+    while (z := np.random.default_rng(seed := int(g.integers(1 << 30))).standard_normal(3)).max() >= 0:
+        pass
+    n = sample_sizes(3, SizeSpec("lognormal", size=10, sigma=1e300, min_size=2), np.random.default_rng(seed))
+    assert n[np.argmax(z)] == 30 and np.all(np.delete(n, np.argmax(z)) == 2)

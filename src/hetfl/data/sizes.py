@@ -77,18 +77,13 @@ def _clip_to_counts(raw: np.ndarray, spec: SizeSpec) -> np.ndarray:
     return clipped.astype(np.int64)
 
 
-# scipy.stats.pareto(b).rvs and scipy.stats.lognorm(s).rvs, computed as scipy computes them (the inverse CDF
-# of one uniform draw; exp of s times one standard normal draw), so the same generator gives bitwise the same
-# sizes (tests/test_sizes.py compares them with scipy.stats for many seeds). Importing scipy.stats took
-# 2.3 of a split job's 2.5 s, and make reproduce runs 68 split jobs.
+# scipy.stats.pareto(b).rvs and scipy.stats.lognorm(s).rvs (in _lognormal_counts), computed as scipy computes
+# them (the inverse CDF of one uniform draw; exp of s times one standard normal draw), so the same generator
+# gives bitwise the same sizes (tests/test_sizes.py compares them with scipy.stats for many seeds). Importing
+# scipy.stats took 2.3 of a split job's 2.5 s, and make reproduce runs 68 split jobs.
 def pareto_rvs(b: float, size: int, rng: np.random.Generator) -> np.ndarray:
     """Type-I Pareto(b, x_m = 1) draws: (1 − U)^(−1/b), U ~ uniform[0, 1) (scipy's pareto._ppf)."""
     return pow(1 - rng.uniform(size=size), -1.0 / b)
-
-
-def lognorm_rvs(s: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    """LogNormal(0, s) draws: exp(s · Z), Z ~ N(0, 1) (scipy's lognorm._rvs)."""
-    return np.exp(s * rng.standard_normal(size))
 
 
 def sample_sizes(num_devices: int, spec: SizeSpec, rng: np.random.Generator) -> np.ndarray:
@@ -109,6 +104,25 @@ def sample_sizes(num_devices: int, spec: SizeSpec, rng: np.random.Generator) -> 
     elif spec.distribution == "pareto":
         raw = np.floor(spec.size * pareto_rvs(spec.index, num_devices, rng))
     else:  # lognormal
-        lk = lognorm_rvs(spec.sigma, num_devices, rng)
-        raw = np.rint(spec.size * num_devices * lk / lk.sum())
+        raw = np.rint(
+            _lognormal_counts(spec.size * num_devices, spec.sigma, rng.standard_normal(num_devices))
+        )
     return _clip_to_counts(raw, spec)
+
+
+def _lognormal_counts(total: float, sigma: float, z: np.ndarray) -> np.ndarray:
+    """``total · l_k / Σ_j l_j`` for the LogNormal(0, σ) draws ``l_k = exp(σ · z_k)``, ``z ~ N(0, 1)``.
+
+    Computed as written while the sum stays finite and positive, so every σ that worked before gives the same
+    bits. A σ that overflows ``exp`` (σ = 1e300 does at any ``z_k`` above 7.1e-298) or underflows it for
+    every device would give inf / inf or 0 / 0, and NaN sizes. There the draws are taken relative to the
+    largest, ``exp(σ · (z_k − max z))``: the same ratios, always finite. The paper gives no bound on σ; at
+    such σ the largest device takes nearly all ``total`` and the rest fall to ``min_size``.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        lk = np.exp(sigma * z)
+        norm = lk.sum()
+        if np.isfinite(norm) and norm > 0:
+            return total * lk / norm
+        lk = np.exp(sigma * (z - z.max()))
+    return total * lk / lk.sum()
