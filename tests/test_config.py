@@ -1040,26 +1040,28 @@ def test_acc_x_outside_the_fedfor_tables_is_refused(table):
     validate_config(cfg)
 
 
-@pytest.mark.parametrize(("exp", "key", "value", "shown", "allowed"), [
-    (EXP, "data_dir", None, None, "data_dir only with a real source"),
-    (EXP, "global_test_samples", 500, "500", "null"),
-    (EXP, "global_test", False, "false", "true"),
-    ("objective_inconsistency", "data_dir", None, None, "data_dir only with a real source"),
-    ("objective_inconsistency", "global_test_samples", 500, "500", "null"),
+@pytest.mark.parametrize(("exp", "key", "value", "shown"), [
+    (EXP, "data_dir", None, None),
+    (EXP, "global_test_samples", 500, "500"),
+    (EXP, "global_test_samples", "null", "null"),  # the schema's default, written
+    (EXP, "global_test", False, "false"),
+    (EXP, "global_test", True, "true"),  # the schema's default, written
+    ("objective_inconsistency", "data_dir", None, None),
+    ("objective_inconsistency", "global_test_samples", 500, "500"),
+    ("objective_inconsistency", "global_test", True, "true"),
 ])
-def test_a_source_key_on_generated_data_is_refused(tmp_path, exp, key, value, shown, allowed):
+def test_a_source_key_on_generated_data_is_refused(tmp_path, exp, key, value, shown):
     """data_dir, global_test_samples and global_test false on SYNTHETIC or the quadratic bed passed: they
-    have no source to read and no global test set, and every run recorded them (an audit)."""
+    have no source to read and no global test set, and every run recorded them (an audit). Written at their
+    schema defaults (null, true) they passed until 2026-11-27, the message naming the default as allowed."""
     cfg = copy.deepcopy(QUICK)
     cfg["experiments"] = {exp: cfg["experiments"][exp]}
-    value = str(tmp_path) if value is None else value
+    value = str(tmp_path) if value is None else None if value == "null" else value
     cfg["experiments"][exp][key] = value
     _refused(cfg, f"config key 'experiments.{exp}.{key}' has value {shown or json.dumps(value)}, which is "
                   f"not allowed with dataset \"{cfg['experiments'][exp]['dataset']}\" (it does not read it: "
-                  f"no source and no global test set); allowed: {allowed}")
-    cfg["experiments"][exp][key] = {"data_dir": None, "global_test_samples": None, "global_test": True}[key]
-    if key == "data_dir":
-        del cfg["experiments"][exp][key]
+                  f"no source and no global test set); allowed: {key} only with a real source")
+    del cfg["experiments"][exp][key]
     validate_config(validate_config(cfg))
 
 
@@ -1070,8 +1072,12 @@ def test_global_test_samples_without_a_global_test_set_is_refused():
     cfg["experiments"][MLP_EXP].update(global_test=False, global_test_samples=500)
     _refused(cfg, f"config key 'experiments.{MLP_EXP}.global_test_samples' has value 500, which is not "
                   "allowed with global_test false (no global test set to subsample: it does not read it); "
-                  "allowed: null, or global_test true")
-    cfg["experiments"][MLP_EXP]["global_test"] = True
+                  "allowed: no global_test_samples, or global_test true")
+    cfg["experiments"][MLP_EXP]["global_test_samples"] = None  # the schema's default, written
+    _refused(cfg, f"config key 'experiments.{MLP_EXP}.global_test_samples' has value null, which is not")
+    del cfg["experiments"][MLP_EXP]["global_test_samples"]
+    validate_config(validate_config(cfg))
+    cfg["experiments"][MLP_EXP].update(global_test=True, global_test_samples=500)
     validate_config(cfg)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -106,7 +107,10 @@ def test_sizes_and_test_fraction_on_the_quadratic_bed_are_refused():
     assert str(err.value) == (
         "config key 'experiments.e.test_fraction' has value 0.3, which is not allowed with dataset "
         "\"quadratic\" (its devices hold closed-form objectives, no samples to hold out: it does not read "
-        "it); allowed: 0.2 (the default)")
+        "it); allowed: no test_fraction")
+    with pytest.raises(ConfigError) as err:  # the schema's default, written: the message named it allowed
+        validate_config(_config(**quad, test_fraction=0.2))
+    assert "'experiments.e.test_fraction' has value 0.2, which is not allowed" in str(err.value)
     validate_config(validate_config(_config(**quad)))
     with pytest.raises(ConfigError) as err:  # the schema's default, written
         validate_config(_config(**quad, sizes={"distribution": "pareto"}))
@@ -120,8 +124,12 @@ def test_population_sampling_weights_without_clients_per_round_are_refused():
     assert str(err.value) == (
         "config key 'experiments.e.sampling_weights' has value \"population\", which is not allowed "
         "without clients_per_round (every device takes part in every round, so there is no sampled set to "
-        "weigh over: it does not read it); allowed: \"sampled\" (the default), or clients_per_round set")
+        "weigh over: it does not read it); allowed: no sampling_weights, or clients_per_round set")
+    with pytest.raises(ConfigError) as err:  # the schema's default, written: the message named it allowed
+        validate_config(_config(sampling_weights="sampled"))
+    assert "'experiments.e.sampling_weights' has value \"sampled\", which is not allowed" in str(err.value)
     validate_config(validate_config(_config(sampling_weights="population", clients_per_round=2)))
+    validate_config(validate_config(_config(sampling_weights="sampled", clients_per_round=2)))
 
 
 def test_eta0_beyond_float32_is_refused():
@@ -191,3 +199,71 @@ def test_an_integer_beyond_a_float_is_refused_with_a_config_error():
         validate_config(_config(test_fraction=big))
     assert str(err.value) == (f"invalid configuration:\n  config key 'experiments.e.test_fraction' has value "
                               f"{big}, which is not allowed; allowed: < 1")
+
+
+def _integer_keys_without_a_maximum(node, path=""):
+    if isinstance(node, dict):
+        types = node.get("type")
+        if "integer" in (types if isinstance(types, list) else [types]) and \
+                "maximum" not in node and "exclusiveMaximum" not in node:
+            yield path
+        for key, value in node.items():
+            yield from _integer_keys_without_a_maximum(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _integer_keys_without_a_maximum(value, f"{path}/{i}")
+
+
+def test_every_integer_key_has_a_maximum():
+    """The schema file leaves most counts unbounded; load_schema bounds each at 2**53, so a key added later
+    is bounded too."""
+    from hetfl.config import load_schema
+
+    assert list(_integer_keys_without_a_maximum(load_schema())) == []
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("local_epochs", 2**63 - 1), ("local_epochs", 2**63), ("rounds", 2**53 + 1), ("batch_size", 2**63),
+    ("eval_every", 2**63), ("num_devices", 2**53 + 1), ("settings.NIID.local_epochs", 2**63),
+    ("readings.local_epochs.0", 2**63),
+])
+def test_a_count_beyond_2_53_is_refused(key, value):
+    """local_epochs 2**63 - 1 passed and trained: each device's f · E rounded up to 2**63 in float64, int64
+    wrapped it to its minimum, every device did one step and none was complete, so Scheme A discarded
+    every round in silence. Counts are bounded where float64 holds them exactly."""
+    changes = {"table": "accuracy_difference", "readings": {"local_epochs": [value]}} \
+        if key.startswith("readings") else \
+        {"settings": {"NIID": {"alpha": 1.0, "beta": 1.0, "local_epochs": value}}} \
+        if key.startswith("settings") else {key: value}
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(**changes))
+    assert str(err.value) == (f"invalid configuration:\n  config key 'experiments.e.{key}' has value "
+                              f"{value}, which is not allowed; allowed: <= 9007199254740992 (2**53, the "
+                              "largest count float64 holds exactly)")
+
+
+def test_counts_at_2_53_and_seeds_up_to_2_64_are_accepted():
+    validate_config(_config(local_epochs=2**53, batch_size=2**53, eval_every=2**53))
+    big = 2**64 - 1  # torch's generator takes it: readings_grid.seeds may name any seed
+    validate_config(_config(table="accuracy_difference", seeds=[0, big], readings={"local_epochs": [3]},
+                            readings_grid={"seeds": [big]}))
+
+
+@pytest.mark.parametrize(("key", "value"), [("rounds", 200), ("rounds", 7), ("local_epochs", 3),
+                                            ("local_steps", [1, 2, 3, 4])])
+def test_an_experiment_key_every_setting_overrides_is_refused(key, value):
+    """rounds: 7 beside settings that each set their own rounds passed, and no run read it (a fuzz audit);
+    at its default (200) too. One setting without its own keeps it read, and hetfl project's scaled copy
+    (validation's output, its rounds scaled beside the settings') is read by value."""
+    own = [1, 1, 1, 1] if key == "local_steps" else 5
+    settings = {"S1": {"alpha": 1.0, "beta": 1.0, key: own}, "S2": {"alpha": 0.5, "beta": 0.5, key: own}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(_config(settings=settings, **{key: value}))
+    assert str(err.value) == (f"config key 'experiments.e.{key}' has value {json.dumps(value)}, which is not "
+                              f"allowed where every setting sets its own {key} (no run reads it); allowed: "
+                              f"{key} in the settings only, or a setting without one")
+    validated = validate_config(_config(settings=settings))
+    validated["experiments"]["e"][key] = value
+    validate_config(validated)
+    del settings["S2"][key]
+    validate_config(_config(settings=settings, **{key: value}))

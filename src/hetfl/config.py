@@ -35,12 +35,36 @@ if TYPE_CHECKING:
 SCHEMA_RESOURCE = "schemas/config.schema.yaml"
 
 
+EXACT_INT_MAX = 2**53  # the largest count float64 holds exactly, with every smaller one
+
+
 def load_schema() -> dict[str, Any]:
     text = resources.files("hetfl").joinpath(SCHEMA_RESOURCE).read_text()
     schema = yaml.safe_load(text)
     # the registry, not the file, lists the algorithms: a new one (or a plugin's) is allowed at once
     schema["$defs"]["algorithm_name"]["enum"] = list(CATALOG)
+    _bound_integers(schema)
     return schema
+
+
+def _bound_integers(node: Any) -> None:
+    """Give every integer key that sets no maximum of its own the maximum 2**53 (in place).
+
+    The jobs take fractions of these counts in float64 and hold them in int64 arrays. local_epochs at 2**63
+    or more passed validation, then failed its job; at 2**63 - 1 it trained: f · E rounded up to 2**63, which
+    int64 wraps to its minimum, so every device did one step, none was complete, and Scheme A discarded every
+    round without a word. Up to 2**53 every such product is exact, as for the sizes (data.sizes). Keys with
+    a bound of their own keep it (seeds reach 2**64 - 1, which torch's generator takes)."""
+    if isinstance(node, dict):
+        types = node.get("type")
+        if "integer" in (types if isinstance(types, list) else [types]) \
+                and "maximum" not in node and "exclusiveMaximum" not in node:
+            node["maximum"] = EXACT_INT_MAX
+        for value in node.values():
+            _bound_integers(value)
+    elif isinstance(node, list):
+        for value in node:
+            _bound_integers(value)
 
 
 def _is_integer(checker, instance) -> bool:
@@ -86,7 +110,8 @@ def _allowed(error: jsonschema.ValidationError) -> str:
     if v == "exclusiveMinimum":
         return f"> {error.validator_value}"
     if v == "maximum":
-        return f"<= {error.validator_value}"
+        return f"<= {error.validator_value}" + (" (2**53, the largest count float64 holds exactly)"
+                                               if error.validator_value == EXACT_INT_MAX else "")
     if v == "exclusiveMaximum":
         return f"< {error.validator_value}"
     if v == "type":
@@ -584,32 +609,37 @@ def _check_experiment_keys(name: str, exp: dict[str, Any], raw: dict[str, Any] |
         raise ConfigError(f"config key '{key}.acc_x' has value {json.dumps(exp['acc_x'])}, which is not "
                           f"allowed with table {exp['table']} (it does not read it); allowed: acc_x only "
                           "with table " + " or ".join(ACC_X_TABLES))
-    # generated data reads no source and has no global test set; global_test_samples null and global_test
-    # true are the schema's defaults (filled in, so not refused)
-    generated = {"data_dir": "data_dir" in exp, "global_test_samples": exp["global_test_samples"] is not None,
-                 "global_test": not exp["global_test"]}
-    allowed = {"data_dir": "data_dir only with a real source", "global_test_samples": "null",
-               "global_test": "true"}
-    for k, unread in generated.items() if exp["dataset"] in ("synthetic", "quadratic") else ():
-        if unread:
-            raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(exp[k])}, which is not allowed "
-                              f"with dataset \"{exp['dataset']}\" (it does not read it: no source and no "
-                              f"global test set); allowed: {allowed[k]}")
-    if exp["global_test_samples"] is not None and not exp["global_test"]:
-        raise ConfigError(f"config key '{key}.global_test_samples' has value {exp['global_test_samples']}, "
-                          "which is not allowed with global_test false (no global test set to subsample: it "
-                          "does not read it); allowed: null, or global_test true")
-    if exp["sampling_weights"] != "sampled" and exp.get("clients_per_round") is None:
+    # generated data reads no source and has no global test set. `written`: a key at its schema default
+    # counts too where the config wrote it (global_test: true on SYNTHETIC passed, read by nothing)
+    written = _written(exp, raw, "experiment")
+    if exp["dataset"] in ("synthetic", "quadratic"):
+        for k in ("data_dir", "global_test_samples", "global_test"):
+            if k in written:
+                raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(exp[k])}, which is not "
+                                  f"allowed with dataset \"{exp['dataset']}\" (it does not read it: no "
+                                  f"source and no global test set); allowed: {k} only with a real source")
+    if "global_test_samples" in written and not exp["global_test"]:
+        raise ConfigError(f"config key '{key}.global_test_samples' has value "
+                          f"{json.dumps(exp['global_test_samples'])}, which is not allowed with global_test "
+                          "false (no global test set to subsample: it does not read it); allowed: no "
+                          "global_test_samples, or global_test true")
+    if "sampling_weights" in written and exp.get("clients_per_round") is None:
         shown = json.dumps(exp["sampling_weights"])
         raise ConfigError(f"config key '{key}.sampling_weights' has value {shown}, which is not allowed "
                           "without clients_per_round (every device takes part in every round, so there is no "
-                          "sampled set to weigh over: it does not read it); allowed: \"sampled\" (the "
-                          "default), or clients_per_round set")
-    if exp["dataset"] == "quadratic" and exp["test_fraction"] != _experiment_default("test_fraction"):
+                          "sampled set to weigh over: it does not read it); allowed: no sampling_weights, or "
+                          "clients_per_round set")
+    if exp["dataset"] == "quadratic" and "test_fraction" in written:
         raise ConfigError(f"config key '{key}.test_fraction' has value {json.dumps(exp['test_fraction'])}, "
                           "which is not allowed with dataset \"quadratic\" (its devices hold closed-form "
-                          f"objectives, no samples to hold out: it does not read it); allowed: "
-                          f"{_experiment_default('test_fraction')} (the default)")
+                          "objectives, no samples to hold out: it does not read it); allowed: no "
+                          "test_fraction")
+    # as written only: hetfl project scales a validated experiment's rounds beside its settings' own
+    for k in ("rounds", "local_epochs", "local_steps") if raw is not None else ():
+        if k in raw and all(k in setting for setting in exp["settings"].values()):
+            raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(exp[k])}, which is not allowed "
+                              f"where every setting sets its own {k} (no run reads it); allowed: {k} in the "
+                              "settings only, or a setting without one")
     _check_size_keys(name, exp, raw)
     _check_size_bounds(name, exp)
 
@@ -625,10 +655,6 @@ def _schema_defaults(definition: str) -> dict[str, Any]:
     per experiment doubled a config's validation, which every Snakemake start runs)."""
     return {k: v["default"] for k, v in load_schema()["$defs"][definition]["properties"].items()
             if "default" in v}
-
-
-def _experiment_default(key: str) -> Any:
-    return _schema_defaults("experiment")[key]
 
 
 def _train_samples(dataset: str) -> int:
