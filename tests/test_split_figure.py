@@ -151,3 +151,19 @@ def test_a_natural_split_states_what_equal_counts_kept():
     text = _spec_text(manifest)
     assert ("partition natural (equal_counts true, equal_counts_fraction 0.05, equal_counts_pick first); "
             "sizes equal (trimmed to one count)") in text
+
+
+@pytest.mark.parametrize(("sizes", "shown"), [
+    ({"size": 20, "min_size": 10, "max_size": 1000}, "equal (size 20)"),
+    ({"size": 1, "min_size": 2, "max_size": 1000}, "equal (size 1, min_size 2)"),
+    ({"size": 50, "min_size": 10, "max_size": 30}, "equal (size 50, max_size 30)"),
+    ({"size": 50, "min_size": 10, "max_size": None}, "equal (size 50)"),
+])
+def test_equal_sizes_name_the_bound_that_moved_them(sizes, shown):
+    """Equal sizes deal clip(size, min_size, max_size): the caption said "size 1" where the floor dealt every
+    device 2. The bounds show only where they moved the count, so the default captions are unchanged."""
+    from hetfl.reports.split_figures import _spec_text
+
+    text = _spec_text({"dataset": "synthetic", "alpha": 1.0, "beta": 1.0,
+                       "sizes": {"distribution": "equal", **sizes}})
+    assert text.endswith(f"; sizes {shown}")

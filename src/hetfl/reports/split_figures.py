@@ -195,7 +195,17 @@ def _spec_text(manifest: dict[str, Any]) -> str:
             trimmed = partition.get("equal_counts") is True  # else the label skew deals the whole split
             return (f"{data}; sizes "
                     f"{'equal (trimmed to one count)' if trimmed else 'as the label skew deals them'}")
-    return f"{data}; sizes {_kind_text('distribution', sizes, _SIZE_KEYS)}"
+    return f"{data}; sizes {_kind_text('distribution', sizes, {**_SIZE_KEYS, 'equal': _equal_keys(sizes)})}"
+
+
+def _equal_keys(sizes: dict[str, Any]) -> tuple[str, ...]:
+    """Equal sizes deal clip(size, min_size, max_size) a device: `size` and the bound that moved it, if any
+    (size 1 under the floor 2 was captioned "size 1" where every device held 2)."""
+    size, low, high = sizes.get("size"), sizes.get("min_size"), sizes.get("max_size")
+    if not isinstance(size, int | float):
+        return ("size",)
+    return ("size", *(("min_size",) if isinstance(low, int | float) and low > size else ()),
+            *(("max_size",) if isinstance(high, int | float) and high < size else ()))
 
 
 def split_stats(panel: SplitPanel) -> dict[str, str]:
