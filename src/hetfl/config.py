@@ -47,7 +47,7 @@ def load_schema() -> dict[str, Any]:
     return schema
 
 
-def _bound_integers(node: Any) -> None:
+def _bound_integers(schema: dict[str, Any]) -> None:
     """Give every integer key that sets no maximum of its own the maximum 2**53 (in place).
 
     The jobs take fractions of these counts in float64 and hold them in int64 arrays. local_epochs at 2**63
@@ -55,16 +55,22 @@ def _bound_integers(node: Any) -> None:
     int64 wraps to its minimum, so every device did one step, none was complete, and Scheme A discarded every
     round without a word. Up to 2**53 every such product is exact, as for the sizes (data.sizes). Keys with
     a bound of their own keep it (seeds reach 2**64 - 1, which torch's generator takes)."""
+    for node in integer_schemas(schema):
+        if "maximum" not in node and "exclusiveMaximum" not in node:
+            node["maximum"] = EXACT_INT_MAX
+
+
+def integer_schemas(node: Any) -> Iterator[dict[str, Any]]:
+    """Every subschema of `node` whose type is, or includes, integer."""
     if isinstance(node, dict):
         types = node.get("type")
-        if "integer" in (types if isinstance(types, list) else [types]) \
-                and "maximum" not in node and "exclusiveMaximum" not in node:
-            node["maximum"] = EXACT_INT_MAX
+        if "integer" in (types if isinstance(types, list) else [types]):
+            yield node
         for value in node.values():
-            _bound_integers(value)
+            yield from integer_schemas(value)
     elif isinstance(node, list):
         for value in node:
-            _bound_integers(value)
+            yield from integer_schemas(value)
 
 
 def _is_integer(checker, instance) -> bool:

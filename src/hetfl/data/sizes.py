@@ -117,7 +117,7 @@ def _lognormal_counts(total: float, sigma: float, z: np.ndarray) -> np.ndarray:
     bits. A σ that overflows ``exp`` (σ = 1e300 does at any ``z_k`` above 7.1e-298) or underflows it for
     every device would give inf / inf or 0 / 0, and NaN sizes. There the draws are taken relative to the
     largest, ``exp(σ · (z_k − max z))``: the same ratios, always finite. The paper gives no bound on σ; at
-    such σ the largest device takes nearly all ``total`` and the rest fall to ``min_size``.
+    such σ the largest device takes nearly all ``total`` and the others get ``min_size``.
     """
     with np.errstate(over="ignore", under="ignore"):
         lk = np.exp(sigma * z)
