@@ -338,3 +338,27 @@ def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
     assert remade.returncode == 0, log[-3000:]
     assert "localrule split:" in log and not _submitted(log)
     assert (tmp_path / "slurm" / split).read_bytes() == ours[split]
+
+
+@pytest.mark.parametrize("written_by_us", [True, False])
+def test_slurm_local_down_removes_only_the_config_local_up_wrote(tmp_path, written_by_us):
+    """With slurm-local-up's config left behind and no controller, every SLURM client call waited about 9 s,
+    and the SLURM executor plugin asks `scontrol show config` when Snakemake loads it: every Snakemake start
+    on this machine took 11 s instead of 2. slurm-local-down removes that config (slurm-local-up writes it
+    afresh) and leaves one it did not write. Fake scontrol and scancel keep the test off any real cluster."""
+    if any(Path(p).exists() for p in ("/run/slurmd.pid", "/run/slurmctld.pid", "/run/munge/munged.pid")):
+        pytest.skip("a local SLURM is running (scripts/slurm-local-up): slurm-local-down would stop it")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("scontrol", "scancel"):  # `scontrol ping` fails: no controller, so nothing is cancelled
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / tool).chmod(0o755)
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(("# written by hetfl scripts/slurm-local-up: a single-node cluster for tests\n"
+                     if written_by_us else "# a site's own config\n") + "ClusterName=x\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HETFL_SLURM_CONF_DIR": str(tmp_path)}
+    out = subprocess.run([str(ROOT / "scripts/slurm-local-down")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert conf.exists() is not written_by_us
+    assert ("removed" in out.stdout) is written_by_us
