@@ -211,6 +211,14 @@ def test_every_integer_key_has_a_maximum():
     assert [k for k in keys if "maximum" not in k and "exclusiveMaximum" not in k] == []
 
 
+#: the config that writes a nested key's value (the others are experiment keys)
+_NESTED = {
+    "settings.NIID.local_epochs":
+        lambda v: {"settings": {"NIID": {**EXP["settings"]["NIID"], "local_epochs": v}}},
+    "readings.local_epochs.0": lambda v: {"table": "accuracy_difference", "readings": {"local_epochs": [v]}},
+}
+
+
 @pytest.mark.parametrize(("key", "value"), [
     ("local_epochs", 2**63 - 1), ("local_epochs", 2**63), ("rounds", 2**53 + 1), ("batch_size", 2**63),
     ("eval_every", 2**63), ("num_devices", 2**53 + 1), ("settings.NIID.local_epochs", 2**63),
@@ -220,10 +228,7 @@ def test_a_count_beyond_2_53_is_refused(key, value):
     """local_epochs 2**63 - 1 passed and trained: each device's f · E rounded up to 2**63 in float64, int64
     wrapped it to its minimum, every device did one step and none was complete, so Scheme A discarded
     every round in silence. Counts are bounded where float64 holds them exactly."""
-    changes = {"table": "accuracy_difference", "readings": {"local_epochs": [value]}} \
-        if key.startswith("readings") else \
-        {"settings": {"NIID": {"alpha": 1.0, "beta": 1.0, "local_epochs": value}}} \
-        if key.startswith("settings") else {key: value}
+    changes = _NESTED[key](value) if key in _NESTED else {key: value}
     with pytest.raises(ConfigError) as err:
         validate_config(_config(**changes))
     assert str(err.value) == (f"invalid configuration:\n  config key 'experiments.e.{key}' has value "
