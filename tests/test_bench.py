@@ -19,8 +19,8 @@ KEYS = {"workload", "engine", "clients", "batch", "client_steps_per_s", "peak_rs
 def _quick_machine_facts(monkeypatch):
     """Small matmul and copy measurements (the real ones time 2048² matmuls and 256 MiB copies), and
     torch's thread count restored after `--threads`."""
-    matmul, copy = bench.matmul_gflops, bench.copy_gbps
-    monkeypatch.setattr(bench, "matmul_gflops", lambda device, **kw: matmul(device, **{"n": 256, **kw}))
+    gemm, copy = bench.gemm_gflops, bench.copy_gbps
+    monkeypatch.setattr(bench, "gemm_gflops", lambda device, **kw: gemm(device, **{"n": 256, **kw}))
     monkeypatch.setattr(bench, "copy_gbps", lambda device, **kw: copy(device, **{"mbytes": 8, **kw}))
     threads = torch.get_num_threads()
     yield
@@ -321,6 +321,34 @@ def test_cuda_without_cuda_fails_clearly_before_any_work(capsys):
     assert "unknown workload" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+def test_gemm_products_are_the_same_product():
+    """Every library the bound is measured on computes a · bᵀ (oneDNN's inner product too, where torch has
+    it: MKL runs half the FMA rate on AMD CPUs, so torch.mm alone is no bound there)."""
+    cpu = torch.device("cpu")
+    products = bench.gemm_products(cpu)
+    assert set(products) == {"torch.mm", "oneDNN"}
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(33, 70, generator=gen), torch.randn(21, 70, generator=gen)
+    for name, product in products.items():
+        torch.testing.assert_close(product(a, b), a @ b.t(), msg=name)
+
+
+def test_bound_is_the_fastest_library(monkeypatch, capsys):
+    """The bound (matmul_gflops, the records' fractions, the header) is the fastest library's rate, and the
+    header names it and gives the others'."""
+    monkeypatch.setattr(bench, "gemm_gflops", lambda device, **kw: {"torch.mm": 100.0, "oneDNN": 250.0})
+    assert bench.matmul_gflops(torch.device("cpu")) == 250.0
+    assert bench.main(["--workloads", "logreg-synthetic", "--steps", "1", "--repeat", "1", "--clients", "2",
+                       "--device", "cpu", "--threads", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "matmul 250 GFLOP/s (oneDNN; torch.mm 100)" in captured.err
+    records = json.loads(captured.out)
+    assert {r["matmul_gflops"] for r in records} == {250.0}
+    for r in records:
+        assert r["fraction_of_matmul"] == pytest.approx(r["gflops"] / 250.0)
+
+
 def test_flops_and_bounds():
     logreg = make_model("logreg", 60, 10)
     assert bench.train_flops(logreg, 20) == 2 * 2 * 20 * 60 * 10
@@ -336,6 +364,8 @@ def test_flops_and_bounds():
 
 def test_machine_measurements_are_positive():
     cpu = torch.device("cpu")
+    rates = bench.gemm_gflops(cpu, n=128, repeat=2)
+    assert set(rates) == set(bench.gemm_products(cpu)) and all(r > 0 for r in rates.values())
     assert bench.matmul_gflops(cpu, n=128, repeat=2) > 0
     assert bench.copy_gbps(cpu, mbytes=4, repeat=2) > 0
     assert bench.peak_rss_mb() > 0

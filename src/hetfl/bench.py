@@ -6,10 +6,10 @@ device) and once with engine.oracle.local_sgd_reference (torch.nn + autograd + t
 after another, how research code trains). Rates are client steps per second, the median of `repeat` timed
 runs after a warm-up (the two engines' runs alternate, so a burst of other load hits both alike).
 
-The machine's matmul GFLOP/s and copy bandwidth give a roofline bound per workload: a client step needs
-`flops` FLOPs (the model's matmuls/convolutions, forward + backward) and must at least read and write
-every parameter once, 2·4·P bytes (an embedding: only the rows a minibatch can touch), so no engine beats
-min(peak / flops, bandwidth / bytes) steps/s.
+The machine's matmul GFLOP/s (its fastest float32 GEMM library: gemm_gflops) and copy bandwidth give a
+roofline bound per workload: a client step needs `flops` FLOPs (the model's matmuls/convolutions, forward
++ backward) and must at least read and write every parameter once, 2·4·P bytes (an embedding: only the
+rows a minibatch can touch), so no engine beats min(peak / flops, bandwidth / bytes) steps/s.
 """
 
 from __future__ import annotations
@@ -134,13 +134,48 @@ def timed(fn: Callable[[], object], device: torch.device) -> tuple[float, float]
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def matmul_gflops(device: torch.device, n: int = 2048, repeat: int = 5) -> float:
-    """Measured float32 GEMM rate, GFLOP/s (n×n by n×n: 2n³ FLOPs)."""
+def gemm_products(device: torch.device) -> dict[str, Callable[[Tensor, Tensor], Tensor]]:
+    """The float32 GEMMs torch reaches on `device`, by library, each a · bᵀ: torch.mm (cuBLAS on CUDA;
+    MKL or OpenBLAS on the CPU) and, on a CPU whose torch has oneDNN, oneDNN's inner product
+    (torch.ops.mkldnn._linear_pointwise, which every torch.nn.Linear would reach with a packed weight).
+    A library is listed only where a small product of its matches torch.mm's, so no rate is of a wrong
+    or missing kernel."""
+    products: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"torch.mm": lambda a, b: torch.mm(a, b.t())}
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return products
+
+    def onednn(a: Tensor, b: Tensor) -> Tensor:
+        return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(16, 24, generator=gen), torch.randn(8, 24, generator=gen)
+    try:
+        if torch.allclose(onednn(a, b), torch.mm(a, b.t()), rtol=1e-4, atol=1e-4):
+            products["oneDNN"] = onednn
+    except (AttributeError, NotImplementedError, RuntimeError):  # a torch built without the op
+        pass
+    return products
+
+
+def gemm_gflops(device: torch.device, n: int = 2048, repeat: int = 5) -> dict[str, float]:
+    """Measured float32 GEMM rate of each of gemm_products' libraries, GFLOP/s (n×n by n×n: 2n³ FLOPs).
+
+    More than one, because no one library is the machine's bound everywhere: on a Zen 5 core, whose
+    AVX-512 units do 64 float32 FLOPs a cycle, torch.mm (MKL) reached 108 GFLOP/s and oneDNN's inner
+    product (its avx512_core kernel, in float32) 233 (docs/engine.md, "The hardware bound on the CPU");
+    the engine's and torch.nn's convolutions and RNNs run on oneDNN."""
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
-    c = torch.empty(n, n, device=device)
-    torch.mm(a, b, out=c)  # warm-up: thread pool, kernel selection
-    return 2 * n ** 3 / best_time(lambda: torch.mm(a, b, out=c), device, repeat) / 1e9
+    rates = {}
+    for name, product in gemm_products(device).items():
+        product(a, b)  # warm-up: thread pool, kernel selection
+        rates[name] = 2 * n ** 3 / best_time(lambda f=product: f(a, b), device, repeat) / 1e9
+    return rates
+
+
+def matmul_gflops(device: torch.device, n: int = 2048, repeat: int = 5) -> float:
+    """The machine's float32 GEMM bound, GFLOP/s: the fastest of gemm_gflops' libraries."""
+    return max(gemm_gflops(device, n=n, repeat=repeat).values())
 
 
 def copy_gbps(device: torch.device, mbytes: int = 256, repeat: int = 5) -> float:
@@ -483,6 +518,13 @@ def format_table(records: list[dict[str, Any]]) -> str:
     return tabulate(rows, head, colalign=("left", "left") + ("right",) * 9)
 
 
+def _gemm_summary(machine: dict[str, Any]) -> str:
+    """"463 GFLOP/s (oneDNN; torch.mm 218)": the bound's library first, then the others' rates."""
+    rest = "".join(f"; {name} {rate:.0f}" for name, rate in machine["gemm_gflops"].items()
+                   if name != machine["matmul_library"])
+    return f"{machine['matmul_gflops']:.0f} GFLOP/s ({machine['matmul_library']}{rest})"
+
+
 def _rate(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
@@ -558,7 +600,9 @@ def _run_bench(workloads: Sequence[str], steps: int | None, device: str, threads
     machine = {"device": dev.type, "device_name": device_name(dev), "tf32": tf32,
                "threads": torch.get_num_threads(), "cpu_workers": executor.cpu_workers(),
                "cpus": os.cpu_count(), "torch": torch.__version__,
-               "matmul_gflops": matmul_gflops(dev), "copy_gbps": copy_gbps(dev)}
+               "gemm_gflops": gemm_gflops(dev), "copy_gbps": copy_gbps(dev)}
+    machine["matmul_library"] = max(machine["gemm_gflops"], key=machine["gemm_gflops"].get)
+    machine["matmul_gflops"] = machine["gemm_gflops"][machine["matmul_library"]]
     records = [r for name in workloads
                for r in run_workload(WORKLOADS[name], steps, dev, repeat, clients, ref_clients, batch,
                                      model_params, graphs, ref_threads, keep_graphs,
@@ -732,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = "" if m["cpu_workers"] == "auto" else f", CPU workers {m['cpu_workers']}"
     print(f"{m['device_name']} ({m['device']}{', TF32' if m['tf32'] else ''}, {m['threads']} threads"
           f"{workers}, torch {m['torch']}): "
-          f"matmul {m['matmul_gflops']:.0f} GFLOP/s, copy {m['copy_gbps']:.1f} GB/s; "
+          f"matmul {_gemm_summary(m)}, copy {m['copy_gbps']:.1f} GB/s; "
           f"median of {args.repeat} runs per engine"
           + (f"; the reference loop on {args.ref_threads} thread(s)" if args.ref_threads else ""),
           file=sys.stderr if args.json == "-" else sys.stdout)
