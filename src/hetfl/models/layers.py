@@ -219,7 +219,7 @@ LAYOUTS = (True, False, "auto")  # the convolutional models' `channels_last`
 #: with channels_last "auto", a convolution on the CPU whose output has at most this many positions takes
 #: its input NCHW (one copy of a small map) and hands its input gradient back channels-last: oneDNN's
 #: direct kernels on NHWC lose to its NCHW ones there. Per client step of VGG-11 (B = 32, one thread, one
-#: client, Zen 4): 256→512 at 4×4 17.6 ms NCHW against 20.4 NHWC, 512→512 at 4×4 35.2 against 43.3, at
+#: client, Zen 5): 256→512 at 4×4 17.6 ms NCHW against 20.4 NHWC, 512→512 at 4×4 35.2 against 43.3, at
 #: 2×2 15.1 against 24.8 (and 24.7 as unfold); at 8×8 NHWC stays ahead (29.3 against 31.9), and so does
 #: ResNet-20 at 8×8. VGG-11's round: 1.16-1.29x the per-client loop, from 0.99-1.07x (docs/engine.md).
 AUTO_NCHW_POSITIONS = 16
