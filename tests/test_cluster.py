@@ -369,3 +369,44 @@ def test_where_splits_run_is_the_environments_to_change():
     # a wildcard constraint of those experiments' names; none: a pattern that matches nothing
     assert cluster.alternatives(["a.b", "c"]) == r"a\.b|c"
     assert not re.fullmatch(cluster.alternatives([]), "")
+
+
+def test_check_memory_refuses_a_trace_this_machine_cannot_hold():
+    """A trace is a float64 [rounds, num_devices] array its trace job (a local rule) writes: 8·R·N bytes
+    must fit this machine. `rounds: 1099511627776` had passed validation, the splits ran, and the trace
+    job failed on a 64 TiB allocation."""
+    (spec,) = _synthetic(rounds=1000)  # 10 devices: 80,000 bytes
+    cluster.check_memory([spec], 80_000, ClusterOptions())  # exactly fits
+    with pytest.raises(ValueError) as err:
+        cluster.check_memory([spec], 79_999, ClusterOptions(max_mem_mb=10**6))  # a cluster does not help
+    msg = str(err.value)
+    assert "experiment 'e', run 'N_T1_A_s0'" in msg and "rounds 1000 x num_devices 10" in msg
+    assert "allowed: rounds x num_devices <= 9,999 (rounds <= 999 at num_devices 10)" in msg
+    cluster.check_memory([spec], None, ClusterOptions())  # a machine that does not say: no check
+
+
+def test_check_memory_refuses_a_model_no_training_job_can_hold():
+    """The model's float32 parameters must fit this machine, or HETFL_SLURM_MAX_MEM_MB where larger."""
+    (spec,) = _synthetic(model="mlp", model_params={"hidden": [2**20]})
+    params = (60 + 1) * 2**20 + (2**20 + 1) * 10  # 60 → 2**20 → 10, biases included
+    assert cluster.exact_params(spec) == params
+    need = 4 * params  # 271,581,224 bytes
+    trace = 8 * 10 * 10
+    cluster.check_memory([spec], need, ClusterOptions())
+    with pytest.raises(ValueError) as err:
+        cluster.check_memory([spec], need - 1, ClusterOptions())
+    msg = str(err.value)
+    assert f'model "mlp" with model_params {{"hidden": [1048576]}} has {params:,} parameters' in msg
+    assert "more than this machine's" in msg and f"allowed: at most {(need - 1) // 4:,} parameters" in msg
+    cluster.check_memory([spec], trace, ClusterOptions(max_mem_mb=need // 2**20 + 1))  # a cluster node
+    with pytest.raises(ValueError, match="more than HETFL_SLURM_MAX_MEM_MB's"):
+        cluster.check_memory([spec], trace, ClusterOptions(max_mem_mb=need // 2**20 - 1))
+
+
+def test_exact_params_only_where_known_without_torch():
+    """The zoo's models at their default sizes (MODEL_COSTS); None where model_params set a size."""
+    (cnn,) = _cnn()
+    assert cluster.exact_params(cnn) == cluster.MODEL_COSTS["cnn"].params
+    wide = dataclasses.replace(cnn, model_params={"channels": [10**6, 10**6]})
+    assert cluster.exact_params(wide) is None
+    assert cluster.exact_params(dataclasses.replace(cnn, model_params={"channels_last": False})) == 1_663_370

@@ -327,3 +327,14 @@ def test_a_metrics_file_cut_off_by_hand_is_not_read_as_it_was(mini_workflow, tmp
     assert proc.returncode != 0
     assert "malformed metrics.parquet (unreadable): results/m/NIID_T1_B_s0/metrics.parquet" in log
     assert "delete it and run snakemake again" in log
+
+
+def test_a_trace_no_machine_here_can_hold_is_refused_before_any_job(tmp_path):
+    """`rounds: 1099511627776` passed validation; the splits ran and the trace job then failed on a 64 TiB
+    allocation. Snakemake now stops at its start (hetfl.cluster.check_memory), naming both keys."""
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"experiments": {"m": {**MINI["experiments"]["m"], "rounds": 2**40}}}))
+    proc = _snakemake_mini(tmp_path / "wd", config)
+    assert proc.returncode != 0
+    assert "hetfl: experiment 'm', run 'NIID_T1_A_s0': rounds 1099511627776 x num_devices 4" in proc.stderr
+    assert not (tmp_path / "wd/data_splits").exists() and not (tmp_path / "wd/logs").exists()

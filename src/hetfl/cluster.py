@@ -23,12 +23,14 @@ leave alone when the environment says nothing).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from hetfl.config import TEXT_MODELS, RunSpec
+from hetfl.config import SIZE_PARAMS, TEXT_MODELS, RunSpec
 from hetfl.data.sources import SOURCES
 
 
@@ -527,6 +529,61 @@ def split_placement(experiments: Mapping[str, Mapping[str, object]], options: Cl
     an experiment's splits all read its one dataset."""
     heavy = {name for name, exp in experiments.items() if split_on_cluster(str(exp["dataset"]), options)}
     return sorted(set(experiments) - heavy), sorted(heavy)
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # not POSIX, or no such sysconf name
+        return None
+
+
+def exact_params(spec: RunSpec) -> int | None:
+    """The run's model's parameter count where it is known without building the model: the dense models
+    (``dense_cost``, exact) and the zoo's at their default sizes (MODEL_COSTS, recounted by the tests);
+    None for a zoo model whose model_params set a size (config.SIZE_PARAMS), which only torch counts."""
+    if spec.model in MODEL_COSTS:
+        return None if SIZE_PARAMS.intersection(spec.model_params) else MODEL_COSTS[spec.model].params
+    return model_cost(spec).params
+
+
+def _gib(n: float) -> str:
+    """Bytes in GiB, or TiB from 1,024 GiB on."""
+    return f"{n / 2**30:,.1f} GiB" if n < 2**40 else f"{n / 2**40:,.1f} TiB"
+
+
+def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: ClusterOptions) -> None:
+    """Refuse, before any job runs, a run whose least memory no job of it could have (a ValueError naming
+    the experiment, the run, the keys, their values and what is allowed).
+
+    A run's participation trace is a float64 [rounds, num_devices] array that its trace job (a local rule:
+    this machine) writes and its training job reads whole, so 8 · rounds · num_devices bytes must fit this
+    machine's memory. Its model's float32 parameters (``exact_params``) must fit the largest memory a
+    training job can get: this machine's, or HETFL_SLURM_MAX_MEM_MB where that is larger. Without these
+    checks `rounds: 1099511627776` passed validation, the splits ran, and the trace job failed on a
+    64 TiB allocation. A lower bound, not an estimate: a run that passes can still run out of memory."""
+    if host_bytes is None:
+        return
+    limit = max(host_bytes, (options.max_mem_mb or 0) * 2**20)
+    where = "this machine's" if limit == host_bytes else "HETFL_SLURM_MAX_MEM_MB's"
+    for spec in specs:
+        name = f"experiment '{spec.experiment}', run '{spec.run}'"
+        need = 8 * spec.rounds * spec.num_devices
+        if need > host_bytes:
+            raise ValueError(
+                f"{name}: rounds {spec.rounds} x num_devices {spec.num_devices} make its participation "
+                f"trace a float64 [rounds, num_devices] array of {_gib(need)}, more than this machine's "
+                f"{_gib(host_bytes)} of memory, where trace jobs run; allowed: rounds x num_devices <= "
+                f"{host_bytes // 8:,} (rounds <= {host_bytes // (8 * spec.num_devices):,} at num_devices "
+                f"{spec.num_devices})")
+        params = exact_params(spec)
+        if params is not None and 4 * params > limit:
+            raise ValueError(
+                f"{name}: model \"{spec.model}\" with model_params {json.dumps(spec.model_params)} has "
+                f"{params:,} parameters, {_gib(4 * params)} in float32, more than {where} {_gib(limit)}, "
+                f"the most a training job can have; allowed: at most {limit // 4:,} parameters, or "
+                f"HETFL_SLURM_MAX_MEM_MB set to the cluster nodes' memory (docs/cluster.md)")
 
 
 def alternatives(names: Sequence[str]) -> str:

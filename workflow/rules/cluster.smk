@@ -7,12 +7,14 @@
 import os
 import sys
 
-from hetfl.cluster import (ClusterOptions, alternatives, cells_per_job, resource_names, split_placement,
-                           split_resource_names, split_resources, train_device, train_group, train_groups,
-                           train_resources)
+from hetfl.cluster import (ClusterOptions, alternatives, cells_per_job, check_memory, host_memory_bytes,
+                           resource_names, split_placement, split_resource_names, split_resources,
+                           train_device, train_group, train_groups, train_resources)
 
 try:
     CLUSTER = ClusterOptions.from_environ(os.environ)
+    # a trace or a model no job could hold: refused before any job runs (hetfl.cluster.check_memory)
+    check_memory(list(RUNS.values()), host_memory_bytes(), CLUSTER)
 except ValueError as _err:
     sys.exit(f"hetfl: {_err}")
 
