@@ -345,6 +345,8 @@ def test_bound_is_the_fastest_library(monkeypatch, capsys):
     assert "matmul 250 GFLOP/s (oneDNN; torch.mm 100)" in captured.err
     records = json.loads(captured.out)
     assert {r["matmul_gflops"] for r in records} == {250.0}
+    assert all(r["matmul_library"] == "oneDNN" and r["gemm_gflops"] == {"torch.mm": 100.0, "oneDNN": 250.0}
+               for r in records)
     for r in records:
         assert r["fraction_of_matmul"] == pytest.approx(r["gflops"] / 250.0)
 

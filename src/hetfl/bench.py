@@ -617,6 +617,7 @@ def _run_bench(workloads: Sequence[str], steps: int | None, device: str, threads
                                                                model_params)]
     for r in records:
         r["device_name"], r["tf32"], r["cpu_workers"] = machine["device_name"], tf32, machine["cpu_workers"]
+        r["matmul_library"], r["gemm_gflops"] = machine["matmul_library"], machine["gemm_gflops"]
         r.setdefault("threads", machine["threads"])  # evaluation records: the machine's
     return records, machine
 
