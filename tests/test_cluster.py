@@ -403,10 +403,20 @@ def test_check_memory_refuses_a_model_no_training_job_can_hold():
         cluster.check_memory([spec], trace, ClusterOptions(max_mem_mb=need // 2**20 - 1))
 
 
-def test_exact_params_only_where_known_without_torch():
-    """The zoo's models at their default sizes (MODEL_COSTS); None where model_params set a size."""
+def test_exact_params_counts_a_sized_zoo_model_without_allocating_it():
+    """A zoo model whose model_params set a size is built on torch's meta device and counted (10**14
+    parameters take no memory there); at its default sizes (at most 9.8 M parameters) it is not checked."""
     (cnn,) = _cnn()
-    assert cluster.exact_params(cnn) == cluster.MODEL_COSTS["cnn"].params
-    wide = dataclasses.replace(cnn, model_params={"channels": [10**6, 10**6]})
-    assert cluster.exact_params(wide) is None
-    assert cluster.exact_params(dataclasses.replace(cnn, model_params={"channels_last": False})) == 1_663_370
+    assert cluster.exact_params(cnn) is None
+    assert cluster.exact_params(dataclasses.replace(cnn, model_params={"channels_last": False})) is None
+    # McMahan's CNN on 1×28×28: 5×5 convolutions 1 → c1 → c2 ('same' padding, two 2×2 pools: 7×7 maps),
+    # then 7·7·c2 → 512 → 10, biases included
+    c1 = c2 = 10**6
+    params = (25 * 1 + 1) * c1 + (25 * c1 + 1) * c2 + (49 * c2 + 1) * 512 + (512 + 1) * 10
+    wide = dataclasses.replace(cnn, model_params={"channels": [c1, c2]})
+    assert cluster.exact_params(wide) == params == 25_025_115_005_642
+    assert cluster.exact_params(dataclasses.replace(cnn, model_params={"channels": [32, 64]})) == \
+        cluster.MODEL_COSTS["cnn"].params
+    with pytest.raises(ValueError, match=r'model "cnn" with model_params \{"channels": \[1000000, '
+                                         r'1000000\]\} has 25,025,115,005,642 parameters'):
+        cluster.check_memory([wide], 2**30, ClusterOptions())

@@ -155,13 +155,67 @@ def test_equal_counts_passes_validation_and_reaches_the_split_spec():
                             "allowed: a number > 0"),
     ("resnet20", {"widths": [16, 32.5, 64]},
      "'experiments.{e}.model_params.widths' has value [16, 32.5, 64]"),
+    # the form each model's constructor takes (config.SIZE_FORMS; stop 50: each failed in training)
+    ("mlp", {"hidden": 200}, "'experiments.{e}.model_params.hidden' has value 200, which model \"mlp\" does "
+                             "not take; allowed: a non-empty list of whole numbers >= 1"),
+    ("vgg11", {"hidden": [512]}, "'experiments.{e}.model_params.hidden' has value [512], which model "
+                                 "\"vgg11\" does not take; allowed: a whole number >= 1, not a list"),
+    ("char_lstm", {"hidden": [256, 256]}, "'experiments.{e}.model_params.hidden' has value [256, 256], which "
+                                          "model \"char_lstm\" does not take"),
+    ("resnet20", {"blocks": [3]}, "'experiments.{e}.model_params.blocks' has value [3], which model "
+                                  "\"resnet20\" does not take"),
+    ("cnn", {"channels": [32]}, "'experiments.{e}.model_params.channels' has value [32], which model \"cnn\" "
+                                "does not take; allowed: a list of exactly 2 whole numbers >= 1"),
+    ("cnn", {"channels": [32, 64, 128]}, "'experiments.{e}.model_params.channels' has value [32, 64, 128]"),
+    ("resnet20", {"groups": 3}, "'experiments.{e}.model_params.groups' has value 3, which is not allowed "
+                                "with GroupNorm's 3 groups and widths [16, 32, 64]; allowed: every width a "
+                                "multiple of groups (or norm \"batch\")"),
+    ("resnet_emnist", {"widths": [6, 12], "groups": 4}, "'experiments.{e}.model_params.widths' has value "
+                                                         "[6, 12], which is not allowed with GroupNorm's 4"),
 ])
 def test_model_sizes_that_training_would_refuse_are_refused_first(model, params, message):
     """hidden: [-3] passed validation, then training failed on a negative tensor dimension (an audit)."""
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
     exp["model"], exp["model_params"] = model, params
+    if model == "char_lstm":  # the model of its text source
+        exp["dataset"] = "shakespeare"
     _refused(cfg, message.format(e=MLP_EXP))
+
+
+def test_size_forms_are_the_models_own():
+    """config.SIZE_FORMS (validation imports no torch) = what each model builds from: every model takes its
+    size parameters in their form, and refuses the others (or, the CNNs' three channels, drops one)."""
+    import torch
+
+    from hetfl.config import MODEL_PARAMS, SIZE_FORMS, SIZE_PARAMS
+    from hetfl.models import make_model
+
+    shapes = {"mlp": 784, "cnn": (1, 28, 28), "cnn_bn": (1, 28, 28), "cnn_cifar": (3, 32, 32),
+              "vgg11": (3, 32, 32), "resnet20": (3, 32, 32), "resnet_emnist": (1, 28, 28), "char_lstm": 80,
+              "sent_lstm": 25}
+
+    def count(model, **kw):
+        if model == "vgg11" and "groups" in kw:  # read only by its GroupNorm
+            kw["norm"] = "group"
+        with torch.device("meta"):  # shapes only
+            net = make_model(model, shapes[model], 10, **kw)
+            return sum(p.numel() for p in net.init_params(torch.Generator()))
+
+    assert {m for m, taken in MODEL_PARAMS.items() if SIZE_PARAMS.intersection(taken)} == set(SIZE_FORMS)
+    for model, forms in SIZE_FORMS.items():
+        assert set(forms) == SIZE_PARAMS.intersection(MODEL_PARAMS[model]), model
+        for key, form in forms.items():
+            given = 4 if form == "int" else (4, 4) if form == "list" else (4,) * int(form)
+            assert count(model, **{key: given}) > 0, (model, key)
+            for other in (4, (4,), (4, 4), (4, 4, 4)):
+                if other == given or (form == "list" and other != 4):
+                    continue
+                try:
+                    n = count(model, **{key: other})
+                except (TypeError, IndexError, ValueError):
+                    continue
+                assert isinstance(form, int) and n == count(model, **{key: other[:form]}), (model, key, other)
 
 
 def test_an_event_the_table_cannot_use_or_that_empties_the_objective_is_refused():

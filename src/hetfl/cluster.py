@@ -540,12 +540,33 @@ def host_memory_bytes() -> int | None:
 
 
 def exact_params(spec: RunSpec) -> int | None:
-    """The run's model's parameter count where it is known without building the model: the dense models
-    (``dense_cost``, exact) and the zoo's at their default sizes (MODEL_COSTS, recounted by the tests);
-    None for a zoo model whose model_params set a size (config.SIZE_PARAMS), which only torch counts."""
-    if spec.model in MODEL_COSTS:
-        return None if SIZE_PARAMS.intersection(spec.model_params) else MODEL_COSTS[spec.model].params
-    return model_cost(spec).params
+    """The run's model's parameter count, exactly: the dense models (logreg, mlp) by ``dense_cost``; a zoo
+    model whose model_params set a size (config.SIZE_PARAMS: channels, hidden, widths, …) built on torch's
+    meta device (``_meta_params``); None for the zoo's models at their default sizes (at most 9.8 M
+    parameters: nothing to check, and no torch import at the workflow's start) and the quadratic bed."""
+    if spec.model not in MODEL_COSTS:
+        return model_cost(spec).params
+    if spec.model == "quadratic" or not SIZE_PARAMS.intersection(spec.model_params):
+        return None
+    return _meta_params(spec)
+
+
+def _meta_params(spec: RunSpec) -> int:
+    """Parameters of the model a run of ``spec`` trains, built as pipeline._make_model builds it (the
+    source's input shape and classes, model_params' lists as tuples) on torch's meta device: shapes only,
+    so a model of 10**14 parameters is counted without allocating it. Imports torch (about 2 s), which
+    only configs that size a zoo model pay."""
+    import torch
+
+    from hetfl.models import make_model
+
+    info = SOURCES[spec.dataset]
+    shape = info.input_shape
+    input_dim = int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.model_params.items()}
+    with torch.device("meta"):
+        model = make_model(spec.model, input_dim, info.num_classes, **kwargs)
+        return sum(p.numel() for p in model.init_params(torch.Generator()))
 
 
 def _gib(n: float) -> str:

@@ -377,10 +377,26 @@ MODEL_PARAMS: dict[str, tuple[str, ...]] = {
 }
 #: model_params that are layer sizes or counts: whole numbers >= 1 (hidden: [-3] failed in training)
 SIZE_PARAMS = frozenset({"channels", "hidden", "widths", "blocks", "groups", "vocab", "embed", "layers"})
+_CNN_SIZES: dict[str, str | int] = {"channels": 2, "hidden": "list"}
+_RESNET_SIZES: dict[str, str | int] = {"widths": "list", "blocks": "int", "groups": "int"}
+_LSTM_SIZES: dict[str, str | int] = dict.fromkeys(("vocab", "embed", "hidden", "layers"), "int")
+#: each model's size parameters, in the form its constructor takes: "int" a whole number, "list" a
+#: non-empty list, n a list of exactly n (the CNNs' two convolutions). The other forms failed in the
+#: training job, after the splits (vgg11 `hidden: [512]`, mlp `hidden: 200`: TypeError; cnn `channels:
+#: [32]`: IndexError), or trained another model (cnn `channels: [32, 64, 128]` dropped 128);
+#: tests/test_config.py builds every model in each form
+SIZE_FORMS: dict[str, dict[str, str | int]] = {
+    "mlp": {"hidden": "list"}, "cnn": _CNN_SIZES, "cnn_bn": _CNN_SIZES, "cnn_cifar": _CNN_SIZES,
+    "vgg11": {"hidden": "int", "groups": "int"}, "resnet20": _RESNET_SIZES, "resnet_emnist": _RESNET_SIZES,
+    "char_lstm": _LSTM_SIZES, "sent_lstm": _LSTM_SIZES,
+}
+_FORM_TEXT = {"int": "a whole number >= 1, not a list", "list": "a non-empty list of whole numbers >= 1"}
 CONV_IMPLS = ("auto", "grouped", "unfold")  # models.layers.CONV_IMPLS
 LSTM_CELLS = ("fused", "ops")  # models.recurrent.LSTM_CELLS
 #: each model's `norm` values: the ResNets' models.blocks.NORMS ("group" the default; "batch" He et al.'s,
 #: FedFOR Table 2), VGG-11's none (null, the FL papers') or "group" (models.zoo.VGG)
+#: the ResNets' default widths (models.zoo), which GroupNorm's `groups` must divide
+RESNET_WIDTHS = {"resnet20": (16, 32, 64), "resnet_emnist": (32, 64)}
 NORMS: dict[str, tuple[str | None, ...]] = {"resnet20": ("group", "batch"),
                                             "resnet_emnist": ("group", "batch"), "vgg11": (None, "group")}
 
@@ -406,12 +422,25 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
         raise ConfigError(f"config key '{key}.norm' has value {json.dumps(params['norm'])}, which is not "
                           f"allowed for model \"{model}\"; allowed: " + ", ".join(json.dumps(n)
                                                                               for n in NORMS[model]))
-    for k in SIZE_PARAMS.intersection(params):
+    for k in sorted(SIZE_PARAMS.intersection(params)):
         v = params[k]
         sizes = v if isinstance(v, list) else [v]
         if not sizes or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in sizes):
             raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(v)}, which is not allowed; "
                               "allowed: a whole number >= 1, or a non-empty list of them (a layer's size)")
+        form = SIZE_FORMS[model][k]
+        if isinstance(v, list) != (form != "int") or (isinstance(form, int) and len(v) != form):
+            raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(v)}, which model \"{model}\" "
+                              f"does not take; allowed: "
+                              + _FORM_TEXT.get(form, f"a list of exactly {form} whole numbers >= 1"))
+    if model in ("resnet20", "resnet_emnist") and params.get("norm", "group") == "group":
+        widths, groups = params.get("widths", RESNET_WIDTHS[model]), params.get("groups", 2)
+        if any(w % groups for w in widths):
+            k = "widths" if "widths" in params else "groups"
+            raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(params[k])}, which is not "
+                              f"allowed with GroupNorm's {groups} groups and widths "
+                              f"{json.dumps(list(widths))}; allowed: every width a multiple of groups (or "
+                              f"norm \"batch\")")
     width = params.get("width", 1.0)  # vgg11's channel multiplier
     if isinstance(width, bool) or not isinstance(width, int | float) or not 0 < width < math.inf:
         raise ConfigError(f"config key '{key}.width' has value {json.dumps(width)}, which is not allowed; "
