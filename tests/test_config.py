@@ -114,9 +114,12 @@ def test_bad_model_params_are_named_before_any_job(model, params, message):
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
     exp["model"], exp["model_params"] = model, params
-    if model == "char_lstm":  # the model of its text source
-        exp["dataset"] = "shakespeare"
+    exp["dataset"] = _SOURCE_OF.get(model, exp["dataset"])
     _refused(cfg, message.format(e=MLP_EXP))
+
+
+#: a source each of these models can train on (vgg11's five poolings need 32x32 images)
+_SOURCE_OF = {"char_lstm": "shakespeare", "vgg11": "cifar10"}
 
 
 @pytest.mark.parametrize(("partition", "sizes", "message"), [
@@ -172,15 +175,35 @@ def test_equal_counts_passes_validation_and_reaches_the_split_spec():
                                 "multiple of groups (or norm \"batch\")"),
     ("resnet_emnist", {"widths": [6, 12], "groups": 4}, "'experiments.{e}.model_params.widths' has value "
                                                          "[6, 12], which is not allowed with GroupNorm's 4"),
+    ("vgg11", {"cfg": [64, "X"]}, "'experiments.{e}.model_params.cfg' has value [64, \"X\"], which is not "
+                                  "allowed; allowed: a list of convolutions' widths (whole numbers >= 1) and "
+                                  "\"M\" (a 2x2 max-pooling)"),
+    # vgg11's five poolings on mnist5k's 28x28 images: the model refused them in the training job
+    ("vgg11", {}, "'experiments.{e}.model' has value \"vgg11\", which is not allowed for dataset \"mnist5k\" "
+                  "(1x28x28 images): its 5 2x2 max-poolings need images of at least 32x32; allowed: a source "
+                  "of larger images, or model_params.cfg with at most 4 \"M\""),
 ])
 def test_model_sizes_that_training_would_refuse_are_refused_first(model, params, message):
     """hidden: [-3] passed validation, then training failed on a negative tensor dimension (an audit)."""
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
     exp["model"], exp["model_params"] = model, params
-    if model == "char_lstm":  # the model of its text source
-        exp["dataset"] = "shakespeare"
+    if model == "char_lstm" or params:  # vgg11 without params: on mnist5k's images, the case it tests
+        exp["dataset"] = _SOURCE_OF.get(model, exp["dataset"])
     _refused(cfg, message.format(e=MLP_EXP))
+
+
+def test_vgg11_with_poolings_its_images_hold_passes():
+    """The refusal above counts the cfg's poolings: four fit 28x28 images (28 → 14 → 7 → 3 → 1)."""
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"][MLP_EXP]
+    exp["model"], exp["model_params"] = "vgg11", {"cfg": [8, "M", 8, "M", "M", "M"]}
+    assert exp["dataset"] == "mnist5k"
+    validate_config(cfg)
+    from hetfl.config import VGG11_POOLINGS
+    from hetfl.models.zoo import VGG11_CFG
+
+    assert VGG11_POOLINGS == VGG11_CFG.count("M")
 
 
 def test_size_forms_are_the_models_own():
@@ -368,6 +391,7 @@ def test_norm_options_pass_validation():
     for model, norm in (("resnet20", "batch"), ("resnet20", "group"), ("resnet_emnist", "batch"),
                         ("vgg11", None), ("vgg11", "group")):
         exp["model"], exp["model_params"] = model, {"norm": norm}
+        exp["dataset"] = _SOURCE_OF.get(model, "mnist5k")
         assert validate_config(cfg)["experiments"][MLP_EXP]["model_params"]["norm"] == norm
 
 

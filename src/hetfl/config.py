@@ -395,6 +395,8 @@ CONV_IMPLS = ("auto", "grouped", "unfold")  # models.layers.CONV_IMPLS
 LSTM_CELLS = ("fused", "ops")  # models.recurrent.LSTM_CELLS
 #: each model's `norm` values: the ResNets' models.blocks.NORMS ("group" the default; "batch" He et al.'s,
 #: FedFOR Table 2), VGG-11's none (null, the FL papers') or "group" (models.zoo.VGG)
+#: the 2×2 max-poolings of vgg11's default cfg (models.zoo.VGG11_CFG): an image must be 2**5 = 32 wide
+VGG11_POOLINGS = 5
 #: the ResNets' default widths (models.zoo), which GroupNorm's `groups` must divide
 RESNET_WIDTHS = {"resnet20": (16, 32, 64), "resnet_emnist": (32, 64)}
 NORMS: dict[str, tuple[str | None, ...]] = {"resnet20": ("group", "batch"),
@@ -441,6 +443,12 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
                               f"allowed with GroupNorm's {groups} groups and widths "
                               f"{json.dumps(list(widths))}; allowed: every width a multiple of groups (or "
                               f"norm \"batch\")")
+    cfg = params.get("cfg", [])  # vgg11's layers
+    if not isinstance(cfg, list) or not all(v == "M" or (isinstance(v, int) and not isinstance(v, bool)
+                                                         and v >= 1) for v in cfg):
+        raise ConfigError(f"config key '{key}.cfg' has value {json.dumps(cfg)}, which is not allowed; "
+                          "allowed: a list of convolutions' widths (whole numbers >= 1) and \"M\" (a 2x2 "
+                          "max-pooling)")
     width = params.get("width", 1.0)  # vgg11's channel multiplier
     if isinstance(width, bool) or not isinstance(width, int | float) or not 0 < width < math.inf:
         raise ConfigError(f"config key '{key}.width' has value {json.dumps(width)}, which is not allowed; "
@@ -453,19 +461,29 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
 
 def _check_inputs(name: str, exp: dict[str, Any]) -> None:
     """What would fail only after split and trace jobs ran: an image model on SYNTHETIC's feature vectors,
-    a data_dir that does not exist."""
+    vgg11 on images too small for its poolings, a data_dir that does not exist."""
     key = f"experiments.{name}"
     if exp["dataset"] == "synthetic" and exp["model"] not in FLAT_MODELS:
         raise ConfigError(f"config key '{key}.model' has value \"{exp['model']}\", which is not allowed for "
                           f"dataset \"synthetic\" (60 features per sample, not an image); allowed: "
                           + ", ".join(f'"{m}"' for m in FLAT_MODELS))
+    from hetfl.data.sources import DATA_DIR_ENV, SOURCES
+
+    if exp["model"] == "vgg11" and exp["dataset"] in SOURCES:
+        cfg = (exp.get("model_params") or {}).get("cfg")
+        pools = VGG11_POOLINGS if cfg is None else cfg.count("M")
+        shape = SOURCES[exp["dataset"]].input_shape
+        if min(shape[-2:]) < 2**pools:  # the model refuses it when the training job builds it
+            raise ConfigError(
+                f"config key '{key}.model' has value \"vgg11\", which is not allowed for dataset "
+                f"\"{exp['dataset']}\" ({'x'.join(map(str, shape))} images): its {pools} 2x2 max-poolings "
+                f"need images of at least {2**pools}x{2**pools}; allowed: a source of larger images, or "
+                f"model_params.cfg with at most {int(math.log2(min(shape[-2:])))} \"M\"")
     data_dir = exp.get("data_dir")
     if data_dir is not None and not Path(data_dir).expanduser().is_dir():
         raise ConfigError(f"config key '{key}.data_dir' has value \"{data_dir}\", which is not an existing "
                           f"directory (relative to {Path.cwd()}); allowed: a directory holding the data "
                           f"(fetch into it: python -m hetfl.data.sources fetch NAME --data-dir DIR)")
-    from hetfl.data.sources import DATA_DIR_ENV, SOURCES
-
     env = os.environ.get(DATA_DIR_ENV)
     reads_root = exp["dataset"] in SOURCES and SOURCES[exp["dataset"]].origin in ("hub", "local")
     if data_dir is None and env and reads_root and not Path(env).expanduser().is_dir():
