@@ -420,3 +420,9 @@ def test_exact_params_counts_a_sized_zoo_model_without_allocating_it():
     with pytest.raises(ValueError, match=r'model "cnn" with model_params \{"channels": \[1000000, '
                                          r'1000000\]\} has 25,025,115,005,642 parameters'):
         cluster.check_memory([wide], 2**30, ClusterOptions())
+    # vgg11's channel multiplier sizes it too: width 1 is its default count, 2 about four times that
+    vgg = dataclasses.replace(cnn, model="vgg11", dataset="cifar10")
+    assert cluster.exact_params(dataclasses.replace(vgg, model_params={"width": 1.0})) == \
+        cluster.MODEL_COSTS["vgg11"].params
+    assert cluster.exact_params(dataclasses.replace(vgg, model_params={"width": 2.0})) > \
+        3.9 * cluster.MODEL_COSTS["vgg11"].params

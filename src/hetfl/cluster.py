@@ -541,14 +541,19 @@ def host_memory_bytes() -> int | None:
 
 def exact_params(spec: RunSpec) -> int | None:
     """The run's model's parameter count, exactly: the dense models (logreg, mlp) by ``dense_cost``; a zoo
-    model whose model_params set a size (config.SIZE_PARAMS: channels, hidden, widths, …) built on torch's
-    meta device (``_meta_params``); None for the zoo's models at their default sizes (at most 9.8 M
-    parameters: nothing to check, and no torch import at the workflow's start) and the quadratic bed."""
+    model whose model_params set a size (config.SIZE_PARAMS: channels, hidden, widths, …; vgg11's width
+    and cfg) built on torch's meta device (``_meta_params``); None for the zoo's models at their default
+    sizes (at most 9.8 M parameters: nothing to check, and no torch import at the workflow's start) and
+    the quadratic bed."""
     if spec.model not in MODEL_COSTS:
         return model_cost(spec).params
-    if spec.model == "quadratic" or not SIZE_PARAMS.intersection(spec.model_params):
+    if spec.model == "quadratic" or not _SIZED_BY.intersection(spec.model_params):
         return None
     return _meta_params(spec)
+
+
+#: the model_params that size a zoo model: config.SIZE_PARAMS, and vgg11's channel multiplier and layers
+_SIZED_BY = SIZE_PARAMS | {"width", "cfg"}
 
 
 def _meta_params(spec: RunSpec) -> int:
