@@ -200,10 +200,18 @@ def test_vgg11_with_poolings_its_images_hold_passes():
     exp["model"], exp["model_params"] = "vgg11", {"cfg": [8, "M", 8, "M", "M", "M"]}
     assert exp["dataset"] == "mnist5k"
     validate_config(cfg)
-    from hetfl.config import VGG11_POOLINGS
-    from hetfl.models.zoo import VGG11_CFG
+    for cfg_value in (5, "M"):  # not a list: the cfg's own refusal, not a crash counting its poolings
+        exp["model_params"] = {"cfg": cfg_value}
+        _refused(cfg, f"'experiments.{MLP_EXP}.model_params.cfg' has value {json.dumps(cfg_value)}")
+    import inspect
+
+    from hetfl.config import RESNET_GROUPS, RESNET_WIDTHS, VGG11_POOLINGS
+    from hetfl.models.zoo import VGG11_CFG, CifarResNet, ResNetEMNIST
 
     assert VGG11_POOLINGS == VGG11_CFG.count("M")
+    defaults = {k: p.default for k, p in inspect.signature(CifarResNet.__init__).parameters.items()}
+    assert RESNET_WIDTHS == {"resnet20": defaults["widths"], "resnet_emnist": ResNetEMNIST.defaults["widths"]}
+    assert RESNET_GROUPS == defaults["groups"] and "groups" not in ResNetEMNIST.defaults
 
 
 def test_size_forms_are_the_models_own():

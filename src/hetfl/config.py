@@ -393,12 +393,13 @@ SIZE_FORMS: dict[str, dict[str, str | int]] = {
 _FORM_TEXT = {"int": "a whole number >= 1, not a list", "list": "a non-empty list of whole numbers >= 1"}
 CONV_IMPLS = ("auto", "grouped", "unfold")  # models.layers.CONV_IMPLS
 LSTM_CELLS = ("fused", "ops")  # models.recurrent.LSTM_CELLS
-#: each model's `norm` values: the ResNets' models.blocks.NORMS ("group" the default; "batch" He et al.'s,
-#: FedFOR Table 2), VGG-11's none (null, the FL papers') or "group" (models.zoo.VGG)
 #: the 2×2 max-poolings of vgg11's default cfg (models.zoo.VGG11_CFG): an image must be 2**5 = 32 wide
 VGG11_POOLINGS = 5
-#: the ResNets' default widths (models.zoo), which GroupNorm's `groups` must divide
+#: the ResNets' default widths and GroupNorm groups (models.zoo), which must divide every width
 RESNET_WIDTHS = {"resnet20": (16, 32, 64), "resnet_emnist": (32, 64)}
+RESNET_GROUPS = 2
+#: each model's `norm` values: the ResNets' models.blocks.NORMS ("group" the default; "batch" He et al.'s,
+#: FedFOR Table 2), VGG-11's none (null, the FL papers') or "group" (models.zoo.VGG)
 NORMS: dict[str, tuple[str | None, ...]] = {"resnet20": ("group", "batch"),
                                             "resnet_emnist": ("group", "batch"), "vgg11": (None, "group")}
 
@@ -436,7 +437,7 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
                               f"does not take; allowed: "
                               + _FORM_TEXT.get(form, f"a list of exactly {form} whole numbers >= 1"))
     if model in ("resnet20", "resnet_emnist") and params.get("norm", "group") == "group":
-        widths, groups = params.get("widths", RESNET_WIDTHS[model]), params.get("groups", 2)
+        widths, groups = params.get("widths", RESNET_WIDTHS[model]), params.get("groups", RESNET_GROUPS)
         if any(w % groups for w in widths):
             k = "widths" if "widths" in params else "groups"
             raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(params[k])}, which is not "
@@ -469,9 +470,9 @@ def _check_inputs(name: str, exp: dict[str, Any]) -> None:
                           + ", ".join(f'"{m}"' for m in FLAT_MODELS))
     from hetfl.data.sources import DATA_DIR_ENV, SOURCES
 
-    if exp["model"] == "vgg11" and exp["dataset"] in SOURCES:
-        cfg = (exp.get("model_params") or {}).get("cfg")
-        pools = VGG11_POOLINGS if cfg is None else cfg.count("M")
+    cfg = (exp.get("model_params") or {}).get("cfg")
+    if exp["model"] == "vgg11" and exp["dataset"] in SOURCES and (cfg is None or isinstance(cfg, list)):
+        pools = VGG11_POOLINGS if cfg is None else cfg.count("M")  # another cfg: _check_model_params'
         shape = SOURCES[exp["dataset"]].input_shape
         if min(shape[-2:]) < 2**pools:  # the model refuses it when the training job builds it
             raise ConfigError(
