@@ -176,8 +176,12 @@ def test_equal_counts_passes_validation_and_reaches_the_split_spec():
     ("resnet_emnist", {"widths": [6, 12], "groups": 4}, "'experiments.{e}.model_params.widths' has value "
                                                          "[6, 12], which is not allowed with GroupNorm's 4"),
     ("vgg11", {"cfg": [64, "X"]}, "'experiments.{e}.model_params.cfg' has value [64, \"X\"], which is not "
-                                  "allowed; allowed: a list of convolutions' widths (whole numbers >= 1) and "
-                                  "\"M\" (a 2x2 max-pooling)"),
+                                  "allowed; allowed: a list of convolutions' widths (whole numbers >= 1), "
+                                  "each optionally followed by \"M\" (a 2x2 max-pooling)"),
+    # a pooling not right after a convolution: the batched model and its torch twin disagreed, and the
+    # training job failed on "vgg11: batched parameters [...]" (a fuzz of model_params, stop 50)
+    ("vgg11", {"cfg": ["M", 64]}, "'experiments.{e}.model_params.cfg' has value [\"M\", 64]"),
+    ("vgg11", {"cfg": [64, "M", "M", 128]}, "'experiments.{e}.model_params.cfg' has value [64, \"M\", \"M\""),
     # vgg11's five poolings on mnist5k's 28x28 images: the model refused them in the training job
     ("vgg11", {}, "'experiments.{e}.model' has value \"vgg11\", which is not allowed for dataset \"mnist5k\" "
                   "(1x28x28 images): its 5 2x2 max-poolings need images of at least 32x32; allowed: a source "
@@ -197,7 +201,7 @@ def test_vgg11_with_poolings_its_images_hold_passes():
     """The refusal above counts the cfg's poolings: four fit 28x28 images (28 → 14 → 7 → 3 → 1)."""
     cfg = copy.deepcopy(QUICK)
     exp = cfg["experiments"][MLP_EXP]
-    exp["model"], exp["model_params"] = "vgg11", {"cfg": [8, "M", 8, "M", "M", "M"]}
+    exp["model"], exp["model_params"] = "vgg11", {"cfg": [8, "M", 8, "M", 8, "M", 8, "M"]}
     assert exp["dataset"] == "mnist5k"
     validate_config(cfg)
     for cfg_value in (5, "M"):  # not a list: the cfg's own refusal, not a crash counting its poolings

@@ -444,12 +444,13 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
                               f"allowed with GroupNorm's {groups} groups and widths "
                               f"{json.dumps(list(widths))}; allowed: every width a multiple of groups (or "
                               f"norm \"batch\")")
-    cfg = params.get("cfg", [])  # vgg11's layers
-    if not isinstance(cfg, list) or not all(v == "M" or (isinstance(v, int) and not isinstance(v, bool)
-                                                         and v >= 1) for v in cfg):
+    cfg = params.get("cfg", [])  # vgg11's layers; the batched model pools after a convolution only
+    if not isinstance(cfg, list) or not all(
+            (v == "M" and i > 0 and cfg[i - 1] != "M") or (isinstance(v, int) and not isinstance(v, bool)
+                                                           and v >= 1) for i, v in enumerate(cfg)):
         raise ConfigError(f"config key '{key}.cfg' has value {json.dumps(cfg)}, which is not allowed; "
-                          "allowed: a list of convolutions' widths (whole numbers >= 1) and \"M\" (a 2x2 "
-                          "max-pooling)")
+                          "allowed: a list of convolutions' widths (whole numbers >= 1), each optionally "
+                          "followed by \"M\" (a 2x2 max-pooling)")
     width = params.get("width", 1.0)  # vgg11's channel multiplier
     if isinstance(width, bool) or not isinstance(width, int | float) or not 0 < width < math.inf:
         raise ConfigError(f"config key '{key}.width' has value {json.dumps(width)}, which is not allowed; "
