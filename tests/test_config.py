@@ -218,6 +218,35 @@ def test_vgg11_with_poolings_its_images_hold_passes():
     assert RESNET_GROUPS == defaults["groups"] and "groups" not in ResNetEMNIST.defaults
 
 
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # the side below a model's least
+def test_min_image_sides_are_the_models_own():
+    """config.MIN_IMAGE_SIDE (and vgg11's 2**poolings): each model trains a step at that side and fails one
+    below; cnn_cifar on Digits' 8x8 images had passed validation and failed in the training job."""
+    import torch
+
+    from hetfl.config import MIN_IMAGE_SIDE, VGG11_POOLINGS
+    from hetfl.models import make_model
+
+    def trains(model, side):
+        try:  # too small fails in building (vgg11), initialising (an empty layer) or the step
+            net = make_model(model, (3, side, side), 10)
+            stack = [p.unsqueeze(0).repeat(2, *[1] * p.dim()) for p in net.init_params(torch.Generator())]
+            net.sgd_step(stack, torch.zeros(2, 2, 3, side, side), torch.zeros(2, 2, dtype=torch.int64), 0.1)
+        except (RuntimeError, ValueError, ZeroDivisionError):
+            return False
+        return True
+
+    for model, side in {**MIN_IMAGE_SIDE, "vgg11": 2**VGG11_POOLINGS}.items():
+        assert trains(model, side) and not trains(model, side - 1), model
+    assert trains("resnet20", 1) and trains("resnet_emnist", 1)  # global pooling: any side
+    cfg = copy.deepcopy(QUICK)
+    exp = cfg["experiments"][MLP_EXP]
+    exp["model"], exp["dataset"] = "cnn_cifar", "digits"
+    _refused(cfg, f"'experiments.{MLP_EXP}.model' has value \"cnn_cifar\", which is not allowed for dataset "
+                  "\"digits\" (1x8x8 images): its convolutions and poolings need images of at least 16x16; "
+                  "allowed: a source of larger images")
+
+
 def test_size_forms_are_the_models_own():
     """config.SIZE_FORMS (validation imports no torch) = what each model builds from: every model takes its
     size parameters in their form, and refuses the others (or, the CNNs' three channels, drops one)."""

@@ -395,6 +395,11 @@ CONV_IMPLS = ("auto", "grouped", "unfold")  # models.layers.CONV_IMPLS
 LSTM_CELLS = ("fused", "ops")  # models.recurrent.LSTM_CELLS
 #: the 2×2 max-poolings of vgg11's default cfg (models.zoo.VGG11_CFG): an image must be 2**5 = 32 wide
 VGG11_POOLINGS = 5
+#: the smallest image side the other image models train on: McMahan's CNNs' two 'same' 5×5 convolutions
+#: with 2×2 pools 4, the CIFAR CNN's two valid ones 16 (cnn_cifar on Digits' 8×8 failed in the training
+#: job: "Kernel size can't be greater than actual input size"); the ResNets' global pooling takes any.
+#: tests/test_config.py trains each model at its side and fails one below
+MIN_IMAGE_SIDE = {"cnn": 4, "cnn_bn": 4, "cnn_cifar": 16}
 #: the ResNets' default widths and GroupNorm groups (models.zoo), which must divide every width
 RESNET_WIDTHS = {"resnet20": (16, 32, 64), "resnet_emnist": (32, 64)}
 RESNET_GROUPS = 2
@@ -463,7 +468,8 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
 
 def _check_inputs(name: str, exp: dict[str, Any]) -> None:
     """What would fail only after split and trace jobs ran: an image model on SYNTHETIC's feature vectors,
-    vgg11 on images too small for its poolings, a data_dir that does not exist."""
+    an image model on images too small for its convolutions and poolings, a data_dir that does not
+    exist."""
     key = f"experiments.{name}"
     if exp["dataset"] == "synthetic" and exp["model"] not in FLAT_MODELS:
         raise ConfigError(f"config key '{key}.model' has value \"{exp['model']}\", which is not allowed for "
@@ -472,15 +478,21 @@ def _check_inputs(name: str, exp: dict[str, Any]) -> None:
     from hetfl.data.sources import DATA_DIR_ENV, SOURCES
 
     cfg = (exp.get("model_params") or {}).get("cfg")
-    if exp["model"] == "vgg11" and exp["dataset"] in SOURCES and (cfg is None or isinstance(cfg, list)):
-        pools = VGG11_POOLINGS if cfg is None else cfg.count("M")  # another cfg: _check_model_params'
-        shape = SOURCES[exp["dataset"]].input_shape
-        if min(shape[-2:]) < 2**pools:  # the model refuses it when the training job builds it
+    info = SOURCES.get(exp["dataset"])
+    if info is not None and len(info.input_shape) == 3 and (cfg is None or isinstance(cfg, list)):
+        # another cfg: _check_model_params refuses it
+        pools = VGG11_POOLINGS if cfg is None else cfg.count("M")
+        need = 2**pools if exp["model"] == "vgg11" else MIN_IMAGE_SIDE.get(exp["model"], 1)
+        side = min(info.input_shape[-2:])
+        if side < need:  # the training job would fail when it builds or runs the model
+            why = (f"its {pools} 2x2 max-poolings need" if exp["model"] == "vgg11"
+                   else "its convolutions and poolings need")
+            more = (f", or model_params.cfg with at most {int(math.log2(side))} \"M\""
+                    if exp["model"] == "vgg11" else "")
             raise ConfigError(
-                f"config key '{key}.model' has value \"vgg11\", which is not allowed for dataset "
-                f"\"{exp['dataset']}\" ({'x'.join(map(str, shape))} images): its {pools} 2x2 max-poolings "
-                f"need images of at least {2**pools}x{2**pools}; allowed: a source of larger images, or "
-                f"model_params.cfg with at most {int(math.log2(min(shape[-2:])))} \"M\"")
+                f"config key '{key}.model' has value \"{exp['model']}\", which is not allowed for dataset "
+                f"\"{exp['dataset']}\" ({'x'.join(map(str, info.input_shape))} images): {why} images of "
+                f"at least {need}x{need}; allowed: a source of larger images{more}")
     data_dir = exp.get("data_dir")
     if data_dir is not None and not Path(data_dir).expanduser().is_dir():
         raise ConfigError(f"config key '{key}.data_dir' has value \"{data_dir}\", which is not an existing "
