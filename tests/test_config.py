@@ -175,6 +175,10 @@ def test_equal_counts_passes_validation_and_reaches_the_split_spec():
                                 "multiple of groups (or norm \"batch\")"),
     ("resnet_emnist", {"widths": [6, 12], "groups": 4}, "'experiments.{e}.model_params.widths' has value "
                                                          "[6, 12], which is not allowed with GroupNorm's 4"),
+    # a stage narrower than the one before: the option-A shortcut failed in training (a fuzz, stop 50)
+    ("resnet20", {"widths": [16, 8], "norm": "batch"},
+     "'experiments.{e}.model_params.widths' has value [16, 8], which is not allowed; allowed: widths that "
+     "never decrease"),
     ("vgg11", {"cfg": [64, "X"]}, "'experiments.{e}.model_params.cfg' has value [64, \"X\"], which is not "
                                   "allowed; allowed: a list of convolutions' widths (whole numbers >= 1), "
                                   "each optionally followed by \"M\" (a 2x2 max-pooling)"),
