@@ -441,14 +441,13 @@ def _check_model_params(name: str, exp: dict[str, Any]) -> None:
             raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(v)}, which model \"{model}\" "
                               f"does not take; allowed: "
                               + _FORM_TEXT.get(form, f"a list of exactly {form} whole numbers >= 1"))
-    widths = params.get("widths")
-    if model in ("resnet20", "resnet_emnist") and widths and widths != sorted(widths):
-        raise ConfigError(f"config key '{key}.widths' has value {json.dumps(widths)}, which is not allowed; "
-                          "allowed: widths that never decrease (a stage's shortcut zero-pads its input's "
-                          "channels, He et al.'s option A, and cannot drop any)")
-    if model in ("resnet20", "resnet_emnist") and params.get("norm", "group") == "group":
+    if model in RESNET_WIDTHS:  # the ResNets' widths, in the form SIZE_FORMS checked
         widths, groups = params.get("widths", RESNET_WIDTHS[model]), params.get("groups", RESNET_GROUPS)
-        if any(w % groups for w in widths):
+        if list(widths) != sorted(widths):
+            raise ConfigError(f"config key '{key}.widths' has value {json.dumps(widths)}, which is not "
+                              "allowed; allowed: widths that never decrease (a stage's shortcut zero-pads "
+                              "its input's channels, He et al.'s option A, and cannot drop any)")
+        if params.get("norm", "group") == "group" and any(w % groups for w in widths):
             k = "widths" if "widths" in params else "groups"
             raise ConfigError(f"config key '{key}.{k}' has value {json.dumps(params[k])}, which is not "
                               f"allowed with GroupNorm's {groups} groups and widths "
