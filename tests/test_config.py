@@ -390,6 +390,11 @@ def test_a_table_its_runs_cannot_feed_is_refused_before_any_job(table, change, m
     ({"settings": {"NIID": {"partition": {"label_skew": "dirichlet", "min_size": 300}}}},
      "'experiments.{e}.settings.NIID.partition.min_size' has value 300, which is not allowed with dataset "
      "mnist5k and num_devices 20; allowed: at most 200 (4,000 training samples over 20 devices)"),
+    # cyclic classes that miss some: the split job refused it (an experiment fuzz, stop 50)
+    ({"num_devices": 2}, "'experiments.{e}.settings.NIID.partition.m' has value 2, which is not allowed with "
+                         "num_devices 2 on dataset mnist5k (10 classes): cyclic classes reach every class "
+                         "only when num_devices x m >= 10, and the split would lose the samples of the "
+                         "others; allowed: m >= 5, more devices, or label_choice \"random\""),
 ])
 def test_what_a_sources_size_refuses_is_refused_before_any_job(change, message):
     """The split job refused these after the traces were made (two audits); mnist5k has 10 classes, 4,000
@@ -397,6 +402,18 @@ def test_what_a_sources_size_refuses_is_refused_before_any_job(change, message):
     cfg = copy.deepcopy(QUICK)
     cfg["experiments"] = {MLP_EXP: {**cfg["experiments"][MLP_EXP], **change}}
     _refused(cfg, message.format(e=MLP_EXP))
+
+
+def test_cyclic_classes_that_reach_every_class_or_random_ones_pass():
+    """num_devices x m = 10 reaches mnist5k's 10 classes; label_choice random drops the undrawn ones."""
+    cfg = copy.deepcopy(QUICK)
+    exp = {**cfg["experiments"][MLP_EXP], "num_devices": 5}
+    cfg["experiments"] = {MLP_EXP: exp}
+    assert exp["settings"]["NIID"]["partition"] == {"label_skew": "pathological", "m": 2}
+    validate_config(cfg)
+    exp["num_devices"] = 2
+    exp["settings"]["NIID"]["partition"]["label_choice"] = "random"
+    validate_config(cfg)
 
 
 @pytest.mark.parametrize(("exp", "setting", "key", "value", "shown", "allowed"), [

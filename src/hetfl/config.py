@@ -1189,6 +1189,17 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
             raise ConfigError(f"config key '{key}.settings.{label}.partition.m' has value {m}, which is "
                               f"not allowed with dataset {info.name}; allowed: 1..{info.num_classes} (its "
                               "classes)")
+        # cyclic: device i holds classes i·m, …, so num_devices · m must reach every class (data.partition
+        # refuses to lose the rest); checked where the classes present are known (CLASS_COUNTS)
+        classes = len(CLASS_COUNTS.get(info.name, ()))
+        if (part.get("label_skew") == "pathological" and part.get("label_choice", "cyclic") == "cyclic"
+                and exp["num_devices"] * m < classes):
+            raise ConfigError(f"config key '{key}.settings.{label}.partition.m' has value {m}, which is "
+                              f"not allowed with num_devices {exp['num_devices']} on dataset {info.name} "
+                              f"({classes} classes): cyclic classes reach every class only when num_devices "
+                              f"x m >= {classes}, and the split would lose the samples of the others; "
+                              f"allowed: m >= {-(-classes // exp['num_devices'])}, more devices, or "
+                              "label_choice \"random\" (Ruan et al.), which drops the classes nobody draws")
     train = _train_samples(info.name)
     natural = any((s.get("partition") or {}).get("label_skew") == "natural" for s in exp["settings"].values())
     if train and not natural and exp["num_devices"] > train:
