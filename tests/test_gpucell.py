@@ -21,7 +21,7 @@ experiments:
     dataset: cifar10
     settings:
       IID: {partition: {label_skew: iid}}
-      NIID: {partition: {label_skew: pathological, m: 2}}
+      NIID: {partition: {label_skew: pathological, m: 3}}
     num_devices: 4
     sizes: {distribution: equal}
     model: cnn_cifar
