@@ -539,6 +539,10 @@ def host_memory_bytes() -> int | None:
         return None
 
 
+#: the model_params that size a zoo model: config.SIZE_PARAMS, and vgg11's channel multiplier and layers
+_SIZED_BY = SIZE_PARAMS | {"width", "cfg"}
+
+
 def exact_params(spec: RunSpec) -> int | None:
     """The run's model's parameter count, exactly: the dense models (logreg, mlp) by ``dense_cost``; a zoo
     model whose model_params set a size (config.SIZE_PARAMS: channels, hidden, widths, …; vgg11's width
@@ -551,9 +555,6 @@ def exact_params(spec: RunSpec) -> int | None:
         return None
     return _meta_params(spec)
 
-
-#: the model_params that size a zoo model: config.SIZE_PARAMS, and vgg11's channel multiplier and layers
-_SIZED_BY = SIZE_PARAMS | {"width", "cfg"}
 
 
 def _meta_params(spec: RunSpec) -> int:

@@ -1184,16 +1184,17 @@ def _check_source_fits(name: str, exp: dict[str, Any]) -> None:
     key = f"experiments.{name}"
     for label, setting in exp["settings"].items():
         part = setting.get("partition") or {}
+        if part.get("label_skew") != "pathological":
+            continue
         m = part.get("m", 2)
-        if part.get("label_skew") == "pathological" and m > info.num_classes:
+        if m > info.num_classes:
             raise ConfigError(f"config key '{key}.settings.{label}.partition.m' has value {m}, which is "
                               f"not allowed with dataset {info.name}; allowed: 1..{info.num_classes} (its "
                               "classes)")
-        # cyclic: device i holds classes i·m, …, so num_devices · m must reach every class (data.partition
-        # refuses to lose the rest); checked where the classes present are known (CLASS_COUNTS)
+        # cyclic: the num_devices · m classes dealt must reach every class, or data.partition refuses to
+        # lose the rest; checked where the classes present are known (CLASS_COUNTS)
         classes = len(CLASS_COUNTS.get(info.name, ()))
-        if (part.get("label_skew") == "pathological" and part.get("label_choice", "cyclic") == "cyclic"
-                and exp["num_devices"] * m < classes):
+        if part.get("label_choice", "cyclic") == "cyclic" and exp["num_devices"] * m < classes:
             raise ConfigError(f"config key '{key}.settings.{label}.partition.m' has value {m}, which is "
                               f"not allowed with num_devices {exp['num_devices']} on dataset {info.name} "
                               f"({classes} classes): cyclic classes reach every class only when num_devices "
