@@ -316,6 +316,43 @@ def test_a_stagger_that_moves_the_last_arrival_past_the_rounds_is_named():
     validate_config({"experiments": {"tiny_table4": exp}})
 
 
+@pytest.mark.parametrize(("config", "name", "why"), [
+    ("tiny.yaml", "tiny_table4", "it counts the global epochs after each event one by one"),
+    ("tiny.yaml", "tiny_table5", "it counts the global epochs after each event one by one"),
+    ("paper/ruan2021_figure5.yaml", "ruan2021_figure5_mnist", "it counts the global epochs after each event"),
+    ("quick.yaml", "ma2022_efl_table2_mnist5k", "its best accuracy is the best over every round"),
+    ("quick.yaml", "ma2022_efl_figure2_mnist5k_lam0", "its best accuracy is the best over every round"),
+    ("quick.yaml", "fedfor_table2_mnist5k",
+     "its best accuracy is the best over every round, as the paper's is, and ACC_x is the first round that "
+     "reaches x %"),
+    ("paper/tian2022_fedfor_table5.yaml", "tian2022_fedfor_table5", "its best accuracy per stretch and its "
+                                                                     "mean over rounds read every round"),
+])
+def test_a_table_that_reads_every_round_refuses_rounds_not_evaluated(config, name, why):
+    """Tables 4-5 and Figure 5 count rounds after an event one by one: with eval_every 1000000000 the runs
+    trained and the table job failed ("the curve has no value at round τ0 − 1 = 2"), and an eval_every that
+    evaluates τ0 − 1 would have counted only evaluated rounds, silently (an extreme-value probe). BMTA, EFL's
+    λ table and FedFOR's take the best over rounds, which every fifth round would have lowered, silently."""
+    exp = yaml.safe_load((ROOT / "workflow/config" / config).read_text())["experiments"][name]
+    validate_config({"experiments": {name: exp}})
+    for every in (2, 1000000000):
+        exp["eval_every"] = every
+        _refused({"experiments": {name: exp}},
+                 f"config key 'experiments.{name}.eval_every' has value {every}, which is not allowed with "
+                 f"table {exp['table']} ({why}")
+        _refused({"experiments": {name: exp}}, "so every round must be evaluated); allowed: 1")
+
+
+def test_an_event_without_a_table_and_a_final_round_table_take_any_eval_every():
+    """Only the tables that read every round refuse eval_every > 1: an event run without a table, and Table
+    3 (the final round, always evaluated), take it."""
+    tiny = yaml.safe_load((ROOT / "workflow/config/tiny.yaml").read_text())["experiments"]
+    event = dict(tiny["tiny_table4"], table="none", eval_every=3)
+    event.pop("readings")
+    validate_config({"experiments": {"tiny_table4": event}})
+    validate_config({"experiments": {"tiny_table3": dict(tiny["tiny_table3"], eval_every=3)}})
+
+
 @pytest.mark.parametrize(("exp", "change", "message"), [
     (EXP, {"algorithm": None, "algorithms": ["fedavg", "fedprox"]},
      "'experiments.{e}.algorithms' has value [\"fedavg\", \"fedprox\"], which is not allowed with table "
@@ -365,8 +402,10 @@ def test_another_algorithms_experiment_on_a_table_without_a_method_column_is_ref
 @pytest.mark.parametrize(("table", "change", "message"), [
     ("objective_inconsistency", {}, "'experiments.{e}.dataset' has value \"synthetic\", which is not allowed "
                                     "with table objective_inconsistency"),
-    ("efl_lambda", {}, "'experiments.{e}.algorithm' has value \"fedavg\", which is not allowed with table "
-                       "efl_lambda (it reads EFL's λ); allowed: efl among the algorithms"),
+    # eval_every 1: Table 3's 5 is refused with efl_lambda on its own (EVERY_ROUND_TABLES)
+    ("efl_lambda", {"eval_every": 1},
+     "'experiments.{e}.algorithm' has value \"fedavg\", which is not allowed with table efl_lambda (it reads "
+     "EFL's λ); allowed: efl among the algorithms"),
 ])
 def test_a_table_its_runs_cannot_feed_is_refused_before_any_job(table, change, message):
     """Both trained every run, then the table failed (needs dataset quadratic; KeyError on EFL's λ)."""
