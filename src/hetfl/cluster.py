@@ -580,16 +580,37 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB" if n < 2**40 else f"{n / 2**40:,.1f} TiB"
 
 
+#: one SYNTHETIC sample as a split holds it: SYNTHETIC_SHAPE's features in float32 and an int64 label
+SYNTHETIC_SAMPLE_BYTES = 4 * SYNTHETIC_SHAPE[0] + 8
+
+
+def least_synthetic_samples(spec: RunSpec) -> int | None:
+    """The fewest samples a SYNTHETIC split of ``spec`` can hold (None for any other data set): every device
+    holds at least clip(size) under equal and pareto sizes (a Pareto draw is at least 1, so floor(size·X) is
+    at least size) and at least min_size under lognormal ones (data.sizes.sample_sizes)."""
+    if spec.dataset != "synthetic" or not spec.sizes:
+        return None
+    sizes = spec.sizes
+    floor, cap = int(sizes.get("min_size", 10)), int(sizes.get("max_size", 1000))
+    if sizes.get("distribution", "pareto") == "lognormal":
+        return spec.num_devices * floor
+    return spec.num_devices * min(max(int(sizes.get("size", 20)), floor), cap)
+
+
 def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: ClusterOptions) -> None:
     """Refuse, before any job runs, a run whose least memory no job of it could have (a ValueError naming
     the experiment, the run, the keys, their values and what is allowed).
 
     A run's participation trace is a float64 [rounds, num_devices] array that its trace job (a local rule:
     this machine) writes and its training job reads whole, so 8 · rounds · num_devices bytes must fit this
-    machine's memory. Its model's float32 parameters (``exact_params``) must fit the largest memory a
-    training job can get: this machine's, or HETFL_SLURM_MAX_MEM_MB where that is larger. Without these
-    checks `rounds: 1099511627776` passed validation, the splits ran, and the trace job failed on a
-    64 TiB allocation. A lower bound, not an estimate: a run that passes can still run out of memory."""
+    machine's memory, and so must a SYNTHETIC split's samples (``least_synthetic_samples``: a generated
+    data set's split job is a local rule too). One client's minibatch (batch_size samples and their int64
+    indices) and the model's float32 parameters (``exact_params``) must fit the largest memory a training
+    job can get: this machine's, or HETFL_SLURM_MAX_MEM_MB where that is larger. Without these checks
+    `rounds: 1099511627776` passed validation, the splits ran, and the trace job failed on a 64 TiB
+    allocation; `num_devices: 10000000` failed in the split job (44.7 GiB) and `batch_size: 1000000000`
+    in the training job (74.5 GiB). Lower bounds, not estimates: a run that passes can still run out of
+    memory."""
     if host_bytes is None:
         return
     limit = max(host_bytes, (options.max_mem_mb or 0) * 2**20)
@@ -604,6 +625,23 @@ def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: Clus
                 f"{_gib(host_bytes)} of memory, where trace jobs run; allowed: rounds x num_devices <= "
                 f"{host_bytes // 8:,} (rounds <= {host_bytes // (8 * spec.num_devices):,} at num_devices "
                 f"{spec.num_devices})")
+        least = least_synthetic_samples(spec)
+        if least is not None and least * SYNTHETIC_SAMPLE_BYTES > host_bytes:
+            raise ValueError(
+                f"{name}: num_devices {spec.num_devices:,} with sizes {json.dumps(spec.sizes)} (every device "
+                f"at least {least // spec.num_devices:,} samples) make its SYNTHETIC split at least "
+                f"{least:,} samples of {SYNTHETIC_SAMPLE_BYTES} bytes (60 float32 features, an int64 "
+                f"label), {_gib(least * SYNTHETIC_SAMPLE_BYTES)}, more than this machine's "
+                f"{_gib(host_bytes)} of memory, where splits of generated data run; allowed: num_devices x "
+                f"the least count <= {host_bytes // SYNTHETIC_SAMPLE_BYTES:,}")
+        per_sample = input_bytes(spec) + 8  # the sample as the engine holds it, and its int64 index
+        if spec.batch_size * per_sample > limit:
+            raise ValueError(
+                f"{name}: batch_size {spec.batch_size:,} makes one client's minibatch {spec.batch_size:,} "
+                f"samples of {spec.dataset} at {per_sample} bytes each (the input and its int64 index), "
+                f"{_gib(spec.batch_size * per_sample)}, more than {where} {_gib(limit)}, the most a training "
+                f"job can have; allowed: batch_size <= {limit // per_sample:,} (a batch larger than a "
+                f"device's samples repeats them: docs/aggregation.md, \"Minibatches\")")
         params = exact_params(spec)
         if params is not None and 4 * params > limit:
             raise ValueError(

@@ -13,7 +13,8 @@ from hetfl.cluster import (ClusterOptions, alternatives, cells_per_job, check_me
 
 try:
     CLUSTER = ClusterOptions.from_environ(os.environ)
-    # a trace or a model no job could hold: refused before any job runs (hetfl.cluster.check_memory)
+    # a trace, a SYNTHETIC split, a minibatch or a model no job could hold: refused before any job runs
+    # (hetfl.cluster.check_memory)
     check_memory(list(RUNS.values()), host_memory_bytes(), CLUSTER)
 except ValueError as _err:
     sys.exit(f"hetfl: {_err}")
