@@ -23,13 +23,14 @@ def _reproducible_cuda():
 @pytest.fixture
 def torch_cuda_defaults(monkeypatch):
     """torch's own defaults for the settings engine.reproducible changes (TF32 allowed, as cuDNN allows
-    it, nondeterministic kernels, no cuBLAS workspace chosen) during the test; as they were afterwards.
-    The TF32 flags are module properties, which monkeypatch cannot set."""
+    it, nondeterministic kernels, no cuBLAS workspace and no cuDNN heuristic mode chosen) during the test;
+    as they were afterwards. The TF32 flags are module properties, which monkeypatch cannot set."""
     before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
               torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.utils.deterministic.fill_uninitialized_memory, torch.backends.cudnn.benchmark)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.delenv("TORCH_CUDNN_USE_HEURISTIC_MODE_B", raising=False)
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
     torch.use_deterministic_algorithms(False)
     yield

@@ -392,14 +392,15 @@ def test_machine_measurements_are_positive():
 
 
 def test_cuda_runs_are_reproducible_float32(torch_cuda_defaults, monkeypatch):
-    """engine.reproducible: TF32 off for cuDNN and cuBLAS, torch's deterministic mode and cuBLAS's fixed
-    workspace (read by torch on CUDA only); hetfl bench sets them before it measures on CUDA, not on the
-    CPU."""
+    """engine.reproducible: TF32 off for cuDNN and cuBLAS, torch's deterministic mode, cuBLAS's fixed
+    workspace and cuDNN's heuristic mode B (read by torch on CUDA only); hetfl bench sets them before it
+    measures on CUDA, not on the CPU."""
     from hetfl.engine.reproducible import reproducible_cuda
 
     def settings():
         return (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
-                torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+                torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                os.environ.get("TORCH_CUDNN_USE_HEURISTIC_MODE_B"))
 
     seen = []
 
@@ -413,11 +414,16 @@ def test_cuda_runs_are_reproducible_float32(torch_cuda_defaults, monkeypatch):
     assert bench.main(["--workloads", "logreg-synthetic", "--device", "cuda"]) == 2
     # --tf32: TF32 products, the kernels deterministic all the same
     assert bench.main(["--workloads", "logreg-synthetic", "--device", "cuda", "--tf32"]) == 2
-    assert seen == [(True, True, False, None), (False, False, True, ":4096:8"), (True, True, True, ":4096:8")]
+    assert seen == [(True, True, False, None, None), (False, False, True, ":4096:8", "1"),
+                    (True, True, True, ":4096:8", "1")]
     assert reproducible_cuda() == {"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False,
                                    "deterministic_algorithms": True, "cudnn.benchmark": False,
-                                   "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+                                   "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+                                   "TORCH_CUDNN_USE_HEURISTIC_MODE_B": "1"}
     assert reproducible_cuda(tf32=True)["cudnn.allow_tf32"] is True
+    # a user's own choice stays: torch reads the variable once, so hetfl only fills it in
+    monkeypatch.setenv("TORCH_CUDNN_USE_HEURISTIC_MODE_B", "0")
+    assert reproducible_cuda()["TORCH_CUDNN_USE_HEURISTIC_MODE_B"] == "0"
 
 
 @pytest.mark.parametrize("extra,message", [

@@ -15,6 +15,16 @@ give the same numbers. torch's deterministic mode makes them repeatable; cuBLAS 
 workspace (CUBLAS_WORKSPACE_CONFIG, set before its first use). Ops with no deterministic CUDA kernel
 (bincount, in the entropy measure, whose integer counts are exact anyway) warn instead of failing.
 
+Algorithm choice. With the autotuner off, cuDNN's heuristics pick each convolution's algorithm among the
+deterministic ones. torch asks them in cuDNN's instant mode unless TORCH_CUDNN_USE_HEURISTIC_MODE_B is
+set; mode B is cuDNN's more accurate heuristic, slower to query (once per shape: torch caches the plan).
+Both are functions of the problem, the GPU and the cuDNN version, never of a timing, so a rerun picks the
+same algorithms. On an H100 mode B trained the batched VGG-11 1.19-1.20x and ResNet-20 1.30-1.46x as fast
+(three bench runs each way; the CNNs 0.96-1.09x, within the runs' spread), and every CUDA test passed
+under it (docs/engine-measurements.md, "On a GPU: one H100, the fifth lease"). torch reads the variable
+once, at the process's first cuDNN convolution, so `deterministic_cuda` sets it before any work; a value
+the user set is kept.
+
 `reproducible_cuda()` is called where hetfl trains or measures on CUDA (pipeline.RunJob, hetfl bench)
 and by the tests on a CUDA machine. Nothing changes on the CPU, whose kernels are deterministic already.
 
@@ -31,6 +41,8 @@ import os
 
 import torch
 
+#: torch's switch for cuDNN's heuristic mode B (read once per process, at its first cuDNN convolution)
+CUDNN_HEURISTIC_MODE_B = "TORCH_CUDNN_USE_HEURISTIC_MODE_B"
 
 def float32_precision(tf32: bool = False) -> dict[str, bool]:
     """Turn TF32 off (tf32=False) or on for cuDNN (convolutions, RNNs) and cuBLAS matmuls; the flags now
@@ -45,14 +57,17 @@ def float32_precision(tf32: bool = False) -> dict[str, bool]:
 def deterministic_cuda() -> dict[str, object]:
     """torch's deterministic mode (warning where an op has no deterministic kernel), without filling new
     tensors with NaN (a cost on every allocation; hetfl reads no uninitialised memory), cuDNN's autotuner
-    off, and cuBLAS's fixed workspace unless the caller chose one; the settings now in force."""
+    off, its heuristic mode B (the module doc), and cuBLAS's fixed workspace, the last two unless the
+    caller chose otherwise; the settings now in force."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    os.environ.setdefault(CUDNN_HEURISTIC_MODE_B, "1")
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cudnn.benchmark = False
     return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "cudnn.benchmark": torch.backends.cudnn.benchmark,
-            "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
+            "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"],
+            CUDNN_HEURISTIC_MODE_B: os.environ[CUDNN_HEURISTIC_MODE_B]}
 
 
 def check_tf32(tf32: bool, device: torch.device, who: str = "the run trains") -> bool:
