@@ -34,13 +34,15 @@ case $2 in
 esac
 """
 
-JSONS = ["", "-profile", "-profile-unfold", "-nhwc", "-grouped", "-unfold", "-lstm-ops", "-lstm-2", "-lstm-3",
-         "-lstm-4", "-tf32", "-cell-fedfor", "-cell-efl", "-cell-text", "-graphs", "-kept", "-steps20",
-         "-fedfor-e1", "-steps20-graphs", "-fedfor-e1-graphs", "-steps20-kept", "-fedfor-e1-kept"]
+JSONS = ["", "-profile", "-profile-unfold", "-nhwc", "-grouped", "-unfold", "-instant", "-lstm-ops",
+         "-lstm-2", "-lstm-3", "-lstm-4", "-tf32", "-cell-fedfor", "-cell-efl", "-cell-text", "-graphs",
+         "-kept", "-steps20", "-fedfor-e1", "-steps20-graphs", "-fedfor-e1-graphs", "-steps20-kept",
+         "-fedfor-e1-kept"]
 #: every step of the six parts, in the order run
-STEPS = ["tests", "bench", "profile", "profile-unfold", "nhwc", "grouped", "unfold", "lstm-ops", "lstm-2",
-         "lstm-3", "lstm-4", "tf32", "cell-fedfor", "cell-efl", "cell-text", "graph-tests", "graphs", "kept",
-         "steps20", "fedfor-e1", "steps20-graphs", "fedfor-e1-graphs", "steps20-kept", "fedfor-e1-kept"]
+STEPS = ["tests", "bench", "profile", "profile-unfold", "nhwc", "grouped", "unfold", "instant",
+         "lstm-ops", "lstm-2", "lstm-3", "lstm-4", "tf32", "cell-fedfor", "cell-efl", "cell-text",
+         "graph-tests", "graphs", "kept", "steps20", "fedfor-e1", "steps20-graphs", "fedfor-e1-graphs",
+         "steps20-kept", "fedfor-e1-kept"]
 
 
 @pytest.fixture()
@@ -108,7 +110,7 @@ def test_the_deadline_stops_a_step_skips_the_rest_and_still_reports(fake: dict[s
     assert done.returncode == 1
     assert steps(fake)[0][:2] == ["bench", "124"]
     assert "gpu-check: bench FAILED (exit 124, stopped at GPU_CHECK_DEADLINE)" in done.stdout
-    assert steps(fake)[1:] == [[s, "skipped", "0"] for s in STEPS[2:11]]
+    assert steps(fake)[1:] == [[s, "skipped", "0"] for s in STEPS[2:12]]
     assert "past GPU_CHECK_DEADLINE (2 s): lstm-4 skipped" in done.stdout
     assert {"gpu-bench-report.md", "gpu-bench-steps.tsv"} <= packed(fake)
 

@@ -46,6 +46,7 @@ def check_dir(tmp_path: Path) -> Path:
     """A gpu-check run's files, by hand: every part."""
     write(tmp_path, "gpu-bench.json", pair("resnet20-cifar", 750.0, 150.0) + pair("cnn-mnist", 1000.0, 40.0))
     write(tmp_path, "gpu-bench-nhwc.json", pair("cnn-mnist", 500.0, 40.0))
+    write(tmp_path, "gpu-bench-instant.json", pair("resnet20-cifar", 600.0, 150.0))
     write(tmp_path, "gpu-bench-lstm-2.json", pair("char-lstm-shakespeare", 90.0, 120.0, clients=2))
     write(tmp_path, "gpu-bench-graphs.json", [
         probe_rec("resnet20-cifar", 9), probe_rec("vgg11-cifar", 3),
@@ -84,6 +85,8 @@ def test_report_reads_every_part_and_computes_the_ratios(check_dir: Path) -> Non
     assert " yes " in table_row(text, "cnn-mnist", "1,000", "40", "25.00")
     # a variant against the default rows
     table_row(text, "channels_last true", "cnn-mnist", "500", "1,000", "0.50")
+    # torch's default cuDNN heuristics against the engine's mode B (engine.reproducible)
+    table_row(text, "cuDNN instant heuristics", "resnet20-cifar", "600", "750", "0.80")
     # small rounds: against their own loop
     table_row(text, "2", "char-lstm-shakespeare", "90", "120", "0.75")
     # where a round's time goes

@@ -36,7 +36,7 @@ from hetfl.stepprofile import format_profile
 CUDA_TARGET = 10.0
 #: the comparisons of gpu-check's part `compare`: suffix -> what the rows ran with
 VARIANTS = {"nhwc": "channels_last true", "grouped": "conv grouped", "unfold": "conv unfold",
-            "lstm-ops": "cell ops"}
+            "instant": "cuDNN instant heuristics", "lstm-ops": "cell ops"}
 SMALL_ROUNDS = (2, 3, 4)
 #: gpu-check's record of its steps beside the JSONs: one line per step, name, exit status or "skipped",
 #: seconds (tab-separated)
