@@ -630,10 +630,10 @@ def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: Clus
             raise ValueError(
                 f"{name}: num_devices {spec.num_devices:,} with sizes {json.dumps(spec.sizes)} (every device "
                 f"at least {least // spec.num_devices:,} samples) make its SYNTHETIC split at least "
-                f"{least:,} samples of {SYNTHETIC_SAMPLE_BYTES} bytes (60 float32 features, an int64 "
-                f"label), {_gib(least * SYNTHETIC_SAMPLE_BYTES)}, more than this machine's "
-                f"{_gib(host_bytes)} of memory, where splits of generated data run; allowed: num_devices x "
-                f"the least count <= {host_bytes // SYNTHETIC_SAMPLE_BYTES:,}")
+                f"{least:,} samples of {SYNTHETIC_SAMPLE_BYTES} bytes ({SYNTHETIC_SHAPE[0]} float32 "
+                f"features, an int64 label), {_gib(least * SYNTHETIC_SAMPLE_BYTES)}, more than this "
+                f"machine's {_gib(host_bytes)} of memory, where splits of generated data run; allowed: "
+                f"num_devices x the least count <= {host_bytes // SYNTHETIC_SAMPLE_BYTES:,}")
         per_sample = input_bytes(spec) + 8  # the sample as the engine holds it, and its int64 index
         if spec.batch_size * per_sample > limit:
             raise ValueError(

@@ -20,10 +20,10 @@ deterministic ones. torch asks them in cuDNN's instant mode unless TORCH_CUDNN_U
 set; mode B is cuDNN's more accurate heuristic, slower to query (once per shape: torch caches the plan).
 Both are functions of the problem, the GPU and the cuDNN version, never of a timing, so a rerun picks the
 same algorithms. On an H100 mode B trained the batched VGG-11 1.19-1.20x and ResNet-20 1.30-1.46x as fast
-(three bench runs each way; the CNNs 0.96-1.09x, within the runs' spread), and every CUDA test passed
-under it (docs/engine-measurements.md, "On a GPU: one H100, the fifth lease"). torch reads the variable
-once, at the process's first cuDNN convolution, so `deterministic_cuda` sets it before any work; a value
-the user set is kept.
+(three bench runs each way; the CNNs 0.81-1.09x, within the spread of their instant runs), and every CUDA
+test passed under it (docs/engine-measurements.md, "On a GPU: one H100, the fifth lease"). torch reads
+the variable once, at the process's first cuDNN convolution, so `deterministic_cuda` sets it before any
+work; a value the user set is kept.
 
 `reproducible_cuda()` is called where hetfl trains or measures on CUDA (pipeline.RunJob, hetfl bench)
 and by the tests on a CUDA machine. Nothing changes on the CPU, whose kernels are deterministic already.
@@ -43,6 +43,7 @@ import torch
 
 #: torch's switch for cuDNN's heuristic mode B (read once per process, at its first cuDNN convolution)
 CUDNN_HEURISTIC_MODE_B = "TORCH_CUDNN_USE_HEURISTIC_MODE_B"
+
 
 def float32_precision(tf32: bool = False) -> dict[str, bool]:
     """Turn TF32 off (tf32=False) or on for cuDNN (convolutions, RNNs) and cuBLAS matmuls; the flags now
