@@ -53,6 +53,34 @@ def test_split_flag_errors_name_flag_key_and_allowed(capsys, tmp_path, argv, exp
     assert len(err.strip().splitlines()) == 1 and not out.parent.exists()  # refused before any work
 
 
+def test_drawn_sizes_this_machine_cannot_hold_are_refused_before_any_sample(capsys, tmp_path, monkeypatch):
+    """A Pareto draw's tail is known only once drawn: num_devices 1,000,000 at index 0.5 with max_size
+    1,000,000,000 drew about 2·10^11 samples, and the split job grew past 16 GB before it was stopped (an
+    extreme-value probe). The drawn sizes are now checked against this machine's memory first."""
+    from hetfl import cluster
+
+    sizes = '{"distribution": "equal", "size": 50}'  # 4 devices x 50 samples x 248 bytes = 49,600
+    out = tmp_path / "s" / "split.npz"
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: 49_599)
+    rc, err = _main(capsys, *SPLIT, "--dataset", "synthetic", "--alpha", "1", "--beta", "1", "--sizes", sizes,
+                    "--out", str(out))
+    assert rc == 2 and not out.parent.exists(), err
+    assert err.startswith('hetfl split: error: sizes {"distribution": "equal", "size": 50') and \
+        "drew 200 samples over 4 devices (the largest 50), 0.0 GiB at 248 bytes a SYNTHETIC sample, more " \
+        "than this machine's 0.0 GiB of memory; allowed: draws within it: a smaller sizes.max_size, " \
+        "sizes.size or num_devices" in err, err
+    # from the workflow (--config-key), one "allowed": the split's own, not the generic one beside it
+    rc, err = _main(capsys, *SPLIT, "--dataset", "synthetic", "--alpha", "1", "--beta", "1", "--sizes", sizes,
+                    "--config-key", "experiments.p.settings.N", "--out", str(out))
+    assert rc == 2 and err.startswith("hetfl split: error: config entry 'experiments.p.settings.N' (seed 0) "
+                                      "gives a split the data cannot make: sizes {") and \
+        err.count("allowed:") == 1, err
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: 49_600)  # exactly fits
+    rc, err = _main(capsys, *SPLIT, "--dataset", "synthetic", "--alpha", "1", "--beta", "1", "--sizes", sizes,
+                    "--out", str(out))
+    assert rc == 0 and out.is_file(), err
+
+
 @pytest.mark.parametrize(("flag", "value", "allowed"), [
     ("--threads", "0", ">= 1"), ("--threads", "-2", ">= 1"), ("--checkpoint-every", "-5", ">= 0")])
 def test_train_counts_are_refused_as_parsed(capsys, flag, value, allowed):

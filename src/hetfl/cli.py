@@ -240,10 +240,12 @@ def _cmd_split(args: argparse.Namespace) -> int:
     except ValueError as err:
         if not args.config_key:
             raise
-        # the split's own message names the spec's fields; the workflow's user edits a config
+        # the split's own message names the spec's fields; the workflow's user edits a config, told what
+        # would do where the message does not say
+        hint = "" if "allowed:" in str(err) else ("; allowed: fewer devices (its experiment's num_devices), "
+                                                  "another partition or sizes")
         raise ValueError(f"config entry '{args.config_key}' (seed {args.seed}) gives a split the data cannot "
-                         f"make: {err}; allowed: fewer devices (its experiment's num_devices), another "
-                         "partition or sizes") from None
+                         f"make: {err}{hint}") from None
     _stamp_split_code(args.out)
     if args.describe:
         _describe_split(Path(args.out), manifest)

@@ -24,6 +24,7 @@ def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size
 
     rng = np.random.default_rng([seed, 0])
     n = sizes_mod.sample_sizes(num_devices, sizes_mod.SizeSpec(**size_spec), rng)
+    _check_drawn_sizes_fit(n, size_spec)
     gen = synthetic.generate_synthetic(alpha, beta, n, rng, iid=iid)
     parts: list[list[np.ndarray]] = [[], [], [], []]
     for x, y in zip(gen.xs, gen.ys, strict=True):
@@ -31,6 +32,24 @@ def build_synthetic(alpha: float, beta: float, iid: bool, num_devices: int, size
         for lst, arr in zip(parts, (x[tr], y[tr], x[te], y[te]), strict=True):
             lst.append(arr)
     return from_device_lists(*parts, num_classes=gen.b.shape[-1])
+
+
+def _check_drawn_sizes_fit(n: np.ndarray, size_spec: dict[str, Any]) -> None:
+    """Refuse, before generating any sample, drawn sizes whose samples this machine cannot hold (a
+    ValueError naming the sizes and what is allowed). The workflow's start refuses the least counts
+    (cluster.check_memory); a Pareto draw's tail is only known here: num_devices 1,000,000 at index 0.5
+    with max_size 1,000,000,000 drew about 2·10^11 samples, and the split job grew past 16 GB before it
+    was stopped."""
+    from hetfl.cluster import SYNTHETIC_SAMPLE_BYTES, host_memory_bytes
+
+    total, have = int(n.sum()), host_memory_bytes()
+    if have is not None and total * SYNTHETIC_SAMPLE_BYTES > have:
+        raise ValueError(
+            f"sizes {json.dumps(size_spec)} drew {total:,} samples over {len(n):,} devices (the largest "
+            f"{int(n.max()):,}), {total * SYNTHETIC_SAMPLE_BYTES / 2**30:,.1f} GiB at "
+            f"{SYNTHETIC_SAMPLE_BYTES} bytes a SYNTHETIC sample, more than this machine's "
+            f"{have / 2**30:,.1f} GiB of memory; allowed: draws within it: a smaller sizes.max_size, "
+            f"sizes.size or num_devices")
 
 
 #: the local holdouts: "random" (a seeded shuffle per device) or "temporal" (sample order with a gap:
