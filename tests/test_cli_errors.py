@@ -81,6 +81,37 @@ def test_drawn_sizes_this_machine_cannot_hold_are_refused_before_any_sample(caps
     assert rc == 0 and out.is_file(), err
 
 
+@pytest.mark.parametrize(("raised", "shown"), [
+    (MemoryError("Unable to allocate 616. GiB for an array with shape (5, 826740822, 20) and data type "
+                 "int64"), "Unable to allocate 616. GiB for an array with shape (5, 826740822, 20)"),
+    (MemoryError(), "out of memory: MemoryError;"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                  "you tried to allocate 119760000000 bytes. Error code 12 (Cannot allocate memory)"),
+     "DefaultCPUAllocator: can't allocate memory: you tried to allocate 119760000000 bytes"),
+])
+def test_a_training_job_out_of_memory_says_what_it_holds_not_a_traceback(capsys, monkeypatch, raised, shown):
+    """An MLP with hidden [1000000] on 500 devices (its clients' parameter stacks) and local_epochs 1000000000
+    (a round's minibatch indices) passed the workflow's start and failed in training with a traceback (an
+    extreme-value probe): now one line, with the keys that lower what a job holds."""
+    def train(args):
+        raise raised
+
+    monkeypatch.setattr(cli, "_cmd_train", train)
+    rc, err = _main(capsys, "train", "--spec", "{}")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("hetfl train: error: out of memory: ") and shown in err, err
+    assert "lower local_epochs, batch_size, clients_per_round or the model's size (model_params)" in err
+
+
+def test_a_runtime_error_that_is_not_memory_still_raises(monkeypatch):
+    def train(args):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)")
+
+    monkeypatch.setattr(cli, "_cmd_train", train)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        cli.main(["train", "--spec", "{}"])
+
+
 @pytest.mark.parametrize(("flag", "value", "allowed"), [
     ("--threads", "0", ">= 1"), ("--threads", "-2", ">= 1"), ("--checkpoint-every", "-5", ">= 0")])
 def test_train_counts_are_refused_as_parsed(capsys, flag, value, allowed):

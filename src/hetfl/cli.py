@@ -942,6 +942,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"hetfl {args.verb}: error: {exc}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"hetfl {args.verb}: error: out of memory: {first}{OUT_OF_MEMORY_HINTS.get(args.verb, '')}",
+              file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `hetfl runs ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -952,6 +959,24 @@ def main(argv: list[str] | None = None) -> int:
         text = str(exc) if isinstance(exc, SourceUnavailableError) else _os_error(exc)
         print(f"hetfl {args.verb}: error: {text}", file=sys.stderr)
         return 2
+
+
+#: what a verb holds at once, where it runs out of memory (the workflow's start refuses what no job could
+#: hold: hetfl.cluster.check_memory; these are what a job holds beyond that)
+OUT_OF_MEMORY_HINTS = {
+    "train": ("; a training job holds at once a round's minibatch indices (its clients x their local steps x "
+              "batch_size) and its clients' parameter stacks (its clients x the model's parameters): lower "
+              "local_epochs, batch_size, clients_per_round or the model's size (model_params), or give the "
+              "job more memory (on a cluster HETFL_SLURM_MAX_MEM_MB; docs/cluster.md)"),
+}
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """numpy's and Python's MemoryError, torch's CPU allocator failing (a RuntimeError) and CUDA's
+    OutOfMemoryError (a RuntimeError too)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return "can't allocate memory" in str(exc)
 
 
 def _os_error(exc: OSError) -> str:
