@@ -103,6 +103,19 @@ def test_a_training_job_out_of_memory_says_what_it_holds_not_a_traceback(capsys,
     assert "lower local_epochs, batch_size, clients_per_round or the model's size (model_params)" in err
 
 
+def test_a_split_job_out_of_memory_says_where_splits_can_run(capsys, monkeypatch):
+    """A real source's split holds the source's arrays: where the machine is too small, the splits can be
+    cluster jobs."""
+    def split(args):
+        raise MemoryError("Unable to allocate 9.9 GiB for an array with shape (814255, 784)")
+
+    monkeypatch.setattr(cli, "_cmd_split", split)
+    rc, err = _main(capsys, *SPLIT, "--dataset", "digits", "--out", "split.npz")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("hetfl split: error: out of memory: Unable to allocate 9.9 GiB") and \
+        "HETFL_SLURM_LOCAL_SPLIT_MB=0 to run the splits as cluster jobs" in err, err
+
+
 def test_a_runtime_error_that_is_not_memory_still_raises(monkeypatch):
     def train(args):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)")

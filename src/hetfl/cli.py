@@ -968,6 +968,9 @@ OUT_OF_MEMORY_HINTS = {
               "batch_size) and its clients' parameter stacks (its clients x the model's parameters): lower "
               "local_epochs, batch_size, clients_per_round or the model's size (model_params), or give the "
               "job more memory (on a cluster HETFL_SLURM_MAX_MEM_MB; docs/cluster.md)"),
+    "split": ("; a split job holds its source's arrays and the split's (hetfl.cluster.split_mem_mb estimates "
+              "them): a machine with more memory, or on a cluster HETFL_SLURM_LOCAL_SPLIT_MB=0 to run the "
+              "splits as cluster jobs (docs/cluster.md)"),
 }
 
 
