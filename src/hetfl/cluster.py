@@ -575,7 +575,7 @@ def _meta_params(spec: RunSpec) -> int:
         return sum(p.numel() for p in model.init_params(torch.Generator()))
 
 
-def _gib(n: float) -> str:
+def gib(n: float) -> str:
     """Bytes in GiB, or TiB from 1,024 GiB on."""
     return f"{n / 2**30:,.1f} GiB" if n < 2**40 else f"{n / 2**40:,.1f} TiB"
 
@@ -621,8 +621,8 @@ def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: Clus
         if need > host_bytes:
             raise ValueError(
                 f"{name}: rounds {spec.rounds} x num_devices {spec.num_devices} make its participation "
-                f"trace a float64 [rounds, num_devices] array of {_gib(need)}, more than this machine's "
-                f"{_gib(host_bytes)} of memory, where trace jobs run; allowed: rounds x num_devices <= "
+                f"trace a float64 [rounds, num_devices] array of {gib(need)}, more than this machine's "
+                f"{gib(host_bytes)} of memory, where trace jobs run; allowed: rounds x num_devices <= "
                 f"{host_bytes // 8:,} (rounds <= {host_bytes // (8 * spec.num_devices):,} at num_devices "
                 f"{spec.num_devices})")
         least = least_synthetic_samples(spec)
@@ -631,22 +631,22 @@ def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: Clus
                 f"{name}: num_devices {spec.num_devices:,} with sizes {json.dumps(spec.sizes)} (every device "
                 f"at least {least // spec.num_devices:,} samples) make its SYNTHETIC split at least "
                 f"{least:,} samples of {SYNTHETIC_SAMPLE_BYTES} bytes ({SYNTHETIC_SHAPE[0]} float32 "
-                f"features, an int64 label), {_gib(least * SYNTHETIC_SAMPLE_BYTES)}, more than this "
-                f"machine's {_gib(host_bytes)} of memory, where splits of generated data run; allowed: "
+                f"features, an int64 label), {gib(least * SYNTHETIC_SAMPLE_BYTES)}, more than this "
+                f"machine's {gib(host_bytes)} of memory, where splits of generated data run; allowed: "
                 f"num_devices x the least count <= {host_bytes // SYNTHETIC_SAMPLE_BYTES:,}")
         per_sample = input_bytes(spec) + 8  # the sample as the engine holds it, and its int64 index
         if spec.batch_size * per_sample > limit:
             raise ValueError(
                 f"{name}: batch_size {spec.batch_size:,} makes one client's minibatch {spec.batch_size:,} "
                 f"samples of {spec.dataset} at {per_sample} bytes each (the input and its int64 index), "
-                f"{_gib(spec.batch_size * per_sample)}, more than {where} {_gib(limit)}, the most a training "
+                f"{gib(spec.batch_size * per_sample)}, more than {where} {gib(limit)}, the most a training "
                 f"job can have; allowed: batch_size <= {limit // per_sample:,} (a batch larger than a "
                 f"device's samples repeats them: docs/aggregation.md, \"Minibatches\")")
         params = exact_params(spec)
         if params is not None and 4 * params > limit:
             raise ValueError(
                 f"{name}: model \"{spec.model}\" with model_params {json.dumps(spec.model_params)} has "
-                f"{params:,} parameters, {_gib(4 * params)} in float32, more than {where} {_gib(limit)}, "
+                f"{params:,} parameters, {gib(4 * params)} in float32, more than {where} {gib(limit)}, "
                 f"the most a training job can have; allowed: at most {limit // 4:,} parameters, or "
                 f"HETFL_SLURM_MAX_MEM_MB set to the cluster nodes' memory (docs/cluster.md)")
 

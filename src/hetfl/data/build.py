@@ -40,16 +40,15 @@ def _check_drawn_sizes_fit(n: np.ndarray, size_spec: dict[str, Any]) -> None:
     (cluster.check_memory); a Pareto draw's tail is only known here: num_devices 1,000,000 at index 0.5
     with max_size 1,000,000,000 drew about 2·10^11 samples, and the split job grew past 16 GB before it
     was stopped."""
-    from hetfl.cluster import SYNTHETIC_SAMPLE_BYTES, host_memory_bytes
+    from hetfl.cluster import SYNTHETIC_SAMPLE_BYTES, gib, host_memory_bytes
 
     total, have = int(n.sum()), host_memory_bytes()
     if have is not None and total * SYNTHETIC_SAMPLE_BYTES > have:
         raise ValueError(
             f"sizes {json.dumps(size_spec)} drew {total:,} samples over {len(n):,} devices (the largest "
-            f"{int(n.max()):,}), {total * SYNTHETIC_SAMPLE_BYTES / 2**30:,.1f} GiB at "
-            f"{SYNTHETIC_SAMPLE_BYTES} bytes a SYNTHETIC sample, more than this machine's "
-            f"{have / 2**30:,.1f} GiB of memory; allowed: draws within it: a smaller sizes.max_size, "
-            f"sizes.size or num_devices")
+            f"{int(n.max()):,}), {gib(total * SYNTHETIC_SAMPLE_BYTES)} at {SYNTHETIC_SAMPLE_BYTES} bytes a "
+            f"SYNTHETIC sample, more than this machine's {gib(have)} of memory; allowed: draws within it: a "
+            f"smaller sizes.max_size, sizes.size or num_devices")
 
 
 #: the local holdouts: "random" (a seeded shuffle per device) or "temporal" (sample order with a gap:
