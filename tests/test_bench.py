@@ -75,6 +75,26 @@ def test_model_params_reach_every_workloads_model(monkeypatch):
     assert {r["workload"] for r in records} == {"cnn-mnist", "resnet20-cifar"}
     assert all(r["model_params"] == {"channels_last": False} for r in records)
     assert all(r["tf32"] is False for r in records)  # IEEE float32 unless --tf32 (CUDA only)
+    assert all(r["cudnn"] is None for r in records)  # cuDNN's heuristics: a CUDA bench's only
+
+
+def test_a_cuda_bench_says_which_cudnn_heuristics_chose_its_convolutions(torch_cuda_defaults, monkeypatch,
+                                                                        capsys):
+    """engine.reproducible asks cuDNN's mode B (TORCH_CUDNN_USE_HEURISTIC_MODE_B=1) unless the user set the
+    variable; torch reads "1" and "0" only. gpu-check's `instant` rows set "0": the records say which."""
+    assert bench.cudnn_heuristics("1") == "mode B"
+    assert bench.cudnn_heuristics("0") == bench.cudnn_heuristics(None) == "instant"
+    # the header, on a CUDA device faked up to its measurements (no workload runs)
+    monkeypatch.setattr(bench, "resolve_device", lambda device: torch.device("cuda"))
+    monkeypatch.setattr(bench, "device_name", lambda device: "Fake GPU")
+    monkeypatch.setattr(bench, "run_workload", lambda *args, **kwargs: [])
+    monkeypatch.setattr(bench, "gemm_gflops", lambda device: {"torch.mm": 1000.0})
+    monkeypatch.setattr(bench, "copy_gbps", lambda device: 100.0)
+    assert bench.main(["--workloads", "logreg-synthetic", "--device", "cuda"]) == 0
+    assert "Fake GPU (cuda, cuDNN mode B heuristics, " in capsys.readouterr().out
+    monkeypatch.setenv("TORCH_CUDNN_USE_HEURISTIC_MODE_B", "0")  # as gpu-check's `instant` step runs
+    assert bench.main(["--workloads", "logreg-synthetic", "--device", "cuda"]) == 0
+    assert "Fake GPU (cuda, cuDNN instant heuristics, " in capsys.readouterr().out
 
 
 

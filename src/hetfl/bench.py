@@ -36,7 +36,7 @@ from hetfl.engine.graphs import GRAPH_MIN_STEPS, GraphCache
 from hetfl.engine.local import local_sgd
 from hetfl.engine.minibatch import minibatch_indices
 from hetfl.engine.oracle import local_sgd_reference
-from hetfl.engine.reproducible import check_tf32, reproducible_cuda
+from hetfl.engine.reproducible import CUDNN_HEURISTIC_MODE_B, check_tf32, reproducible_cuda
 from hetfl.models import BatchedModel, LogReg, make_model
 
 
@@ -518,6 +518,13 @@ def format_table(records: list[dict[str, Any]]) -> str:
     return tabulate(rows, head, colalign=("left", "left") + ("right",) * 9)
 
 
+def cudnn_heuristics(value: str | None) -> str:
+    """Which heuristics chose the cuDNN convolutions a CUDA bench ran: "mode B" where
+    TORCH_CUDNN_USE_HEURISTIC_MODE_B is "1" (engine.reproducible sets it unless told), else "instant",
+    torch's default (torch reads only "1" and "0")."""
+    return "mode B" if value == "1" else "instant"
+
+
 def _gemm_summary(machine: dict[str, Any]) -> str:
     """"463 GFLOP/s (oneDNN; torch.mm 218)": the bound's library first, then the others' rates."""
     rest = "".join(f"; {name} {rate:.0f}" for name, rate in machine["gemm_gflops"].items()
@@ -592,12 +599,13 @@ def _run_bench(workloads: Sequence[str], steps: int | None, device: str, threads
                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     dev = resolve_device(device)
     check_tf32(tf32, dev, "the bench runs")
+    heuristics = None
     if dev.type == "cuda":
         # as `hetfl train` runs on CUDA: both engines IEEE float32 (TF32 if asked), deterministic
-        reproducible_cuda(tf32)
+        heuristics = cudnn_heuristics(reproducible_cuda(tf32)[CUDNN_HEURISTIC_MODE_B])
     if threads:
         torch.set_num_threads(threads)
-    machine = {"device": dev.type, "device_name": device_name(dev), "tf32": tf32,
+    machine = {"device": dev.type, "device_name": device_name(dev), "tf32": tf32, "cudnn": heuristics,
                "threads": torch.get_num_threads(), "cpu_workers": executor.cpu_workers(),
                "cpus": os.cpu_count(), "torch": torch.__version__}
     records = [r for name in workloads
@@ -617,6 +625,7 @@ def _run_bench(workloads: Sequence[str], steps: int | None, device: str, threads
                                                                model_params)]
     for r in records:
         r["device_name"], r["tf32"], r["cpu_workers"] = machine["device_name"], tf32, machine["cpu_workers"]
+        r["cudnn"] = heuristics
         r["matmul_library"], r["gemm_gflops"] = machine["matmul_library"], machine["gemm_gflops"]
         r.setdefault("threads", machine["threads"])  # evaluation records: the machine's
     return records, machine
@@ -777,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hetfl bench: error: {err}", file=sys.stderr)
         return 2
     workers = "" if m["cpu_workers"] == "auto" else f", CPU workers {m['cpu_workers']}"
-    print(f"{m['device_name']} ({m['device']}{', TF32' if m['tf32'] else ''}, {m['threads']} threads"
+    cudnn = f", cuDNN {m['cudnn']} heuristics" if m["cudnn"] else ""
+    print(f"{m['device_name']} ({m['device']}{', TF32' if m['tf32'] else ''}{cudnn}, {m['threads']} threads"
           f"{workers}, torch {m['torch']}): "
           f"matmul {_gemm_summary(m)}, copy {m['copy_gbps']:.1f} GB/s; "
           f"median of {args.repeat} runs per engine"
