@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetfl.data.sizes import SizeSpec, sample_sizes
+from hetfl.data.sizes import SizeSpec, least_count, sample_sizes
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -100,6 +100,25 @@ def test_counts_always_within_bounds(dist: str, size: int, lo: int, span: int, s
     n = sample_sizes(64, spec, rng(seed))
     assert n.shape == (64,) and n.dtype == np.int64
     assert n.min() >= lo and n.max() <= lo + span
+
+
+@given(
+    dist=st.sampled_from(["equal", "pareto", "lognormal"]),
+    size=st.integers(1, 500),
+    lo=st.integers(1, 50),
+    span=st.integers(0, 2000),
+    capped=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_least_count_bounds_every_draw_and_is_the_equal_count(dist: str, size: int, lo: int, span: int,
+                                                              capped: bool, seed: int) -> None:
+    """cluster.check_memory refuses a SYNTHETIC split whose least counts do not fit: a lower bound of every
+    draw, reached by every device under equal sizes (and by a Pareto draw of X near 1)."""
+    spec = SizeSpec(dist, size=size, min_size=lo, max_size=lo + span if capped else None)
+    n = sample_sizes(64, spec, rng(seed))
+    assert n.min() >= least_count(spec)
+    if dist == "equal":
+        assert (n == least_count(spec)).all()
 
 
 @pytest.mark.parametrize("seed", range(0, 200, 7))

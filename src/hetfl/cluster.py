@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from hetfl.config import SIZE_PARAMS, TEXT_MODELS, RunSpec
+from hetfl.data.sizes import SizeSpec, least_count
 from hetfl.data.sources import SOURCES
 
 
@@ -586,15 +587,10 @@ SYNTHETIC_SAMPLE_BYTES = 4 * SYNTHETIC_SHAPE[0] + 8
 
 def least_synthetic_samples(spec: RunSpec) -> int | None:
     """The fewest samples a SYNTHETIC split of ``spec`` can hold (None for any other data set): every device
-    holds at least clip(size) under equal and pareto sizes (a Pareto draw is at least 1, so floor(size·X) is
-    at least size) and at least min_size under lognormal ones (data.sizes.sample_sizes)."""
+    at least ``data.sizes.least_count`` of its sizes."""
     if spec.dataset != "synthetic" or not spec.sizes:
         return None
-    sizes = spec.sizes
-    floor, cap = int(sizes.get("min_size", 10)), int(sizes.get("max_size", 1000))
-    if sizes.get("distribution", "pareto") == "lognormal":
-        return spec.num_devices * floor
-    return spec.num_devices * min(max(int(sizes.get("size", 20)), floor), cap)
+    return spec.num_devices * least_count(SizeSpec(**spec.sizes))
 
 
 def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: ClusterOptions) -> None:

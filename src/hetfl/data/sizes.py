@@ -77,6 +77,16 @@ def _clip_to_counts(raw: np.ndarray, spec: SizeSpec) -> np.ndarray:
     return clipped.astype(np.int64)
 
 
+def least_count(spec: SizeSpec) -> int:
+    """The fewest samples `sample_sizes` can give a device under `spec`: clip(size) under equal and pareto
+    sizes (a Pareto draw X is at least 1, so floor(size · X) is at least size), min_size under lognormal
+    ones (a log-normal draw can be near 0)."""
+    if spec.distribution == "lognormal":
+        return spec.min_size
+    least = max(spec.size, spec.min_size)
+    return least if spec.max_size is None else min(least, spec.max_size)
+
+
 # scipy.stats.pareto(b).rvs and scipy.stats.lognorm(s).rvs (in _lognormal_counts), computed as scipy computes
 # them (the inverse CDF of one uniform draw; exp of s times one standard normal draw), so the same generator
 # gives bitwise the same sizes (tests/test_sizes.py compares them with scipy.stats for many seeds). Importing
