@@ -4,11 +4,17 @@ import dataclasses
 import math
 import re
 
+import numpy as np
 import pytest
+import torch
 
 from hetfl import cluster
+from hetfl.algorithms import CATALOG, make_algorithm
+from hetfl.algorithms.base import Task
 from hetfl.cluster import ClusterOptions
 from hetfl.config import by_cell, expand_runs, validate_config
+from hetfl.data.sources import SOURCES
+from hetfl.models import make_model
 
 
 def _runs(**exp):
@@ -442,6 +448,97 @@ def test_check_memory_refuses_a_minibatch_no_training_job_can_hold():
     (cnn,) = _cnn()  # MNIST images: 784 float32 pixels, 3,144 bytes with the index
     with pytest.raises(ValueError, match="minibatch 10 samples of mnist at 3144 bytes each"):
         cluster.check_memory([cnn], 31_439, ClusterOptions())
+
+
+def _state_entries(state) -> int:
+    """Tensor entries anywhere in an algorithm's state (dicts, lists, tensors, None)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() if state.is_floating_point() else 0
+    if isinstance(state, dict):
+        return sum(_state_entries(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return sum(_state_entries(v) for v in state)
+    return 0
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_device_copies_are_what_init_state_allocates(name):
+    """DEVICE_COPIES against every built-in algorithm's init_state: the float entries one more device adds
+    are the table's whole copies of the model (FedBN: a part of one, its batch norm; APFL: and α_k), for
+    each value of a hyperparameter that changes the state (EFL's broadcast). A new stateful algorithm, or a
+    change to one's state, fails here until the table says so."""
+    model = make_model("cnn_bn", (1, 8, 8), 3, channels=(2, 4))
+    params = model.init_params(torch.Generator().manual_seed(0))
+    size = sum(p.numel() for p in params)
+    x, y = torch.zeros(6, 1, 8, 8), torch.zeros(6, dtype=torch.long)
+    variants = [{"broadcast": "participants"}, {"broadcast": "all"}] if name == "efl" else [{}]
+    for hp in variants:
+        algorithm = make_algorithm(name, hp)
+        algorithm.setup(Task(model, x, y, np.array([0, 2, 4, 6])))
+        per_device = (_state_entries(algorithm.init_state(params, 3))
+                      - _state_entries(algorithm.init_state(params, 2)))
+        (spec,) = _synthetic(algorithm=name, algorithm_params={name: hp} if hp else {},
+                             schemes=["C" if name == "efl" else "A"])
+        copies = cluster.device_copies(spec)
+        assert copies * size <= per_device < (copies + 1) * size, (name, hp, per_device / size)
+        # beyond the copies: APFL's mixing weight α_k, one float a device; FedBN's batch norm, a part of one
+        assert per_device - copies * size <= (1 if name != "fedbn" else size - 1)
+        assert (per_device > copies * size) == (name in ("apfl", "fedbn"))
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element")  # vgg11 on 28×28 (refused by validation)
+def test_zoo_max_params_is_the_largest_default_zoo_model():
+    """ZOO_MAX_PARAMS bounds every zoo model at its default sizes on every source it builds on (the gate
+    below which check_memory counts no default-sized model's state)."""
+    counts = []
+    for model_name in set(cluster.MODEL_COSTS) - {"quadratic"}:
+        for source in SOURCES.values():
+            shape = source.input_shape
+            dim = int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
+            try:
+                with torch.device("meta"):
+                    model = make_model(model_name, dim, source.num_classes)
+            except (ValueError, RuntimeError, TypeError):
+                continue  # a model this source's input does not build (validation refuses the pair)
+            counts.append(sum(p.numel() for p in model.init_params(torch.Generator())))
+    assert max(counts) == cluster.ZOO_MAX_PARAMS
+
+
+def test_check_memory_refuses_per_device_state_no_training_job_can_hold():
+    """A stateful algorithm allocates its per-device copies of the model when training starts: the global
+    model and DEVICE_COPIES × num_devices copies must fit a CPU job. SCAFFOLD with num_devices 5000 on a
+    1.4 M-parameter MLP passed validation, the split and trace ran, and the kernel killed the training job
+    after 80 s (26.4 GiB of control variates on a 23.5 GiB machine), its log empty."""
+    mlp = {"model": "mlp", "model_params": {"hidden": [100]}, "sizes": {"distribution": "equal", "size": 10}}
+    params = 61 * 100 + 101 * 10  # 7,110
+    (fedavg,) = _synthetic(**mlp)
+    (scaffold,) = _synthetic(**mlp, algorithm="scaffold")
+    # EFL: r_k, u_k, v_k and ŵ_k (broadcast "participants")
+    (efl,) = _synthetic(**mlp, algorithm="efl", schemes=["C"])
+    small = 8 * 10 * 10 + 10 * 10 * 248  # the trace and the split fit: 24,800 bytes
+    need = 4 * params * (1 + 10)  # 312,840 bytes
+    cluster.check_memory([scaffold], need, ClusterOptions())
+    cluster.check_memory([fedavg], need - 1, ClusterOptions())  # no per-device state
+    with pytest.raises(ValueError) as err:
+        cluster.check_memory([scaffold], need - 1, ClusterOptions())
+    msg = str(err.value)
+    assert "algorithm \"scaffold\" keeps 1 float32 copy of the model for every device" in msg
+    assert "num_devices 10 with model \"mlp\" (7,110 parameters) make its state 0.0 GiB" in msg
+    assert "allowed: num_devices <= 9 with this model and algorithm" in msg
+    with pytest.raises(ValueError, match="keeps 4 float32 copies.*allowed: num_devices <= 2 "):
+        cluster.check_memory([efl], need, ClusterOptions())  # 4 · 7,110 · (1 + 4·2) <= need < … (1 + 4·3)
+    cluster.check_memory([scaffold], small, ClusterOptions(max_mem_mb=1))  # a cluster node of 1 MiB
+    # a default-sized zoo model is counted (on torch's meta device) only where its state could exceed
+    (cnn,) = _cnn()
+    many = dataclasses.replace(cnn, algorithm="scaffold", num_devices=1000)
+    cnn_need = 4 * cluster.MODEL_COSTS["cnn"].params * 1001  # 6.2 GiB
+    cluster.check_memory([many], cnn_need, ClusterOptions())
+    with pytest.raises(ValueError, match=r'num_devices 1,000 with model "cnn" \(1,663,370 parameters\)'):
+        cluster.check_memory([many], cnn_need - 1, ClusterOptions())
+    # a job given a GPU holds its state on the card, whose memory is not known here: not checked
+    gpu = ClusterOptions(gpus=1)
+    assert cluster.train_device([many], gpu) == "cuda"
+    cluster.check_memory([many], cnn_need - 1, gpu)
 
 
 def test_exact_params_counts_a_sized_zoo_model_without_allocating_it():

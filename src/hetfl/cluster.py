@@ -548,13 +548,33 @@ def exact_params(spec: RunSpec) -> int | None:
     """The run's model's parameter count, exactly: the dense models (logreg, mlp) by ``dense_cost``; a zoo
     model whose model_params set a size (config.SIZE_PARAMS: channels, hidden, widths, …; vgg11's width
     and cfg) built on torch's meta device (``_meta_params``); None for the zoo's models at their default
-    sizes (at most 9.8 M parameters: nothing to check, and no torch import at the workflow's start) and
-    the quadratic bed."""
+    sizes (at most ZOO_MAX_PARAMS: no torch import at the workflow's start) and the quadratic bed."""
     if spec.model not in MODEL_COSTS:
         return model_cost(spec).params
     if spec.model == "quadratic" or not _SIZED_BY.intersection(spec.model_params):
         return None
     return _meta_params(spec)
+
+
+#: the most parameters a zoo model has at its default sizes on any registered source (vgg11 on DomainNet's
+#: 3×64×64 images: 10,537,354; tests/test_cluster.py builds every pair)
+ZOO_MAX_PARAMS = 10_537_354
+
+#: whole copies of the model that a built-in algorithm's state holds for every device, from the first
+#: round to the last (init_state's [num_devices, …] stacks: control variates, personalised models, error
+#: feedback); tests/test_cluster.py checks every entry against init_state. FedBN's local batch norm is a
+#: part of a copy, counted 0; a plugin's state is not known here (0: not checked).
+DEVICE_COPIES = {"scaffold": 1, "scaffold_elasticnet": 1, "feddyn": 1, "feddyn_elasticnet": 1, "vrlsgd": 1,
+                 "fedgate": 1, "apfl": 1, "fedamp": 1, "topk_ef": 1, "sign_ef": 1, "st_ef": 1, "fedcurv": 2,
+                 "efl": 3}
+
+
+def device_copies(spec: RunSpec) -> int:
+    """``DEVICE_COPIES`` of the run's algorithm under its hyperparameters: EFL's broadcast "participants"
+    keeps one more, ŵ_k, the model each device last trained from."""
+    broadcast = spec.algorithm_params.get("broadcast", "participants")
+    extra = spec.algorithm == "efl" and broadcast == "participants"
+    return DEVICE_COPIES.get(spec.algorithm, 0) + int(extra)
 
 
 
@@ -602,11 +622,14 @@ def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: Clus
     machine's memory, and so must a SYNTHETIC split's samples (``least_synthetic_samples``: a generated
     data set's split job is a local rule too). One client's minibatch (batch_size samples and their int64
     indices) and the model's float32 parameters (``exact_params``) must fit the largest memory a training
-    job can get: this machine's, or HETFL_SLURM_MAX_MEM_MB where that is larger. Without these checks
+    job can get: this machine's, or HETFL_SLURM_MAX_MEM_MB where that is larger; on a CPU job so must the
+    global model and the ``device_copies`` a stateful algorithm keeps for every device (SCAFFOLD's c_k,
+    EFL's r_k, u_k, v_k and ŵ_k, …), allocated when training starts. Without these checks
     `rounds: 1099511627776` passed validation, the splits ran, and the trace job failed on a 64 TiB
     allocation; `num_devices: 10000000` failed in the split job (44.7 GiB) and `batch_size: 1000000000`
-    in the training job (74.5 GiB). Lower bounds, not estimates: a run that passes can still run out of
-    memory."""
+    in the training job (74.5 GiB); SCAFFOLD with num_devices 5000 on a 1.4 M-parameter MLP (26.4 GiB of
+    control variates) had its training job killed by the kernel after 80 s, its log empty. Lower bounds,
+    not estimates: a run that passes can still run out of memory."""
     if host_bytes is None:
         return
     limit = max(host_bytes, (options.max_mem_mb or 0) * 2**20)
@@ -639,11 +662,28 @@ def check_memory(specs: Sequence[RunSpec], host_bytes: int | None, options: Clus
                 f"job can have; allowed: batch_size <= {limit // per_sample:,} (a batch larger than a "
                 f"device's samples repeats them: docs/aggregation.md, \"Minibatches\")")
         params = exact_params(spec)
+        # a stateful algorithm on a CPU job (a GPU job's state is on a card of unknown memory): a zoo model
+        # at its default sizes is counted (importing torch) only where its state could exceed the limit
+        copies = device_copies(spec) if train_device([spec], options) == "cpu" else 0
+        if params is None and copies and spec.model != "quadratic" \
+                and 4 * ZOO_MAX_PARAMS * (1 + copies * spec.num_devices) > limit:
+            params = _meta_params(spec)
         if params is not None and 4 * params > limit:
             raise ValueError(
                 f"{name}: model \"{spec.model}\" with model_params {json.dumps(spec.model_params)} has "
                 f"{params:,} parameters, {gib(4 * params)} in float32, more than {where} {gib(limit)}, "
                 f"the most a training job can have; allowed: at most {limit // 4:,} parameters, or "
+                f"HETFL_SLURM_MAX_MEM_MB set to the cluster nodes' memory (docs/cluster.md)")
+        if params is not None and copies and 4 * params * (1 + copies * spec.num_devices) > limit:
+            most = (limit // (4 * params) - 1) // copies
+            raise ValueError(
+                f"{name}: algorithm \"{spec.algorithm}\" keeps {copies} float32 "
+                f"{'copy' if copies == 1 else 'copies'} of the model for every device (its control variates, "
+                f"personalised models or error feedback, held from the first round to the last), so "
+                f"num_devices {spec.num_devices:,} with model \"{spec.model}\" ({params:,} parameters) make "
+                f"its state {gib(4 * params * copies * spec.num_devices)} beside the global model, more than "
+                f"{where} {gib(limit)}, the most a training job can have; allowed: num_devices <= {most:,} "
+                f"with this model and algorithm, a smaller model, an algorithm without per-device state, or "
                 f"HETFL_SLURM_MAX_MEM_MB set to the cluster nodes' memory (docs/cluster.md)")
 
 
