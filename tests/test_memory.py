@@ -157,3 +157,29 @@ def test_a_round_that_cannot_fit_this_machine_is_refused_before_it_allocates(tin
     assert built == [1, 2]  # refused before round 1's indices
     monkeypatch.setattr(cluster, "host_memory_bytes", lambda: None)  # a machine that does not say
     assert train(make_model("logreg", 60, 10), tiny_fed, np.ones((2, 4)), cfg).rounds_done == 2
+
+
+def test_the_largest_round_is_checked_before_the_first_runs(tiny_fed, monkeypatch):
+    """RunLoop.check_memory reads every round's participants ahead (RunLoop.participants, which plan uses):
+    a round 2 of 4 clients that cannot fit is refused before round 1 of one client trains, and a run
+    resumed after it is checked from the round it resumes at."""
+    from hetfl import cluster
+    from hetfl.engine.runner import Data, RunLoop, TrainSettings, train
+
+    fractions = np.array([[1.0, 0, 0, 0], [1.0, 1, 1, 1], [1.0, 0, 0, 0]])  # 1, 4 and 1 clients train
+    one, four = 610 * 4 + 10 * 8, 4 * (610 * 4 + 10 * 8)  # 2,520 and 10,080 bytes
+    cfg = TrainSettings("B", 1, 10, 0.5, 3)
+    rounds = []
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: four - 1)
+    with pytest.raises(MemoryError, match=r"^round 2 trains 4 clients at once"):
+        train(make_model("logreg", 60, 10), tiny_fed, fractions, cfg, progress=lambda t, _: rounds.append(t))
+    assert rounds == []
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: four)
+    snaps = []
+    done = train(make_model("logreg", 60, 10), tiny_fed, fractions, cfg, checkpoint=snaps.append,
+                 checkpoint_every=2)
+    assert done.rounds_done == 3 and snaps[0].tau == 2
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: one)  # round 3 alone fits
+    loop = RunLoop(make_model("logreg", 60, 10), Data.of(tiny_fed, torch.device("cpu")), fractions, cfg,
+                   resume=snaps[0])
+    assert loop.next_round == 3

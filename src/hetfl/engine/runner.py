@@ -116,13 +116,13 @@ class Data:
 
 
 def check_round_memory(tau: int, clients: int, steps: int, batch: int, params: list[torch.Tensor]) -> None:
-    """Raise MemoryError, before a CPU round allocates them, where what it certainly holds at once exceeds
-    this machine's memory (cluster.host_memory_bytes): minibatch_indices' [K, S, B] int64 array and
-    local_sgd's stack of the K clients' parameters (one run's clients go in one local_sgd call). Past it the
-    allocations succeed and the kernel kills the job as their pages are touched, with nothing in its log:
-    FedAvg with 5,000 clients a round on a 1.4 M-parameter MLP (26.4 GiB of stack) ran 80 s and was killed.
-    `hetfl train` words the error (cli.OUT_OF_MEMORY_HINTS). A lower bound: a round that passes can still
-    run out."""
+    """Raise MemoryError where what CPU round τ certainly holds at once exceeds this machine's memory
+    (cluster.host_memory_bytes): minibatch_indices' [K, S, B] int64 array and local_sgd's stack of the K
+    clients' parameters (one run's clients go in one local_sgd call). RunLoop.check_memory asks it of the
+    largest round before the first runs. Past it the allocations succeed and the kernel kills the job as
+    their pages are touched, with nothing in its log: FedAvg with 5,000 clients a round on a 1.4 M-parameter
+    MLP (26.4 GiB of stack) ran 80 s and was killed. `hetfl train` words the error
+    (cli.OUT_OF_MEMORY_HINTS). A lower bound: a round that passes can still run out."""
     from hetfl.cluster import gib, host_memory_bytes
 
     have = host_memory_bytes()
@@ -202,18 +202,21 @@ class RunLoop:
             self._labels = [(y, y.clone()) for y in ys]
         gen = torch.Generator().manual_seed(cfg.seed)
         self.params = [t.to(device) for t in model.init_params(gen)]
+        # the first round still to run: a diverged run resumes with none
+        first = 1 if resume is None else resume.tau + 1 if resume.status == "ok" else cfg.rounds + 1
+        if device.type == "cpu":  # before the algorithm's state and any round
+            self.check_memory(first)
         self.algorithm = algorithm or FedAvg()
         check_scheme(self.algorithm.name, cfg.scheme, key="scheme")  # e.g. FedNova under C divides twice
         self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets, seed=cfg.seed))
         self.state = self.algorithm.init_state(self.params, fed.num_devices)
         self.result = TrainResult()
-        self.next_round = 1
+        self.next_round = first
         if resume is not None:
             self.params = [t.to(device) for t in resume.params]
             self.state = _to(resume.state, device)
             self.result = TrainResult(records=list(resume.records), status=resume.status,
                                       rounds_done=resume.tau)
-            self.next_round = resume.tau + 1 if resume.status == "ok" else cfg.rounds + 1
         self._round: tuple[dict[str, float], RoundInfo | None, np.ndarray, bool] | None = None
         # how plan() draws minibatches; train_stacked gives the runs of a cell one SharedStreams
         self.minibatches: Callable[..., np.ndarray] = minibatch_indices
@@ -222,13 +225,12 @@ class RunLoop:
     def finished(self) -> bool:
         return self.next_round > self.cfg.rounds
 
-    def plan(self, tau: int) -> LocalWork | None:
-        """Round τ up to local training: η_τ, p_τ^k of the scheme, who trains how many steps."""
+    def participants(self, tau: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """Round τ's scheme coefficients p_τ^k, the steps every device completes, the aggregation weights
+        over the round's sampled devices and whether the round is discarded (Scheme A without a complete
+        device): a pure function of the run's inputs, so check_memory can read every round before the
+        first."""
         cfg, schedule, fed = self.cfg, self.schedule, self.data.fed
-        for y, y0 in self._labels:  # FedFOR's concept shift: the labels of round τ's map, in place
-            y.copy_(torch.as_tensor(cfg.label_maps[tau - 1], device=y.device)[y0])
-        # staircase η0/τ, restarted at objective shifts; or constant
-        lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
         p = schedule.coefficients(fed.p, tau)
         in_round = sample_clients(fed.num_devices, cfg.clients_per_round, cfg.seed, tau)  # engine.sampling
         done = np.where(schedule.sending[tau - 1] & in_round,
@@ -236,6 +238,30 @@ class RunLoop:
         p_in = sampled_coefficients(p, in_round, cfg.sampling_weights)
         weights, discarded = boosted_weights(cfg.scheme, p_in, schedule.boost[tau - 1], done, self.full,
                                              cfg.boost)
+        return p, done, weights, discarded
+
+    def check_memory(self, first: int) -> None:
+        """check_round_memory for the round from ``first`` on that holds the most, before any of them runs."""
+        worst: tuple[int, int, int, int] = (0, 0, 0, 0)  # bytes, round, clients, steps
+        per_client = sum(p.numel() * p.element_size() for p in self.params)
+        for tau in range(first, self.cfg.rounds + 1):
+            _, done, weights, discarded = self.participants(tau)
+            steps = done[(weights != 0) & (done > 0)]
+            if discarded or not len(steps):
+                continue
+            need = len(steps) * (per_client + 8 * int(steps.max()) * self.cfg.batch_size)
+            worst = max(worst, (need, -tau, len(steps), int(steps.max())))  # the first such round on a tie
+        if worst[0]:
+            check_round_memory(-worst[1], worst[2], worst[3], self.cfg.batch_size, self.params)
+
+    def plan(self, tau: int) -> LocalWork | None:
+        """Round τ up to local training: η_τ, p_τ^k of the scheme, who trains how many steps."""
+        cfg, schedule, fed = self.cfg, self.schedule, self.data.fed
+        for y, y0 in self._labels:  # FedFOR's concept shift: the labels of round τ's map, in place
+            y.copy_(torch.as_tensor(cfg.label_maps[tau - 1], device=y.device)[y0])
+        # staircase η0/τ, restarted at objective shifts; or constant
+        lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
+        p, done, weights, discarded = self.participants(tau)
         clients = np.flatnonzero((weights != 0) & (done > 0))
         info = None
         if not discarded and len(clients):
@@ -245,8 +271,6 @@ class RunLoop:
         if info is None:
             return None
         alg = self.algorithm
-        if self.data.x_train.device.type == "cpu":
-            check_round_memory(tau, len(clients), int(info.done.max()), cfg.batch_size, self.params)
         idx = self.minibatches(fed.train_offsets, clients, info.done, cfg.batch_size, cfg.seed, tau)
         local = alg.local_model(self.model)
         return LocalWork(info, idx, alg.correct, alg.client_context(self.state, self.params, info),
