@@ -183,3 +183,41 @@ def test_the_largest_round_is_checked_before_the_first_runs(tiny_fed, monkeypatc
     loop = RunLoop(make_model("logreg", 60, 10), Data.of(tiny_fed, torch.device("cpu")), fractions, cfg,
                    resume=snaps[0])
     assert loop.next_round == 3
+
+
+def test_the_algorithms_state_counts_beside_the_largest_round(tiny_fed, monkeypatch):
+    """RunLoop.state_bytes runs init_state on the meta device: SCAFFOLD's control variates c_k of every
+    device (4 x 610 floats) and its c; they count beside the largest round, and alone in a run with no
+    round to train. A plugin whose init_state cannot run on shapes alone gives no bound (0), not an error."""
+    from hetfl import cluster
+    from hetfl.algorithms.base import Algorithm
+    from hetfl.engine.runner import Data, RunLoop, TrainSettings, train
+
+    data = Data.of(tiny_fed, torch.device("cpu"))
+    cfg = TrainSettings("B", 1, 10, 0.5, 2)
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: None)
+    loop = RunLoop(make_model("logreg", 60, 10), data, np.ones((2, 4)), cfg, make_algorithm("scaffold", {}))
+    assert loop.state_bytes() == (4 + 1) * 610 * 4
+    assert RunLoop(make_model("logreg", 60, 10), data, np.ones((2, 4)), cfg).state_bytes() == 0  # FedAvg
+    round_ = 4 * 610 * 4 + 4 * 1 * 10 * 8
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: round_ + 5 * 610 * 4)
+    train(make_model("logreg", 60, 10), tiny_fed, np.ones((2, 4)), cfg,
+          algorithm=make_algorithm("scaffold", {}))
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: round_ + 5 * 610 * 4 - 1)
+    with pytest.raises(MemoryError, match=r"\(4 x 1 steps x 10, 0\.0 GiB\), beside the algorithm's state of "
+                                          r"every device \(0\.0 GiB\), need"):
+        train(make_model("logreg", 60, 10), tiny_fed, np.ones((2, 4)), cfg,
+              algorithm=make_algorithm("scaffold", {}))
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: 5 * 610 * 4 - 1)  # no device ever trains
+    with pytest.raises(MemoryError, match=r"^The algorithm's state of every device \(0\.0 GiB\) is more "):
+        train(make_model("logreg", 60, 10), tiny_fed, np.zeros((2, 4)), cfg,
+              algorithm=make_algorithm("scaffold", {}))
+
+    class ReadsValues(Algorithm):
+        def init_state(self, params, num_devices):
+            return {"scale": float(params[0].abs().max())}  # a value: meta tensors have none
+
+    monkeypatch.setattr(cluster, "host_memory_bytes", lambda: 1)
+    plugin = RunLoop.__new__(RunLoop)
+    plugin.params, plugin.algorithm, plugin.data = loop.params, ReadsValues(), data
+    assert plugin.state_bytes() == 0

@@ -115,25 +115,32 @@ class Data:
                    None if fed.d_global is None or not fed.has_global_test else put(fed.d_global))
 
 
-def check_round_memory(tau: int, clients: int, steps: int, batch: int, params: list[torch.Tensor]) -> None:
+def check_round_memory(tau: int, clients: int, steps: int, batch: int, params: list[torch.Tensor],
+                       state: int = 0) -> None:
     """Raise MemoryError where what CPU round τ certainly holds at once exceeds this machine's memory
-    (cluster.host_memory_bytes): minibatch_indices' [K, S, B] int64 array and local_sgd's stack of the K
-    clients' parameters (one run's clients go in one local_sgd call). RunLoop.check_memory asks it of the
-    largest round before the first runs. Past it the allocations succeed and the kernel kills the job as
-    their pages are touched, with nothing in its log: FedAvg with 5,000 clients a round on a 1.4 M-parameter
-    MLP (26.4 GiB of stack) ran 80 s and was killed. `hetfl train` words the error
-    (cli.OUT_OF_MEMORY_HINTS). A lower bound: a round that passes can still run out."""
+    (cluster.host_memory_bytes): minibatch_indices' [K, S, B] int64 array, local_sgd's stack of the K
+    clients' parameters (one run's clients go in one local_sgd call) and ``state``, the bytes of the
+    algorithm's state (RunLoop.state_bytes). RunLoop.check_memory asks it of the largest round before the
+    first runs (clients 0: a run with no round to train, its state alone). Past it the allocations succeed
+    and the kernel kills the job as their pages are touched, with nothing in its log: FedAvg with 5,000
+    clients a round on a 1.4 M-parameter MLP (26.4 GiB of stack) ran 80 s and was killed. `hetfl train`
+    words the error (cli.OUT_OF_MEMORY_HINTS). A lower bound: a round that passes can still run out."""
     from hetfl.cluster import gib, host_memory_bytes
 
     have = host_memory_bytes()
     indices = 8 * clients * steps * batch
     stack = clients * sum(p.numel() * p.element_size() for p in params)
-    if have is not None and indices + stack > have:
-        size = sum(p.numel() for p in params)
-        raise MemoryError(
-            f"round {tau} trains {clients:,} clients at once: their parameter stack ({clients:,} x {size:,} "
-            f"parameters, {gib(stack)}) and minibatch indices ({clients:,} x {steps:,} steps x {batch:,}, "
-            f"{gib(indices)}) need {gib(indices + stack)}, more than this machine's {gib(have)}")
+    if have is None or indices + stack + state <= have:
+        return
+    beside = f"the algorithm's state of every device ({gib(state)})"
+    if not clients:
+        raise MemoryError(f"{beside[0].upper()}{beside[1:]} is more than this machine's {gib(have)}")
+    size = sum(p.numel() for p in params)
+    raise MemoryError(
+        f"round {tau} trains {clients:,} clients at once: their parameter stack ({clients:,} x {size:,} "
+        f"parameters, {gib(stack)}) and minibatch indices ({clients:,} x {steps:,} steps x {batch:,}, "
+        f"{gib(indices)}){f', beside {beside},' if state else ''} need {gib(indices + stack + state)}, more "
+        f"than this machine's {gib(have)}")
 
 
 @dataclass(frozen=True)
@@ -202,13 +209,13 @@ class RunLoop:
             self._labels = [(y, y.clone()) for y in ys]
         gen = torch.Generator().manual_seed(cfg.seed)
         self.params = [t.to(device) for t in model.init_params(gen)]
+        self.algorithm = algorithm or FedAvg()
+        check_scheme(self.algorithm.name, cfg.scheme, key="scheme")  # e.g. FedNova under C divides twice
+        self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets, seed=cfg.seed))
         # the first round still to run: a diverged run resumes with none
         first = 1 if resume is None else resume.tau + 1 if resume.status == "ok" else cfg.rounds + 1
         if device.type == "cpu":  # before the algorithm's state and any round
             self.check_memory(first)
-        self.algorithm = algorithm or FedAvg()
-        check_scheme(self.algorithm.name, cfg.scheme, key="scheme")  # e.g. FedNova under C divides twice
-        self.algorithm.setup(Task(model, data.x_train, data.y_train, fed.train_offsets, seed=cfg.seed))
         self.state = self.algorithm.init_state(self.params, fed.num_devices)
         self.result = TrainResult()
         self.next_round = first
@@ -240,8 +247,22 @@ class RunLoop:
                                              cfg.boost)
         return p, done, weights, discarded
 
+    def state_bytes(self) -> int:
+        """Bytes of the state the algorithm's init_state would allocate for every device, from a run of it on
+        meta copies of the parameters (shapes only, nothing allocated); 0 where it does not run there (a
+        plugin's init_state that reads values)."""
+        meta = [p.to("meta") for p in self.params]
+        try:
+            with torch.device("meta"):
+                state = self.algorithm.init_state(meta, self.data.fed.num_devices)
+        except Exception:  # noqa: BLE001 - any failure on shapes alone only means no bound: the job goes on
+            return 0
+        return sum(t.numel() * t.element_size() for t in torch.utils._pytree.tree_leaves(state)
+                   if isinstance(t, torch.Tensor))
+
     def check_memory(self, first: int) -> None:
-        """check_round_memory for the round from ``first`` on that holds the most, before any of them runs."""
+        """check_round_memory for the round from ``first`` on that holds the most, beside the algorithm's
+        state, before the state is allocated or any round runs."""
         worst: tuple[int, int, int, int] = (0, 0, 0, 0)  # bytes, round, clients, steps
         per_client = sum(p.numel() * p.element_size() for p in self.params)
         for tau in range(first, self.cfg.rounds + 1):
@@ -251,8 +272,8 @@ class RunLoop:
                 continue
             need = len(steps) * (per_client + 8 * int(steps.max()) * self.cfg.batch_size)
             worst = max(worst, (need, -tau, len(steps), int(steps.max())))  # the first such round on a tie
-        if worst[0]:
-            check_round_memory(-worst[1], worst[2], worst[3], self.cfg.batch_size, self.params)
+        state = self.state_bytes()
+        check_round_memory(-worst[1], worst[2], worst[3], self.cfg.batch_size, self.params, state)
 
     def plan(self, tau: int) -> LocalWork | None:
         """Round τ up to local training: η_τ, p_τ^k of the scheme, who trains how many steps."""
