@@ -19,8 +19,8 @@ setup: $(STAMP)  ## create .venv with the pinned dependencies and hetfl
 reproduce: $(STAMP)  ## run the embedded default grid and build its tables (recovers from an interrupted run)
 	PATH=$(BIN):$$PATH $(BIN)/python -m hetfl.reproduce --cores $(CORES) --configfile $(CONFIG)
 
-test: $(STAMP)  ## run the test suite, one worker per core (a test file stays on one worker: its fixtures run once)
-	PATH=$(BIN):$$PATH $(BIN)/python -m pytest -n $(CORES) --dist loadfile
+test: $(STAMP)  ## run the test suite, one worker per core (a test file stays on one worker: its fixtures run once; the workflow files first, tests/conftest.py)
+	PATH=$(BIN):$$PATH $(BIN)/python -m pytest -n $(CORES) --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

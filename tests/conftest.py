@@ -12,6 +12,15 @@ from hetfl.data.federation import from_device_lists
 from hetfl.engine.reproducible import reproducible_cuda
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with a `slow` test (one that runs the Snakemake workflow) first, every file's tests in their
+    own order: under `make test`'s `--dist loadfile --no-loadscope-reorder` the longest files start first
+    and the many short ones fill in behind them. xdist's own reorder sends the files with the most tests
+    first, so the few long workflow files started last and one worker ran them alone at the end."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the rest keeps the collection order
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _reproducible_cuda():
     """On a CUDA machine, as hetfl trains and measures there: no TF32, deterministic kernels

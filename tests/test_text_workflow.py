@@ -324,6 +324,7 @@ def test_text_model_defaults_and_natural_sizes(leaf_dir):
         validate_config(cfg)
 
 
+@pytest.mark.slow
 def test_workflow_trains_both_text_datasets(leaf_dir, tmp_path):
     """The real Snakefile on a config with one Shakespeare and one Sent140 experiment (2 rounds each)."""
     config = tmp_path / "text.yaml"
