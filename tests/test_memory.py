@@ -209,7 +209,7 @@ def test_the_algorithms_state_counts_beside_the_largest_round(tiny_fed, monkeypa
         train(make_model("logreg", 60, 10), tiny_fed, np.ones((2, 4)), cfg,
               algorithm=make_algorithm("scaffold", {}))
     monkeypatch.setattr(cluster, "host_memory_bytes", lambda: 5 * 610 * 4 - 1)  # no device ever trains
-    with pytest.raises(MemoryError, match=r"^The algorithm's state of every device \(0\.0 GiB\) is more "):
+    with pytest.raises(MemoryError, match=r"^the algorithm's state of every device \(0\.0 GiB\) is more "):
         train(make_model("logreg", 60, 10), tiny_fed, np.zeros((2, 4)), cfg,
               algorithm=make_algorithm("scaffold", {}))
 

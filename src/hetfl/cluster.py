@@ -577,7 +577,6 @@ def device_copies(spec: RunSpec) -> int:
     return DEVICE_COPIES.get(spec.algorithm, 0) + int(extra)
 
 
-
 def _meta_params(spec: RunSpec) -> int:
     """Parameters of the model a run of ``spec`` trains, built as pipeline._make_model builds it (the
     source's input shape and classes, model_params' lists as tuples) on torch's meta device: shapes only,

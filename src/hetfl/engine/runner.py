@@ -134,7 +134,7 @@ def check_round_memory(tau: int, clients: int, steps: int, batch: int, params: l
         return
     beside = f"the algorithm's state of every device ({gib(state)})"
     if not clients:
-        raise MemoryError(f"{beside[0].upper()}{beside[1:]} is more than this machine's {gib(have)}")
+        raise MemoryError(f"{beside} is more than this machine's {gib(have)}")
     size = sum(p.numel() for p in params)
     raise MemoryError(
         f"round {tau} trains {clients:,} clients at once: their parameter stack ({clients:,} x {size:,} "
@@ -232,11 +232,11 @@ class RunLoop:
     def finished(self) -> bool:
         return self.next_round > self.cfg.rounds
 
-    def participants(self, tau: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    def participants(self, tau: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, np.ndarray]:
         """Round τ's scheme coefficients p_τ^k, the steps every device completes, the aggregation weights
-        over the round's sampled devices and whether the round is discarded (Scheme A without a complete
-        device): a pure function of the run's inputs, so check_memory can read every round before the
-        first."""
+        over the round's sampled devices, whether the round is discarded (Scheme A without a complete
+        device) and the devices that train (a weight and a step): a pure function of the run's inputs, so
+        check_memory can read every round before the first."""
         cfg, schedule, fed = self.cfg, self.schedule, self.data.fed
         p = schedule.coefficients(fed.p, tau)
         in_round = sample_clients(fed.num_devices, cfg.clients_per_round, cfg.seed, tau)  # engine.sampling
@@ -245,7 +245,7 @@ class RunLoop:
         p_in = sampled_coefficients(p, in_round, cfg.sampling_weights)
         weights, discarded = boosted_weights(cfg.scheme, p_in, schedule.boost[tau - 1], done, self.full,
                                              cfg.boost)
-        return p, done, weights, discarded
+        return p, done, weights, discarded, np.flatnonzero((weights != 0) & (done > 0))
 
     def state_bytes(self) -> int:
         """Bytes of the state the algorithm's init_state would allocate for every device, from a run of it on
@@ -266,8 +266,8 @@ class RunLoop:
         worst: tuple[int, int, int, int] = (0, 0, 0, 0)  # bytes, round, clients, steps
         per_client = sum(p.numel() * p.element_size() for p in self.params)
         for tau in range(first, self.cfg.rounds + 1):
-            _, done, weights, discarded = self.participants(tau)
-            steps = done[(weights != 0) & (done > 0)]
+            _, done, _, discarded, clients = self.participants(tau)
+            steps = done[clients]
             if discarded or not len(steps):
                 continue
             need = len(steps) * (per_client + 8 * int(steps.max()) * self.cfg.batch_size)
@@ -282,8 +282,7 @@ class RunLoop:
             y.copy_(torch.as_tensor(cfg.label_maps[tau - 1], device=y.device)[y0])
         # staircase η0/τ, restarted at objective shifts; or constant
         lr = schedule.lr(cfg.eta0, tau) if cfg.lr_schedule == "staircase" else cfg.eta0
-        p, done, weights, discarded = self.participants(tau)
-        clients = np.flatnonzero((weights != 0) & (done > 0))
+        p, done, weights, discarded, clients = self.participants(tau)
         info = None
         if not discarded and len(clients):
             info = RoundInfo(tau=tau, lr=lr, clients=clients, done=done[clients], full=self.full[clients],
