@@ -477,3 +477,58 @@ def test_an_edit_of_a_cli_default_reruns_the_jobs_of_its_verb_only(monkeypatch):
     assert fingerprints() == before
     # every kind's rule calls the verb of its name: none is missing from the parser
     assert all(json.loads(fp.cli_defaults(kind.replace("_", "-"))) for kind in fp.ENTRIES)
+
+
+def test_parsed_sources_are_kept_on_disk_by_their_bytes(tmp_path, monkeypatch):
+    """_parsed keeps a file's code_text and imports in parse_cache_dir, named by the sha256 of its bytes:
+    another process reads them instead of tokenizing and parsing again; an edited file is another entry;
+    an entry cut short is computed again and replaced; an unwritable cache changes no result; a file
+    that does not parse still hashes as it is and still raises where its imports are asked for."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert fp.parse_cache_dir() == tmp_path / "cache/hetfl/sources"
+    source = b"import os\nfrom hetfl.data import build  # a comment\n\nx = 1\n"
+    fp._parsed.cache_clear()
+    fp._imports_in.cache_clear()
+    expect_code, expect_imports = b"import os\nfrom hetfl.data import build\nx = 1\n", \
+        frozenset({"hetfl.data", "hetfl.data.build"})
+    assert fp.code_text(source) == expect_code
+    (entry,) = fp.parse_cache_dir().iterdir()
+    fp._parsed.cache_clear()  # as in a new process: read from the entry, nothing computed
+    fp._imports_in.cache_clear()
+    with monkeypatch.context() as m:
+        m.setattr(fp, "_code_text", lambda s: pytest.fail("tokenized again"))
+        m.setattr(fp, "_import_names", lambda s: pytest.fail("parsed again"))
+        assert fp.code_text(source) == expect_code
+        assert fp._imports_in(source.decode()) == expect_imports
+    edited = source.replace(b"x = 1", b"x = 2")
+    assert fp.code_text(edited) == expect_code.replace(b"x = 1", b"x = 2")
+    assert len(list(fp.parse_cache_dir().iterdir())) == 2
+    entry.write_text(entry.read_text()[:20])  # cut short
+    fp._parsed.cache_clear()
+    assert fp.code_text(source) == expect_code
+    assert json.loads(entry.read_text())["imports"] == ["hetfl.data", "hetfl.data.build", "os"]
+    broken = b"x = (1,\n"
+    assert fp.code_text(broken) == broken
+    fp._parsed.cache_clear()
+    assert fp.code_text(broken) == broken  # from its entry
+    with pytest.raises(SyntaxError):
+        fp._imports_in(broken.decode())
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # no directory can be made there
+    fp._parsed.cache_clear()
+    fp._imports_in.cache_clear()
+    assert fp.code_text(source) == expect_code and fp._imports_in(source.decode()) == expect_imports
+    fp._parsed.cache_clear()
+    fp._imports_in.cache_clear()
+
+
+def test_a_fingerprint_is_the_same_from_an_empty_and_a_full_parse_cache(package_copy, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kinds = sorted(fp.ENTRIES)
+    fp._parsed.cache_clear()
+    cold = [fp.fingerprint(kind) for kind in kinds]
+    assert any(fp.parse_cache_dir().iterdir())
+    for cached in (fp._parsed, fp._imports_in, fp.closure, fp.fingerprint):
+        cached.cache_clear()
+    assert [fp.fingerprint(kind) for kind in kinds] == cold
+    fp._parsed.cache_clear()
