@@ -122,12 +122,11 @@ def parse_cache_dir() -> Path:
 @functools.cache
 def _parsed(source: bytes) -> tuple[bytes, frozenset[str] | None]:
     """A Python file's code_text and the modules it imports (_import_names; None where it does not
-    parse), kept on disk between
-    processes (parse_cache_dir), a file per source named by the sha256 of its bytes, of the Python version
-    (tokenize and ast are the interpreter's) and of PARSE_CACHE_FORMAT: an edited file is another entry,
-    so none is ever stale. Every training job, split job and Snakemake start tokenized and parsed its
-    closure anew (69 files, 0.7 s of a 3 s dry run on a 2-core AVX2 host). An entry that cannot be read
-    is computed again, and one that cannot be written is not kept."""
+    parse), kept on disk between processes (parse_cache_dir), a file per source named by the sha256 of
+    its bytes, of the Python version (tokenize and ast are the interpreter's) and of PARSE_CACHE_FORMAT:
+    an edited file is another entry, so none is ever stale. Every training job, split job and Snakemake
+    start tokenized and parsed its closure anew (69 files, 0.7 s of a 3 s dry run on a 2-core AVX2
+    host). An entry that cannot be read is computed again, and one that cannot be written is not kept."""
     key = hashlib.sha256(f"{PARSE_CACHE_FORMAT}\0{sys.version}\0".encode() + source).hexdigest()
     path = parse_cache_dir() / f"{key}.json"
     try:
@@ -135,7 +134,7 @@ def _parsed(source: bytes) -> tuple[bytes, frozenset[str] | None]:
         names = entry["imports"]
         return (base64.b64decode(entry["code"], validate=True),
                 None if names is None else frozenset(names))
-    except (OSError, ValueError, KeyError, TypeError):  # none yet, or cut short or edited by hand
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or one cut short
         pass
     code = _code_text(source)
     try:
