@@ -115,12 +115,18 @@ class Data:
                    None if fed.d_global is None or not fed.has_global_test else put(fed.d_global))
 
 
+def round_bytes(clients: int, steps: int, batch: int, params: list[torch.Tensor]) -> tuple[int, int]:
+    """What a round of ``clients`` clients, the most of whom take ``steps`` steps of ``batch`` samples,
+    certainly holds at once: minibatch_indices' [K, S, B] int64 array and local_sgd's stack of the K
+    clients' parameters (one run's clients go in one local_sgd call), in bytes."""
+    return 8 * clients * steps * batch, clients * sum(p.numel() * p.element_size() for p in params)
+
+
 def check_round_memory(tau: int, clients: int, steps: int, batch: int, params: list[torch.Tensor],
                        state: int = 0) -> None:
-    """Raise MemoryError where what CPU round τ certainly holds at once exceeds this machine's memory
-    (cluster.host_memory_bytes): minibatch_indices' [K, S, B] int64 array, local_sgd's stack of the K
-    clients' parameters (one run's clients go in one local_sgd call) and ``state``, the bytes of the
-    algorithm's state (RunLoop.state_bytes). RunLoop.check_memory asks it of the largest round before the
+    """Raise MemoryError where what CPU round τ certainly holds at once (round_bytes) and ``state``, the
+    bytes of the algorithm's state (RunLoop.state_bytes), exceed this machine's memory
+    (cluster.host_memory_bytes). RunLoop.check_memory asks it of the largest round before the
     first runs (clients 0: a run with no round to train, its state alone). Past it the allocations succeed
     and the kernel kills the job as their pages are touched, with nothing in its log: FedAvg with 5,000
     clients a round on a 1.4 M-parameter MLP (26.4 GiB of stack) ran 80 s and was killed. `hetfl train`
@@ -128,8 +134,7 @@ def check_round_memory(tau: int, clients: int, steps: int, batch: int, params: l
     from hetfl.cluster import gib, host_memory_bytes
 
     have = host_memory_bytes()
-    indices = 8 * clients * steps * batch
-    stack = clients * sum(p.numel() * p.element_size() for p in params)
+    indices, stack = round_bytes(clients, steps, batch, params)
     if have is None or indices + stack + state <= have:
         return
     beside = f"the algorithm's state of every device ({gib(state)})"
@@ -264,14 +269,13 @@ class RunLoop:
         """check_round_memory for the round from ``first`` on that holds the most, beside the algorithm's
         state, before the state is allocated or any round runs."""
         worst: tuple[int, int, int, int] = (0, 0, 0, 0)  # bytes, round, clients, steps
-        per_client = sum(p.numel() * p.element_size() for p in self.params)
         for tau in range(first, self.cfg.rounds + 1):
             _, done, _, discarded, clients = self.participants(tau)
-            steps = done[clients]
-            if discarded or not len(steps):
+            if discarded or not len(clients):
                 continue
-            need = len(steps) * (per_client + 8 * int(steps.max()) * self.cfg.batch_size)
-            worst = max(worst, (need, -tau, len(steps), int(steps.max())))  # the first such round on a tie
+            k, s = len(clients), int(done[clients].max())
+            need = sum(round_bytes(k, s, self.cfg.batch_size, self.params))
+            worst = max(worst, (need, -tau, k, s))  # the first such round on a tie
         state = self.state_bytes()
         check_round_memory(-worst[1], worst[2], worst[3], self.cfg.batch_size, self.params, state)
 
