@@ -2,7 +2,10 @@
 
 import dataclasses
 import math
+import pickle
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -502,6 +505,35 @@ def test_zoo_max_params_is_the_largest_default_zoo_model():
                 continue  # a model this source's input does not build (validation refuses the pair)
             counts.append(sum(p.numel() for p in model.init_params(torch.Generator())))
     assert max(counts) == cluster.ZOO_MAX_PARAMS
+
+
+_COUNT_IN_A_FRESH_PROCESS = """
+import pickle, sys
+from hetfl import cluster
+counts = [cluster.exact_params(spec) for spec in pickle.load(sys.stdin.buffer)]
+print(counts, "torch._dynamo" in sys.modules)
+"""
+
+
+def test_a_model_counted_at_the_workflows_start_runs_no_initialiser():
+    """torch's meta kernel of normal_ imports torch._dynamo (4 s): nn.Embedding's and kaiming_normal_'s
+    initialisers on the meta device made every Snakemake start of an EFL text config 7 s longer (8.7 s for a
+    dry run of ma2022_efl_text, 4.0 s now). _meta_params builds under hetfl.models.meta.shapes_only, which
+    skips the initialisers: the same counts as the models built on the CPU, and torch._dynamo not imported."""
+    specs = [dataclasses.replace(_cnn()[0], model=model, dataset=dataset, model_params=params)
+             for model, dataset, params in (("sent_lstm", "sent140", {"hidden": 64}),
+                                            ("char_lstm", "shakespeare", {"embed": 16}),
+                                            ("resnet20", "cifar10", {"widths": [8, 16, 32]}))]
+    built = []
+    for spec in specs:
+        shape = SOURCES[spec.dataset].input_shape
+        dim = int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.model_params.items()}
+        model = make_model(spec.model, dim, SOURCES[spec.dataset].num_classes, **kwargs)
+        built.append(sum(p.numel() for p in model.init_params(torch.Generator())))
+    out = subprocess.run([sys.executable, "-c", _COUNT_IN_A_FRESH_PROCESS], input=pickle.dumps(specs),
+                         capture_output=True, check=True)
+    assert out.stdout.decode().split() == [*str(built).split(), "False"], out.stderr.decode()[-2000:]
 
 
 def test_check_memory_refuses_per_device_state_no_training_job_can_hold():

@@ -580,17 +580,19 @@ def device_copies(spec: RunSpec) -> int:
 def _meta_params(spec: RunSpec) -> int:
     """Parameters of the model a run of ``spec`` trains, built as pipeline._make_model builds it (the
     source's input shape and classes, model_params' lists as tuples) on torch's meta device: shapes only,
-    so a model of 10**14 parameters is counted without allocating it. Imports torch (about 2 s), which
-    only configs that size a zoo model pay."""
+    so a model of 10**14 parameters is counted without allocating it, and no initialiser runs
+    (hetfl.models.meta.shapes_only). Imports torch (about 2 s), which only configs that size a zoo model,
+    or whose state could exceed the memory, pay."""
     import torch
 
     from hetfl.models import make_model
+    from hetfl.models.meta import shapes_only
 
     info = SOURCES[spec.dataset]
     shape = info.input_shape
     input_dim = int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.model_params.items()}
-    with torch.device("meta"):
+    with shapes_only():
         model = make_model(spec.model, input_dim, info.num_classes, **kwargs)
         return sum(p.numel() for p in model.init_params(torch.Generator()))
 
