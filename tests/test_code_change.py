@@ -66,14 +66,34 @@ def _ran_once(tmp_path: Path, config: str, site: Path | None = None) -> tuple[Pa
     return repo, work
 
 
+@pytest.fixture(scope="module")
+def _plain_ran(tmp_path_factory) -> Path:
+    """CONFIG run once for the tests that start from it (each takes its own copy, ``_copy_of``)."""
+    root = tmp_path_factory.mktemp("plain")
+    _ran_once(root, CONFIG)
+    return root
+
+
+def _copy_of(ran: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of a ran-once pair (repo, work), checked to be still at "Nothing to be done" (Snakemake's
+    records name the outputs relative to the working directory, and copytree keeps their times). The
+    MLflow store stays behind: its artifact locations are absolute paths, which hetfl.tracking refuses to
+    mirror into from a copy, and the next mirror makes a store of the copy's own."""
+    shutil.copytree(ran, tmp_path, symlinks=True, dirs_exist_ok=True,
+                    ignore=lambda d, names: {"mlflow.db", "mlartifacts"} & set(names))
+    repo, work = tmp_path / "repo", tmp_path / "work"
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
+    return repo, work
+
+
 def _planned(proc: subprocess.CompletedProcess) -> set[str]:
     stats = (proc.stdout + proc.stderr).split("Job stats:")[1].split("Reasons")[0]
     return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+$", stats, re.M)} - {"total", "all"}
 
 
 @pytest.mark.slow
-def test_editing_an_algorithm_reruns_its_runs_only(tmp_path):
-    repo, work = _ran_once(tmp_path, CONFIG)
+def test_editing_an_algorithm_reruns_its_runs_only(_plain_ran, tmp_path):
+    repo, work = _copy_of(_plain_ran, tmp_path)
 
     fedprox = repo / "src/hetfl/algorithms/fedprox.py"
     fedprox.write_text(fedprox.read_text() + "\n_EDITED = True  # an edit of FedProx's code\n")
@@ -218,13 +238,13 @@ def test_a_plugins_new_label_rebuilds_the_tables_and_figures_that_print_it(tmp_p
 
 
 @pytest.mark.slow
-def test_a_new_version_of_torch_or_numpy_reruns_the_jobs_it_can_change(tmp_path):
+def test_a_new_version_of_torch_or_numpy_reruns_the_jobs_it_can_change(_plain_ran, tmp_path):
     """torch's and numpy's versions keyed a training checkpoint, but no rule saw them: after an upgrade the
     runs, splits and traces made under the old versions stayed ("Nothing to be done"), and a later edit
     retrained some runs only, old and new numbers side by side. Now the split, trace and training rules
     pass the versions of what they compute with (`versions` param, hetfl.fingerprint.VERSIONS); a
     training job rerun under the same versions restores its runs from their checkpoints."""
-    repo, work = _ran_once(tmp_path, CONFIG)
+    repo, work = _copy_of(_plain_ran, tmp_path)
     for dist, rules in (("numpy", {"split", "split_figure", "trace", "train_plain", "train_prox", "track"}),
                         ("torch", {"train_plain", "train_prox", "track"})):
         site = tmp_path / f"site-{dist}"  # metadata only: the same modules, another version on record
@@ -242,11 +262,11 @@ def test_a_new_version_of_torch_or_numpy_reruns_the_jobs_it_can_change(tmp_path)
 
 
 @pytest.mark.slow
-def test_another_mlflow_store_mirrors_again(tmp_path):
+def test_another_mlflow_store_mirrors_again(_plain_ran, tmp_path):
     """The mirror's store (MLFLOW_TRACKING_URI, else results/mlflow.db) reached no rule: pointed at another
     store, the workflow said "Nothing to be done", and that store never got the runs while mlflow.json
     still named the old one. The store is the track rule's `store` param."""
-    repo, work = _ran_once(tmp_path, CONFIG)
+    repo, work = _copy_of(_plain_ran, tmp_path)
     store = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'other.db'}"}
     plan = _snakemake(repo, work, "-n", environ=store)
     assert plan.returncode == 0, plan.stderr[-3000:]
