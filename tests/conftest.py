@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from xdist.scheduler import LoadFileScheduling
 
 from hetfl.data.federation import from_device_lists
 from hetfl.engine.reproducible import reproducible_cuda
@@ -19,6 +20,28 @@ def pytest_collection_modifyitems(config, items):
     first, so the few long workflow files started last and one worker ran them alone at the end."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: the rest keeps the collection order
+
+
+#: test files that read a session fixture another file makes, scheduled in that file's unit of work:
+#: tests/test_report.py reads workflow_dir (the tiny workflow, about 40 s), as tests/test_workflow.py does
+SAME_UNIT = {"tests/test_report.py": "tests/test_workflow.py"}
+
+
+class FileUnits(LoadFileScheduling):
+    """`--dist loadfile`'s units (a file's tests on one worker: its module fixtures run once), with
+    SAME_UNIT's files joined: one worker runs both, and their session fixture once. Apart, they went to
+    one worker or to two as the order fell, and the tiny workflow then ran twice (make test's 2 × 41 s at
+    b1b27d2). xdist's `--dist loadgroup` would say this with marks, but its xdist 3.8 sets an attribute
+    that pytest 9's node ids no longer read, so every test is a unit of its own there."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        file = super()._split_scope(nodeid)
+        return SAME_UNIT.get(file, file)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which returns the plain LoadFileScheduling
+def pytest_xdist_make_scheduler(config, log):
+    return FileUnits(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 @pytest.fixture(autouse=True, scope="session")
