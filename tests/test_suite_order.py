@@ -23,7 +23,7 @@ def test_files_with_a_slow_test_come_first_each_in_its_own_order():
 
 def test_make_test_keeps_that_order():
     """xdist's default reorder (files with the most tests first) would undo it."""
-    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    makefile = (ROOT / "Makefile").read_text()
     test_rule = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert "--dist loadfile" in test_rule and "--no-loadscope-reorder" in test_rule
 
