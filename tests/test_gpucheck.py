@@ -124,6 +124,20 @@ def test_a_step_deaf_to_the_deadlines_term_is_killed_and_counted_as_stopped(fake
     assert "gpu-check: bench FAILED (exit 124, stopped at GPU_CHECK_DEADLINE)" in done.stdout
 
 
+def test_the_deadline_counts_from_the_start_not_from_the_wall_clocks_last_whole_second(
+        fake: dict[str, str]) -> None:
+    """Started 20 ms before a whole second, a 1 s deadline still leaves the first step most of its second.
+
+    Bash's SECONDS counts whole seconds of the wall clock since the shell started, so it reads 1 a few
+    milliseconds after a start just before a second's end: the step was skipped as past a deadline it was
+    nowhere near (the CI failure of the test above, at 429c775: the check took 38 ms)."""
+    for _ in range(3):
+        time.sleep((0.98 - time.time() % 1) % 1)
+        done = check(fake, GPU_CHECK_PARTS="bench", GPU_CHECK_DEADLINE="1")
+        assert steps(fake)[0][:2] == ["bench", "0"], done.stdout
+        Path(fake["GPU_BENCH_JSON"]).with_name("gpu-bench-steps.tsv").unlink()
+
+
 def test_a_check_killed_mid_step_leaves_the_tar_of_the_steps_before(fake: dict[str, str]) -> None:
     proc = subprocess.Popen([str(SCRIPT)], env={**fake, "GPU_CHECK_PARTS": "tests bench", "FAKE_SLEEP": "30"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
