@@ -157,14 +157,16 @@ def test_editing_a_tables_builder_rebuilds_that_table_only(tmp_path):
              {"reports/tables/objective_inconsistency.md", "reports/figures/objective_inconsistency.png",
               "reports/figures/scheme_curves.png"})):
         path = repo / "src/hetfl/reports" / module
-        path.write_text(path.read_text() + "\n_EDITED = True  # an edit of one table's builder\n")
+        code = path.read_text()
+        path.write_text(code + "\n_EDITED = True  # an edit of one table's builder\n")
         plan = _snakemake(repo, work, "-n")
         assert plan.returncode == 0, plan.stderr[-3000:]
         planned = _outputs(plan)
         assert rebuilt <= planned and not kept & planned, (module, sorted(planned))
         assert _planned(plan) <= {"table", "figure", "report_table", "fidelity_summary", "track"}, module
-        done = _snakemake(repo, work)  # as the edit is run, before the next one
-        assert done.returncode == 0, done.stderr[-3000:]
+        # undone before the next edit, which then shows this one's outputs back as they were (its `kept`):
+        # the code is a param, not an input, so its time is not read
+        path.write_text(code)
 
 
 # A plugin whose registration (the entry point's AlgorithmEntry, with the table label) is a module of its
