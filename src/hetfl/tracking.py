@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import math
 import os
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -538,6 +538,28 @@ def _run_folders(uri: str, run_ids: Sequence[str], experiment_ids: Sequence[str]
     return folders
 
 
+def _gc(uri: str, run_ids: Sequence[str]) -> None:
+    """`mlflow gc --backend-store-uri URI --tracking-uri URI --run-ids ...`, in this process: a `python -m
+    mlflow gc` took 5-6 s (an interpreter, mlflow and its CLI's imports), importing the CLI here 2 s, once.
+    gc sets the tracking URI, and with it MLFLOW_TRACKING_URI, which decides the next mirror's store
+    (tracking_uri): both are put back. What it prints goes into the error, if it fails."""
+    import click
+    import mlflow
+    from mlflow.cli import gc
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    said = io.StringIO()
+    try:
+        with redirect_stdout(said), redirect_stderr(said):
+            gc.main(["--backend-store-uri", uri, "--tracking-uri", uri, "--run-ids", ",".join(run_ids)],
+                    prog_name="mlflow gc", standalone_mode=False)
+    except (click.ClickException, mlflow.exceptions.MlflowException) as exc:
+        raise RuntimeError(f"mlflow gc could not purge {len(run_ids)} replaced run(s) from {uri}:\n"
+                           f"{said.getvalue()[-2000:]}{exc}") from exc
+    finally:
+        mlflow.set_tracking_uri(before)  # None unsets both
+
+
 def purge_runs(uri: str, run_ids: Sequence[str], experiment_ids: Sequence[str]) -> bool:
     """Hard-delete deleted runs (of the experiments given) and their artifacts with `mlflow gc` (the store
     must be reachable: a tracking server keeps them deleted until its own `mlflow gc`). Returns whether
@@ -554,12 +576,7 @@ def purge_runs(uri: str, run_ids: Sequence[str], experiment_ids: Sequence[str]) 
         return False
     # before gc, after which the store no longer knows the runs
     folders = _run_folders(uri, run_ids, experiment_ids)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    proc = subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", uri,
-                           "--run-ids", ",".join(run_ids)], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"mlflow gc could not purge {len(run_ids)} replaced run(s) from {uri}:\n"
-                           f"{proc.stderr[-2000:]}")
+    _gc(uri, run_ids)
     for folder in folders:
         try:
             folder.rmdir()  # only an empty folder: rmdir refuses any other
