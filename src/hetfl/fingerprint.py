@@ -44,12 +44,14 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "track": ("hetfl.tracking",),
     "report": ("hetfl.reports.report_pages",),
 }
-#: job kinds whose jobs each build one entry of a registry (a table, a figure) -> the module holding it. Its
-#: `job_modules(name)` names the modules that entry's job imports beyond the kind's ENTRIES (its builder's,
-#: named "module:function" and imported when it is built; every entry's with None): a job's code is the
-#: closure of both (job_entries), so an edit of one table's builder rebuilds that table only (the kind's
-#: entry imported every builder, and an edit of any rebuilt every table, figure and report page)
-REGISTRIES: dict[str, str] = {"table": "hetfl.reports.tables", "figure": "hetfl.reports.figures"}
+#: job kinds whose jobs each build one entry of a registry (a table, a figure) -> the function, "module:
+#: function", that names the modules that entry's job `name` imports beyond the kind's ENTRIES (its
+#: builder's, named "module:function" and imported when it is built; every entry's with None): a job's code
+#: is the closure of both (job_entries), so an edit of one table's builder rebuilds that table only (the
+#: kind's entry imported every builder, and an edit of any rebuilt every table, figure and report page).
+#: In hetfl.reports.registry, which imports no pandas: Snakemake calls these at every start.
+REGISTRIES: dict[str, str] = {"table": "hetfl.reports.registry:table_job_modules",
+                              "figure": "hetfl.reports.registry:figure_job_modules"}
 #: data files (relative to the package) each kind reads besides code
 DATA: dict[str, tuple[str, ...]] = {
     # data.traces reads Table 2's moments and the (mu, sigma) fitted to them (_REFERENCE_CSV, _FITS_CSV):
@@ -190,7 +192,8 @@ def job_entries(kind: str, job: str | None = None) -> tuple[str, ...]:
         return ENTRIES[kind]
     import importlib
 
-    return ENTRIES[kind] + tuple(importlib.import_module(REGISTRIES[kind]).job_modules(job))
+    module, _, function = REGISTRIES[kind].partition(":")
+    return ENTRIES[kind] + tuple(getattr(importlib.import_module(module), function)(job))
 
 
 def algorithm_modules(algorithms: Iterable[str]) -> tuple[str, ...]:

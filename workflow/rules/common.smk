@@ -10,11 +10,11 @@ from hetfl.config import (DEFAULT_P_INACTIVE, ConfigError, by_cell, check_data, 
 from hetfl.fingerprint import data_fingerprint, fingerprint, git_environ, installed_versions
 from hetfl.reports.catalog import SPLITS as SPLITS_SUBCATEGORY
 from hetfl.reports.catalog import has_class_labels
-from hetfl.reports.figures import DRAWN_WHEN as FIGURE_DRAWN_WHEN
-from hetfl.reports.figures import FIGURES as FIGURE_REGISTRY
-from hetfl.reports.tables import BUILDERS as TABLE_BUILDERS
-from hetfl.reports.tables import SOURCES as TABLE_SOURCES
-from hetfl.reports.tables import reference_files as table_reference_files
+from hetfl.reports.registry import BUILDERS as TABLE_BUILDERS
+from hetfl.reports.registry import DRAWN_WHEN as FIGURE_DRAWN_WHEN
+from hetfl.reports.registry import FIGURES as FIGURE_REGISTRY
+from hetfl.reports.registry import SOURCES as TABLE_SOURCES
+from hetfl.reports.registry import reference_files as table_reference_files
 from hetfl.scheduling import REPORT_PRIORITY, train_priorities
 
 try:
@@ -32,7 +32,7 @@ os.environ.update(git_environ())
 RUNS = {(s.experiment, s.run): s for s in expand_runs(config)}
 
 _RUN_TABLES = {s.table for s in RUNS.values()} - {"none"}
-# plus the tables built from another table's runs (hetfl.reports.tables.SOURCES: fairness from bmta)
+# plus the tables built from another table's runs (hetfl.reports.registry.SOURCES: fairness from bmta)
 TABLES = sorted(_RUN_TABLES | {t for t, src in TABLE_SOURCES.items() if src in _RUN_TABLES})
 # Snakemake's priority of each experiment's training jobs; splits, traces, tables, figures and mirrors get
 # REPORT_PRIORITY (hetfl.scheduling: the largest MLflow mirrors, which run one at a time, start while others
@@ -90,7 +90,7 @@ def runs_of_table(table, reading=""):
 CELLS = by_cell(RUNS.values())
 
 
-# figure -> the table whose runs draw it (the registry hetfl.reports.figures.FIGURES), for the tables run
+# figure -> the table whose runs draw it (the registry hetfl.reports.registry.FIGURES), for the tables run
 # (and, for a figure in DRAWN_WHEN, only where those runs can draw it: EFL Figure 3 needs |T| > 1)
 FIGURES = {f: t for f, (t, _) in FIGURE_REGISTRY.items() if t in TABLES
            and FIGURE_DRAWN_WHEN.get(f, lambda specs: True)([s for s in RUNS.values() if s.table == t])}

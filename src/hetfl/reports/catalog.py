@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 RUAN = "Ruan et al. (2021), flexible device participation"
 MA = "Ma et al. (2022), elastic federated learning (EFL)"
@@ -182,6 +184,8 @@ def reading_verdicts(table: str, tidy: pd.DataFrame) -> dict[str, list[str]] | N
 
 def verdict_summary(table: str, csv: str | Path) -> str:
     """One line for the report's listing and its landing page: 'Table 3 · 0 agrees, 1 same direction, ...'."""
+    import pandas as pd  # here: Snakemake imports this module at every start
+
     from hetfl.reports.verdicts import counts_text
 
     verdicts = counted_verdicts(table, pd.read_csv(csv))

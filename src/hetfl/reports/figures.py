@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import importlib
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -25,6 +25,8 @@ from hetfl.reports.catalog import figure_title
 from hetfl.reports.event_tables import curve, event_rounds
 from hetfl.reports.plotting import pyplot
 from hetfl.reports.plotting import save as _save
+from hetfl.reports.registry import DRAWN_WHEN as DRAWN_WHEN
+from hetfl.reports.registry import FIGURES as FIGURES
 from hetfl.reports.verdicts import t_interval
 
 if TYPE_CHECKING:
@@ -212,47 +214,10 @@ def multiple_arrival_curves(runs: pd.DataFrame, out: Path) -> None:
     event_curves(runs, out, "test_accuracy", "arrivals", "multiple_arrival_curves")
 
 
-#: figure name -> (the table whose runs draw it, its drawing function (runs, out), "module:function"). The
-#: workflow draws a figure whenever its table is in the config (workflow/rules/common.smk); `hetfl figure`
-#: takes these names; hetfl.reports.catalog.FIGURES names the paper's figure and the title's first
-#: sentence. A drawing function is named, not imported: its module is imported when the figure is drawn
-#: (drawing), so a figure's code fingerprint is this module's closure and its drawing module's
-#: (job_modules): an edit of communication_cost.py redraws communication_nonzeros, not every figure.
-FIGURES: dict[str, tuple[str, str]] = {
-    "scheme_curves": ("accuracy_difference", "hetfl.reports.figures:_scheme_figure"),
-    "arrival_curves": ("fast_reboot", "hetfl.reports.figures:arrival_curves"),
-    "departure_curves": ("crossing_epochs", "hetfl.reports.figures:departure_curves"),
-    "multiple_arrival_curves": ("multiple_arrivals", "hetfl.reports.figures:multiple_arrival_curves"),
-    # Ma et al. Figure 1: IID vs non-IID curves; Figure 2: λ = 0 vs best λ; Figure 3: low participation
-    "efl_figure1": ("bmta", "hetfl.reports.efl_figures:figure1"),
-    "efl_figure2": ("efl_lambda", "hetfl.reports.efl_figures:figure2"),
-    "efl_figure3": ("bmta", "hetfl.reports.efl_figures:figure3"),
-    "objective_inconsistency": ("objective_inconsistency", "hetfl.reports.objective_inconsistency:draw"),
-    "communication_nonzeros": ("communication_cost", "hetfl.reports.communication_cost:draw_nonzeros"),
-}
-
-
 def drawing(name: str) -> Callable[[pd.DataFrame, Path], None]:
     """Figure `name`'s drawing function (runs, out), its module imported now."""
     module, _, attr = FIGURES[name][1].partition(":")
     return getattr(importlib.import_module(module), attr)
-
-
-def job_modules(name: str | None = None) -> tuple[str, ...]:
-    """The module of figure `name`'s drawing function (every figure's with None): what drawing it imports
-    beyond this module, whose import closure its rule's code fingerprint adds to this module's
-    (hetfl.fingerprint.REGISTRIES)."""
-    if name is not None and name not in FIGURES:
-        raise ValueError(f"figure '{name}' is unknown; allowed: {', '.join(FIGURES)}")
-    names = FIGURES if name is None else (name,)
-    return tuple(sorted({FIGURES[n][1].partition(":")[0] for n in names}))
-
-
-#: figures drawn only where the config's runs of their table can draw them (figure -> predicate over those
-#: runs' RunSpecs); every other figure is drawn whenever its table is run
-DRAWN_WHEN: dict[str, Callable[[Iterable[Any]], bool]] = {
-    "efl_figure3": lambda specs: any(s.num_traces > 1 for s in specs),
-}
 
 
 #: the columns drawn_runs needs to tell a figure's drawn runs from the rest (a hand-made frame may lack them)

@@ -8,8 +8,10 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from importlib import resources
 from importlib.resources.abc import Traversable
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["PRINT_RESOLUTION", "available_references", "load_reference", "package_file", "reading_only"]
 
@@ -76,5 +78,7 @@ def load_reference(name: str) -> pd.DataFrame:
         raise RuntimeError(f"{who} reads the reference table {name!r}, which {declared} does not give it (an "
                            f"edit of {package_file(name)} would not rebuild it); allowed: "
                            f"{', '.join(names) or 'none'}")
+    import pandas as pd  # here: package_file's callers, Snakemake's start among them, need no pandas
+
     text = (_references_dir() / f"{name}.csv").read_text(encoding="utf-8")
     return pd.read_csv(io.StringIO(text))

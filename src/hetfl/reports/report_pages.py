@@ -16,12 +16,14 @@ import html
 import re
 from collections.abc import Callable
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from hetfl.io import atomic_write_text
 from hetfl.reports import catalog
 from hetfl.reports.verdicts import counts_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: verdict → background colour of its cell (green agrees … red disagrees; grey for no paper value)
 VERDICT_COLOURS = {"agrees": "#c8e6c9", "same direction": "#fff59d", "inconclusive": "#ffe0b2",
@@ -99,6 +101,8 @@ def verdict_parts(name: str, tidy: pd.DataFrame) -> list[str]:
 def read_tidy(name: str, csv: Path) -> pd.DataFrame:
     """A table file's CSV; a <table>_readings file must have its `reading` column. An empty or garbled CSV
     (cut off by hand) is refused naming it: pandas' own message named no file."""
+    import pandas as pd  # here: Snakemake imports this module at every start (base_table)
+
     try:
         tidy = pd.read_csv(csv)
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:

@@ -1,9 +1,10 @@
 """Paper tables built from run directories (results/ is the only input besides the paper references).
 
-This module is what every table shares: the registries, the guard, the loading of runs and the notes every
-caption states. It imports no table's builder: BUILDERS and READINGS_BUILDERS name them ("module:function"),
-imported when the table is built, so a table's code is this module's import closure and its builders'
-(job_modules, hetfl.fingerprint) and an edit of one builder rebuilds that table only.
+This module is what every table shares: the registries (hetfl.reports.registry's), the guard, the loading
+of runs and the notes every caption states. It imports no table's builder: BUILDERS and READINGS_BUILDERS
+name them ("module:function"), imported when the table is built, so a table's code is this module's import
+closure and its builders' (registry.table_job_modules, hetfl.fingerprint) and an edit of one builder
+rebuilds that table only.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from hetfl.config import (  # the paper labels and the tables' cells (validation
     source_clash,
     spec_differences,
 )
-from hetfl.reports.references import package_file, reading_only
+from hetfl.reports.references import reading_only
+from hetfl.reports.registry import BUILDERS as BUILDERS
+from hetfl.reports.registry import READINGS_BUILDERS as READINGS_BUILDERS
+from hetfl.reports.registry import REFERENCES as REFERENCES
+from hetfl.reports.registry import SOURCES as SOURCES
+from hetfl.reports.registry import reference_files as reference_files
 from hetfl.reports.results import collect_runs, load_run_json
 
 
@@ -199,47 +205,6 @@ def hyperparameter_note(runs: pd.DataFrame) -> str:
     return "Hyperparameters (hetfl algorithms NAME describes each): " + "; ".join(parts) + "."
 
 
-#: table -> its builder, "module:function" (run_dirs, out_stem) -> out_stem. Named, not imported: a builder's
-#: module is imported when its table is built (builder), so `hetfl table NAME` runs the code of NAME's
-#: builder and this module only, which is what its rules' code fingerprint hashes (job_modules)
-BUILDERS: dict[str, str] = {
-    "accuracy_difference": "hetfl.reports.ruan:build_accuracy_difference",
-    "fast_reboot": "hetfl.reports.ruan:build_fast_reboot",
-    "crossing_epochs": "hetfl.reports.ruan:build_crossing_epochs",
-    "bmta": "hetfl.reports.bmta:build",
-    "fairness": "hetfl.reports.fairness:build",
-    "efl_lambda": "hetfl.reports.efl_lambda:build",
-    "objective_inconsistency": "hetfl.reports.objective_inconsistency:build",
-    "fedfor_by_e": "hetfl.reports.fedfor:build",
-    "communication_cost": "hetfl.reports.communication_cost:build",
-    "fedfor_concept_shift": "hetfl.reports.fedfor:build_concept_shift",
-    "multiple_arrivals": "hetfl.reports.multiple_arrivals:build_multiple_arrivals",
-}
-#: tables built from the runs of another table as well as their own: the workflow builds `fairness`
-#: whenever the config has `bmta` runs (workflow/rules/common.smk), from those runs
-SOURCES = {"fairness": "bmta"}
-#: tables with a readings axis: <table>_readings.{md,csv} (hetfl table NAME --readings), each builder
-#: (table, run_dirs, out_stem) -> out_stem named as BUILDERS' are (Ruan's: the tables of ruan.READING_COLUMNS)
-READINGS_BUILDERS: dict[str, str] = {
-    **{name: "hetfl.reports.ruan:build_readings" for name in ("accuracy_difference", "fast_reboot",
-                                                              "crossing_epochs")},
-    "fedfor_by_e": "hetfl.reports.fedfor:build_readings",
-    "fedfor_concept_shift": "hetfl.reports.fedfor:build_readings",
-}
-#: table -> the reference tables (reports/references/<name>.csv) its builder and its readings table read.
-#: A table's rules rerun when one of these changes and for no other (workflow/rules/tables.smk, the
-#: `references` param: every table held every CSV, and an edit of one rebuilt them all); build_table
-#: refuses the read of any other (references.reading_only), which an edit would leave stale.
-REFERENCES: dict[str, tuple[str, ...]] = {
-    "accuracy_difference": ("ruan2021_table3_accuracy_difference",),
-    "fast_reboot": ("ruan2021_table4_fast_reboot",), "crossing_epochs": ("ruan2021_table5_crossing_epochs",),
-    "bmta": ("ma2022_efl_table2_bmta",), "fairness": (), "efl_lambda": (), "objective_inconsistency": (),
-    "fedfor_by_e": ("tian2022_fedfor_table2_imbalanced_cifar10", "tian2022_fedfor_table3_domainnet",
-                    "tian2022_fedfor_table4_digits"),  # fedfor.PAPER_TABLES': the one its runs reproduce
-    "communication_cost": (), "fedfor_concept_shift": ("tian2022_fedfor_table5_concept_shift",),
-    "multiple_arrivals": ()}
-
-
 #: tables whose builders read the experiments' own runs only (ruan.own_readings: a by-hand glob may hold
 #: readings variants too); their readings tables pair each variant with its own run (ruan.runs_under)
 OWN_READINGS_ONLY = frozenset({*READINGS_BUILDERS, "multiple_arrivals"})
@@ -311,22 +276,6 @@ def builder(target: str) -> Callable[..., Path]:
     """The function a registry entry names ("module:function"), its module imported now."""
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
-
-
-def job_modules(table: str | None = None) -> tuple[str, ...]:
-    """The modules of `table`'s builders (its table's and its readings table's; every table's with None):
-    what building it imports beyond this module, whose import closures its rules' code fingerprint adds to
-    this module's (hetfl.fingerprint.REGISTRIES)."""
-    if table is not None and table not in BUILDERS:
-        raise ValueError(f"table '{table}' is unknown; allowed: {', '.join(sorted(BUILDERS))}")
-    names = BUILDERS if table is None else (table,)
-    targets = [BUILDERS[t] for t in names] + [READINGS_BUILDERS[t] for t in names if t in READINGS_BUILDERS]
-    return tuple(sorted({t.partition(":")[0] for t in targets}))
-
-
-def reference_files(table: str) -> tuple[str, ...]:
-    """The files of REFERENCES[table], relative to the hetfl package (hetfl.fingerprint.data_fingerprint)."""
-    return tuple(package_file(name) for name in REFERENCES[table])
 
 
 def build_table(name: str, run_dirs: list[Path], out_stem: Path, readings: bool = False) -> Path:
