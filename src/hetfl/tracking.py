@@ -542,8 +542,8 @@ def _gc(uri: str, run_ids: Sequence[str]) -> None:
     """`mlflow gc --backend-store-uri URI --tracking-uri URI --run-ids ...`, in this process: a `python -m
     mlflow gc` took 5-6 s (an interpreter, mlflow and its CLI's imports), importing the CLI here 2 s, once.
     gc sets the tracking URI, and with it MLFLOW_TRACKING_URI, which decides the next mirror's store
-    (tracking_uri): both are put back. What it prints goes into the error, if it fails."""
-    import click
+    (tracking_uri): both are put back. What it prints goes into the error, if it fails: any exception, as
+    any failure of the process it was before (a `python -m mlflow gc` exiting non-zero) was."""
     import mlflow
     from mlflow.cli import gc
 
@@ -553,7 +553,7 @@ def _gc(uri: str, run_ids: Sequence[str]) -> None:
         with redirect_stdout(said), redirect_stderr(said):
             gc.main(["--backend-store-uri", uri, "--tracking-uri", uri, "--run-ids", ",".join(run_ids)],
                     prog_name="mlflow gc", standalone_mode=False)
-    except (click.ClickException, mlflow.exceptions.MlflowException) as exc:
+    except Exception as exc:  # named, with the store, and chained
         raise RuntimeError(f"mlflow gc could not purge {len(run_ids)} replaced run(s) from {uri}:\n"
                            f"{said.getvalue()[-2000:]}{exc}") from exc
     finally:

@@ -3,7 +3,7 @@
 
 Snakemake reads these at every start (workflow/rules/common.smk), a cluster job's included, and
 hetfl.fingerprint asks them which modules a job runs (REGISTRIES). They lived beside the builders, in
-hetfl.reports.tables and hetfl.reports.figures, which import pandas: 0.4 s of every start. Those modules,
+hetfl.reports.tables and hetfl.reports.figures, which import pandas: 0.3-0.4 s of every start. Those modules,
 the table and figure jobs' entries, import them from here, so this module imports nothing but the
 standard library and hetfl.reports.references' paths.
 """
