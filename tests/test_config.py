@@ -728,9 +728,10 @@ def test_paper_config_is_the_paper_grid():
     assert {r.rounds for r in runs} == {200} and {r.num_devices for r in runs} == {50}
 
 
-def _dry_run(configfile, workdir):
-    """`snakemake -n` in a scratch directory, so outputs of earlier runs in the checkout do not count."""
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "-s", str(ROOT / "Snakefile"),
+def _dry_run(configfile, workdir, launch=("-m", "snakemake")):
+    """`snakemake -n` in a scratch directory, so outputs of earlier runs in the checkout do not count.
+    launch: what the interpreter runs, given snakemake's arguments after it."""
+    cmd = [sys.executable, *launch, "-n", "--cores", "1", "-s", str(ROOT / "Snakefile"),
            "--directory", str(workdir), "--configfile", str(configfile)]
     return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -898,9 +899,7 @@ def test_a_snakemake_start_imports_no_pandas(tmp_path):
             "atexit.register(lambda: print('loaded:', [m for m in ('pandas', 'torch', 'matplotlib') "
             "if m in sys.modules], file=sys.stderr)); "
             "sys.argv = ['snakemake', *sys.argv[1:]]; runpy.run_module('snakemake', run_name='__main__')")
-    argv = ["-n", "--cores", "1", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
-            "--configfile", str(ROOT / "workflow/config/tiny.yaml")]
-    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    proc = _dry_run(ROOT / "workflow/config/tiny.yaml", tmp_path, launch=("-c", code))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "rule table:" in proc.stdout + proc.stderr  # the dry run planned the tables, figures and pages
     assert "loaded: []" in proc.stderr, proc.stderr[-500:]
