@@ -9,7 +9,7 @@ SLURM_STAMP := $(VENV)/.hetfl-slurm-installed
 
 .PHONY: setup reproduce test lint dryrun paper clean slurm-setup slurm-up slurm-down
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml scripts/install-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python scripts/install-deps requirements.lock  # uv, pip where uv fails (HETFL_INSTALLER=pip: pip)
 	touch $(STAMP)
