@@ -51,18 +51,18 @@ def _snakemake(repo: Path, work: Path, *extra: str, site: Path | None = None,
 
 def _ran_once(tmp_path: Path, config: str, site: Path | None = None) -> tuple[Path, Path]:
     """A copy of the repository's code (repo) and a workflow directory (work) on which the config has run
-    once, to "Nothing to be done": an edit of the copy then shows what it reruns. site: a directory of
-    installed plugins, put on the workflow's path."""
+    once: an edit of the copy then shows what it reruns. site: a directory of installed plugins, put on the
+    workflow's path. (That a run leaves "Nothing to be done" is _plain_ran's check, and each test's plan
+    names what it may hold, so a job planned for another reason fails it.)"""
     repo = tmp_path / "repo"
-    for part in ("src", "workflow"):
-        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for part in ("src", "workflow"):  # with the bytecode: copytree keeps the times it is checked against
+        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("*.egg-info"))
     shutil.copy(ROOT / "Snakefile", repo / "Snakefile")
     work = tmp_path / "work"
     work.mkdir()
     (work / "c.yaml").write_text(config)
     first = _snakemake(repo, work, site=site)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n", site=site))
     return repo, work
 
 
@@ -70,20 +70,20 @@ def _ran_once(tmp_path: Path, config: str, site: Path | None = None) -> tuple[Pa
 def _plain_ran(tmp_path_factory) -> Path:
     """CONFIG run once for the tests that start from it (each takes its own copy, ``_copy_of``)."""
     root = tmp_path_factory.mktemp("plain")
-    _ran_once(root, CONFIG)
+    repo, work = _ran_once(root, CONFIG)
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
     return root
 
 
 def _copy_of(ran: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of a ran-once pair (repo, work), checked to be still at "Nothing to be done" (Snakemake's
-    records name the outputs relative to the working directory, and copytree keeps their times). The
-    MLflow store stays behind: its artifact locations are absolute paths, which hetfl.tracking refuses to
-    mirror into from a copy, and the next mirror makes a store of the copy's own."""
+    """A copy of a ran-once pair (repo, work), as up to date as the original (Snakemake's records name the
+    outputs relative to the working directory, and copytree keeps their times): each test's plan is exact,
+    so a copy that planned more would fail it. The MLflow store stays behind: its artifact locations are
+    absolute paths, which hetfl.tracking refuses to mirror into from a copy, and the next mirror makes a
+    store of the copy's own."""
     shutil.copytree(ran, tmp_path, symlinks=True, dirs_exist_ok=True,
                     ignore=lambda d, names: {"mlflow.db", "mlartifacts"} & set(names))
-    repo, work = tmp_path / "repo", tmp_path / "work"
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
-    return repo, work
+    return tmp_path / "repo", tmp_path / "work"
 
 
 def _planned(proc: subprocess.CompletedProcess) -> set[str]:
