@@ -22,6 +22,7 @@ import importlib.util
 import io
 import json
 import os
+import pkgutil
 import site
 import subprocess
 import sys
@@ -190,10 +191,7 @@ def job_entries(kind: str, job: str | None = None) -> tuple[str, ...]:
             raise ValueError(f"job kind '{kind}' has no jobs by name (job '{job}'); allowed: a job of "
                              f"{', '.join(REGISTRIES)}")
         return ENTRIES[kind]
-    import importlib
-
-    module, _, function = REGISTRIES[kind].partition(":")
-    return ENTRIES[kind] + tuple(getattr(importlib.import_module(module), function)(job))
+    return ENTRIES[kind] + tuple(pkgutil.resolve_name(REGISTRIES[kind])(job))
 
 
 def algorithm_modules(algorithms: Iterable[str]) -> tuple[str, ...]:
