@@ -13,7 +13,7 @@ seeds (`hetfl.reports.catalog.figure_title`).
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -216,8 +216,7 @@ def multiple_arrival_curves(runs: pd.DataFrame, out: Path) -> None:
 
 def drawing(name: str) -> Callable[[pd.DataFrame, Path], None]:
     """Figure `name`'s drawing function (runs, out), its module imported now."""
-    module, _, attr = FIGURES[name][1].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return pkgutil.resolve_name(FIGURES[name][1])
 
 
 #: the columns drawn_runs needs to tell a figure's drawn runs from the rest (a hand-made frame may lack them)

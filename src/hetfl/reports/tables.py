@@ -9,8 +9,8 @@ rebuilds that table only.
 
 from __future__ import annotations
 
-import importlib
 import math
+import pkgutil
 from collections.abc import Callable
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -274,8 +274,7 @@ def check_specs(name: str, specs: dict[str, dict[str, Any]]) -> None:
 
 def builder(target: str) -> Callable[..., Path]:
     """The function a registry entry names ("module:function"), its module imported now."""
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return pkgutil.resolve_name(target)
 
 
 def build_table(name: str, run_dirs: list[Path], out_stem: Path, readings: bool = False) -> Path:
