@@ -5,6 +5,7 @@ the executor plugin (`make slurm-setup`); it is skipped, saying which is missing
 """
 
 import importlib.util
+import json
 import os
 import re
 import resource
@@ -178,6 +179,11 @@ def test_bad_cluster_environment_stops_before_any_job(tmp_path):
     assert "allowed: a whole number from 0 to 1" in proc.stderr
 
 
+#: Without an accounting database sacct knows no jobs: squeue answers for them (slurm-local-up's MinJobAge
+#: keeps a finished job in squeue for 600 s)
+SQUEUE_STATUS = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5")
+
+
 def _slurm_missing() -> str | None:
     if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
         return "the SLURM executor plugin is not installed (make slurm-setup)"
@@ -293,9 +299,8 @@ def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
     local = _timed("local (--cores 2)", _snakemake, tmp_path / "local", TINY, "--cores", "2")
     assert local.returncode == 0, local.stderr[-3000:]
     train_jobs = _train_jobs_planned(local.stdout + local.stderr)
-    # the profile as a user runs it (its cores: 1). Without an accounting database sacct knows no jobs:
-    # squeue answers for them (MinJobAge 600 s)
-    status = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "5")
+    # the profile as a user runs it (its cores: 1)
+    status = SQUEUE_STATUS
     every_split_on_the_cluster = {"HETFL_SLURM_LOCAL_SPLIT_MB": "0"}
     slurm = _timed("through SLURM, every split a cluster job", _snakemake, tmp_path / "slurm", TINY,
                    "--profile", str(PROFILE), *status, env=every_split_on_the_cluster)
@@ -338,6 +343,70 @@ def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
     assert remade.returncode == 0, log[-3000:]
     assert "localrule split:" in log and not _submitted(log)
     assert (tmp_path / "slurm" / split).read_bytes() == ours[split]
+
+
+def _memory_unenforced() -> str | None:
+    """Why this SLURM lets a job use more memory than it asked for (None where it kills it: slurm-local-up's
+    OverMemoryKill, or a site's task/cgroup)."""
+    proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True)
+    config = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", proc.stdout, flags=re.M))
+    if "OverMemoryKill" in config.get("JobAcctGatherParams", "") or "cgroup" in config.get("TaskPlugin", ""):
+        return None
+    return ("this SLURM enforces no memory limit (neither JobAcctGatherParams=OverMemoryKill nor "
+            "TaskPlugin=task/cgroup); scripts/slurm-local-up sets the first")
+
+
+#: run by every Python process whose path holds its directory; in `hetfl train` alone it holds and touches
+#: BALLAST_MB megabytes until the process ends, as a run needing more memory than estimated would
+BALLAST = """
+import os, sys
+if os.path.basename(sys.argv[0]) == "hetfl" and sys.argv[1:2] == ["train"]:
+    _ballast = bytearray(int(os.environ["BALLAST_MB"]) * 2**20)
+    for _at in range(0, len(_ballast), 4096):
+        _ballast[_at] = 1
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_slurm_missing() is not None, reason=str(_slurm_missing()))
+def test_a_training_job_killed_for_memory_is_retried_with_twice_the_memory(tmp_path):
+    """docs/cluster.md: a job killed for memory is retried once (the profile's `retries: 1`), asking for
+    twice the memory (hetfl.cluster.train_resources: × the attempt). Its `hetfl train` holds 1.3 × the
+    first request beside its own memory (BALLAST, a sitecustomize on the jobs' path): SLURM kills the
+    first job for exceeding its memory, the second, asking for twice as much, completes, and the run is
+    written as it is without the ballast."""
+    unenforced = _memory_unenforced()
+    if unenforced:
+        pytest.skip(unenforced)
+    from hetfl.cluster import train_resources
+    from hetfl.config import expand_runs, validate_config
+
+    config = {"experiments": {"big": {
+        "table": "none", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
+        "num_devices": 4, "schemes": ["C"], "num_traces": [1], "rounds": 2, "seeds": [0]}}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    specs = list(expand_runs(validate_config(config)))
+    first, second = (train_resources(specs, ClusterOptions.from_environ({}), attempt) for attempt in (1, 2))
+    assert second["mem_mb"] == 2 * first["mem_mb"]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BALLAST)
+    ballast = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
+               "BALLAST_MB": str(int(1.3 * first["mem_mb"]))}
+    proc = _snakemake(tmp_path / "wd", path, "--profile", str(PROFILE), *SQUEUE_STATUS, env=ballast)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+
+    jobs = sorted(_submitted(log), key=int)  # the splits and traces stay local: only the training job
+    assert len(jobs) == 2 and "Trying to restart job" in log
+    requests = _slurm_requests(jobs)
+    assert requests[jobs[0]][0] != "COMPLETED" and requests[jobs[0]][2] == first["mem_mb"]
+    assert requests[jobs[1]] == ("COMPLETED", second["runtime"], second["mem_mb"])
+    killed = next((tmp_path / "wd/.snakemake/slurm_logs").glob(f"*/{jobs[0]}.log")).read_text()
+    assert "exceeded memory limit" in killed
+    run = json.loads((tmp_path / "wd" / f"results/big/{specs[0].run}/run.json").read_text())
+    assert run["rounds_done"] == 2
 
 
 @pytest.mark.parametrize("written_by_us", [True, False])
