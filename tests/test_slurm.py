@@ -299,11 +299,10 @@ def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
     local = _timed("local (--cores 2)", _snakemake, tmp_path / "local", TINY, "--cores", "2")
     assert local.returncode == 0, local.stderr[-3000:]
     train_jobs = _train_jobs_planned(local.stdout + local.stderr)
-    # the profile as a user runs it (its cores: 1)
-    status = SQUEUE_STATUS
     every_split_on_the_cluster = {"HETFL_SLURM_LOCAL_SPLIT_MB": "0"}
+    # the profile as a user runs it (its cores: 1)
     slurm = _timed("through SLURM, every split a cluster job", _snakemake, tmp_path / "slurm", TINY,
-                   "--profile", str(PROFILE), *status, env=every_split_on_the_cluster)
+                   "--profile", str(PROFILE), *SQUEUE_STATUS, env=every_split_on_the_cluster)
     log = slurm.stdout + slurm.stderr
     assert slurm.returncode == 0, log[-5000:]
 
@@ -333,12 +332,12 @@ def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
 
     # the rule a split ran in does not matter: unset, the variable puts the splits back in the local rule
     # split, and that reruns nothing
-    again = _snakemake(tmp_path / "slurm", TINY, "--profile", str(PROFILE), "-n", *status)
+    again = _snakemake(tmp_path / "slurm", TINY, "--profile", str(PROFILE), "-n", *SQUEUE_STATUS)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Nothing to be done" in again.stdout + again.stderr
     # and a split remade there, on this host, writes the same bytes
     split = sorted(splits)[0]
-    remade = _snakemake(tmp_path / "slurm", TINY, "--profile", str(PROFILE), *status, "--force", split)
+    remade = _snakemake(tmp_path / "slurm", TINY, "--profile", str(PROFILE), *SQUEUE_STATUS, "--force", split)
     log = remade.stdout + remade.stderr
     assert remade.returncode == 0, log[-3000:]
     assert "localrule split:" in log and not _submitted(log)
@@ -373,8 +372,7 @@ def test_a_training_job_killed_for_memory_is_retried_with_twice_the_memory(tmp_p
     """docs/cluster.md: a job killed for memory is retried once (the profile's `retries: 1`), asking for
     twice the memory (hetfl.cluster.train_resources: × the attempt). Its `hetfl train` holds 1.3 × the
     first request beside its own memory (BALLAST, a sitecustomize on the jobs' path): SLURM kills the
-    first job for exceeding its memory, the second, asking for twice as much, completes, and the run is
-    written as it is without the ballast."""
+    first job for exceeding its memory, and the second, asking for twice as much, completes the run."""
     unenforced = _memory_unenforced()
     if unenforced:
         pytest.skip(unenforced)
