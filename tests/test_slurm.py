@@ -355,26 +355,42 @@ def _memory_unenforced() -> str | None:
             "TaskPlugin=task/cgroup); scripts/slurm-local-up sets the first")
 
 
-#: run by every Python process whose path holds its directory; in `hetfl train` alone it holds and touches
-#: BALLAST_MB megabytes until the process ends, as a run needing more memory than estimated would
-BALLAST = """
+#: sitecustomize.py files, run by every Python process whose path holds their directory; each acts in
+#: `hetfl train` alone, as a run needing more than its job's estimate would: "memory" holds and touches
+#: BALLAST_MB megabytes until the process ends, "time" sleeps 10 minutes the first time it runs (it leaves
+#: the file STALL_MARK)
+OVERRUNS = {
+    "memory": """
 import os, sys
 if os.path.basename(sys.argv[0]) == "hetfl" and sys.argv[1:2] == ["train"]:
     _ballast = bytearray(int(os.environ["BALLAST_MB"]) * 2**20)
     for _at in range(0, len(_ballast), 4096):
         _ballast[_at] = 1
-"""
+""",
+    "time": """
+import os, sys, time
+if os.path.basename(sys.argv[0]) == "hetfl" and sys.argv[1:2] == ["train"]:
+    if not os.path.exists(os.environ["STALL_MARK"]):
+        open(os.environ["STALL_MARK"], "w").close()
+        time.sleep(600)
+""",
+}
+#: the first job's squeue states and what its SLURM log says, by the limit it overran (memory:
+#: OverMemoryKill's words and state, or task/cgroup's)
+KILLED = {"memory": ({"FAILED", "OUT_OF_MEMORY"}, ("exceeded memory limit", "oom-kill")),
+          "time": ({"TIMEOUT"}, ("DUE TO TIME LIMIT",))}
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(_slurm_missing() is not None, reason=str(_slurm_missing()))
-def test_a_training_job_killed_for_memory_is_retried_with_twice_the_memory(tmp_path):
-    """docs/cluster.md: a job killed for memory is retried once (the profile's `retries: 1`), asking for
-    twice the memory (hetfl.cluster.train_resources: × the attempt). Its `hetfl train` holds 1.3 × the
-    first request beside its own memory (BALLAST, a sitecustomize on the jobs' path): SLURM kills the
-    first job for exceeding its memory, and the second, asking for twice as much, completes the run."""
-    unenforced = _memory_unenforced()
-    if unenforced:
+@pytest.mark.parametrize("limit", ["memory", "time"])
+def test_a_training_job_killed_at_its_limit_is_retried_with_twice_as_much(tmp_path, limit):
+    """docs/cluster.md: a job killed for memory or time is retried once (the profile's `retries: 1`),
+    asking for twice the memory and time (hetfl.cluster.train_resources: × the attempt). The job's `hetfl
+    train` overruns the first request (OVERRUNS: 1.3 × its memory beside its own, or 10 minutes' sleep
+    against its 2): SLURM kills the first job at that limit, and the second, asking for twice as much,
+    completes the run. The memory case needs a SLURM that enforces memory (slurm-local-up's does)."""
+    if limit == "memory" and (unenforced := _memory_unenforced()):
         pytest.skip(unenforced)
     from hetfl.cluster import train_resources
     from hetfl.config import expand_runs, validate_config
@@ -386,23 +402,24 @@ def test_a_training_job_killed_for_memory_is_retried_with_twice_the_memory(tmp_p
     path.write_text(yaml.safe_dump(config))
     specs = list(expand_runs(validate_config(config)))
     first, second = (train_resources(specs, ClusterOptions.from_environ({}), attempt) for attempt in (1, 2))
-    assert second["mem_mb"] == 2 * first["mem_mb"]
+    assert second["mem_mb"] == 2 * first["mem_mb"] and second["runtime"] > first["runtime"]
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(BALLAST)
-    ballast = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
-               "BALLAST_MB": str(int(1.3 * first["mem_mb"]))}
-    proc = _snakemake(tmp_path / "wd", path, "--profile", str(PROFILE), *SQUEUE_STATUS, env=ballast)
+    (site / "sitecustomize.py").write_text(OVERRUNS[limit])
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
+           "BALLAST_MB": str(int(1.3 * first["mem_mb"])), "STALL_MARK": str(tmp_path / "stalled")}
+    proc = _snakemake(tmp_path / "wd", path, "--profile", str(PROFILE), *SQUEUE_STATUS, env=env)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
 
     jobs = sorted(_submitted(log), key=int)  # the splits and traces stay local: only the training job
     assert len(jobs) == 2 and "Trying to restart job" in log
     requests = _slurm_requests(jobs)
-    assert requests[jobs[0]][0] != "COMPLETED" and requests[jobs[0]][2] == first["mem_mb"]
+    states, said = KILLED[limit]
+    assert requests[jobs[0]][0] in states and requests[jobs[0]][1:] == (first["runtime"], first["mem_mb"])
     assert requests[jobs[1]] == ("COMPLETED", second["runtime"], second["mem_mb"])
     killed = next((tmp_path / "wd/.snakemake/slurm_logs").glob(f"*/{jobs[0]}.log")).read_text()
-    assert "exceeded memory limit" in killed
+    assert any(words in killed for words in said), killed[-2000:]
     run = json.loads((tmp_path / "wd" / f"results/big/{specs[0].run}/run.json").read_text())
     assert run["rounds_done"] == 2
 
