@@ -388,8 +388,8 @@ def test_a_training_job_killed_at_its_limit_is_retried_with_twice_as_much(tmp_pa
     """docs/cluster.md: a job killed for memory or time is retried once (the profile's `retries: 1`),
     asking for twice the memory and time (hetfl.cluster.train_resources: × the attempt). The job's `hetfl
     train` overruns the first request (OVERRUNS: 1.3 × its memory beside its own, or 10 minutes' sleep
-    against its 2): SLURM kills the first job at that limit, and the second, asking for twice as much,
-    completes the run. The memory case needs a SLURM that enforces memory (slurm-local-up's does)."""
+    against its time limit): SLURM kills the first job at that limit, and the second, asking for twice as
+    much, completes the run. The memory case needs a SLURM that enforces memory (slurm-local-up's does)."""
     if limit == "memory" and (unenforced := _memory_unenforced()):
         pytest.skip(unenforced)
     from hetfl.cluster import train_resources
@@ -403,6 +403,7 @@ def test_a_training_job_killed_at_its_limit_is_retried_with_twice_as_much(tmp_pa
     specs = list(expand_runs(validate_config(config)))
     first, second = (train_resources(specs, ClusterOptions.from_environ({}), attempt) for attempt in (1, 2))
     assert second["mem_mb"] == 2 * first["mem_mb"] and second["runtime"] > first["runtime"]
+    assert first["runtime"] < 10  # minutes: the "time" overrun's sleep outlasts the first job
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(OVERRUNS[limit])
