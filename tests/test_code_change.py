@@ -71,7 +71,8 @@ def _plain_ran(tmp_path_factory) -> Path:
     """CONFIG run once for the tests that start from it (each takes its own copy, ``_copy_of``)."""
     root = tmp_path_factory.mktemp("plain")
     repo, work = _ran_once(root, CONFIG)
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n"))
+    again = _snakemake(repo, work, "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
     return root
 
 
@@ -260,7 +261,8 @@ def test_a_new_version_of_torch_or_numpy_reruns_the_jobs_it_can_change(_plain_ra
     assert done.returncode == 0, done.stderr[-3000:]  # the checkpoints' key holds, so nothing retrains
     logs = "".join(p.read_text() for p in (work / "logs/train").rglob("cell*.log"))
     assert logs.count("(restored)") == 2, logs[-2000:]
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(_snakemake(repo, work, "-n", site=site))
+    again = _snakemake(repo, work, "-n", site=site)
+    assert "Nothing to be done" in again.stdout + again.stderr
 
 
 @pytest.mark.slow
