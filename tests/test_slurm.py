@@ -425,6 +425,100 @@ def test_a_training_job_killed_at_its_limit_is_retried_with_twice_as_much(tmp_pa
     assert run["rounds_done"] == 2
 
 
+#: a sitecustomize.py for the capped-job test: `hetfl train` process k (counted in the file STARTS) logs each
+#: round it finishes to ROUNDS_LOG ("k tau") and, once round 20·k is finished and checkpointed, sleeps past
+#: its job's time limit, unless that round is the run's last: a run needing three of its jobs' time limits,
+#: each of which ends in a checkpoint, whatever the host's speed. It patches RunLoop.finish when the runner is
+#: first imported, so that `hetfl train` itself imports torch as it always does.
+STALLS_AFTER_EACH_CHECKPOINT = """
+import importlib.abc, importlib.util, os, sys, time
+if os.path.basename(sys.argv[0]) == "hetfl" and sys.argv[1:2] == ["train"]:
+    with open(os.environ["STARTS"], "a") as f:
+        f.write(str(os.getpid()) + "\\n")
+    with open(os.environ["STARTS"]) as f:
+        _attempt = len(f.read().split())
+
+    def _stalling(finish):
+        def finish_then_stall(loop, tau, finals):
+            finish(loop, tau, finals)
+            with open(os.environ["ROUNDS_LOG"], "a") as f:
+                f.write(f"{_attempt} {tau}\\n")
+            if tau == 20 * _attempt and tau < loop.cfg.rounds:
+                time.sleep(600)
+        return finish_then_stall
+
+    class _PatchRunner(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name != "hetfl.engine.runner":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            run_module = spec.loader.exec_module
+
+            def exec_module(module):
+                run_module(module)
+                module.RunLoop.finish = _stalling(module.RunLoop.finish)
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _PatchRunner())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_slurm_missing() is not None, reason=str(_slurm_missing()))
+def test_a_capped_job_resumes_from_its_checkpoints_in_the_next_snakemake_run(tmp_path):
+    """docs/cluster.md: a job capped by HETFL_SLURM_MAX_RUNTIME asks for the cap again when retried and
+    resumes from its runs' checkpoints (every 20 rounds), so a cell that needs more than two caps of time
+    needs Snakemake run again. A 60-round run whose `hetfl train` stalls after round 20, then after round 40
+    (STALLS_AFTER_EACH_CHECKPOINT), under a 1-minute cap: the first Snakemake run's two jobs both end at the
+    cap (TIMEOUT), the second run's job resumes from round 40 and completes, and the run's metrics are
+    byte-identical to an uninterrupted local run of the same config."""
+    from hetfl.cluster import train_resources
+    from hetfl.config import expand_runs, validate_config
+
+    config = {"experiments": {"long": {
+        "table": "none", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
+        "num_devices": 4, "schemes": ["C"], "num_traces": [1], "rounds": 60, "seeds": [0]}}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    (spec,) = expand_runs(validate_config(config))
+    capped = ClusterOptions.from_environ({"HETFL_SLURM_MAX_RUNTIME": "1"})
+    first, second = (train_resources([spec], capped, attempt) for attempt in (1, 2))
+    assert first["runtime"] == second["runtime"] == 1 and second["mem_mb"] == 2 * first["mem_mb"]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(STALLS_AFTER_EACH_CHECKPOINT)
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
+           "HETFL_SLURM_MAX_RUNTIME": "1", "STARTS": str(tmp_path / "starts"),
+           "ROUNDS_LOG": str(tmp_path / "rounds")}
+    metrics = f"results/long/{spec.run}/metrics.parquet"
+
+    capped_run = _snakemake(tmp_path / "wd", path, "--profile", str(PROFILE), *SQUEUE_STATUS, env=env)
+    log = capped_run.stdout + capped_run.stderr
+    assert capped_run.returncode != 0 and "Trying to restart job" in log, log[-5000:]
+    jobs = sorted(_submitted(log), key=int)
+    assert len(jobs) == 2, log[-5000:]
+    assert _slurm_requests(jobs) == {jobs[0]: ("TIMEOUT", 1, first["mem_mb"]),
+                                     jobs[1]: ("TIMEOUT", 1, second["mem_mb"])}
+    assert not (tmp_path / "wd" / metrics).exists()
+
+    again = _snakemake(tmp_path / "wd", path, "--profile", str(PROFILE), *SQUEUE_STATUS, env=env)
+    log = again.stdout + again.stderr
+    assert again.returncode == 0, log[-5000:]
+    (job,) = _submitted(log)
+    assert _slurm_requests([job]) == {job: ("COMPLETED", 1, first["mem_mb"])}  # a new run's first attempt
+    rounds = [tuple(map(int, line.split())) for line in (tmp_path / "rounds").read_text().splitlines()]
+    # each job went on from the last checkpoint, the round after the one its predecessor stalled at
+    assert rounds == [(1 + (tau - 1) // 20, tau) for tau in range(1, 61)], rounds
+    run = json.loads((tmp_path / "wd" / f"results/long/{spec.run}/run.json").read_text())
+    assert run["rounds_done"] == 60 and run["resumed_from_round"] == 40
+
+    local = _snakemake(tmp_path / "local", path, "--cores", "1")
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert (tmp_path / "wd" / metrics).read_bytes() == (tmp_path / "local" / metrics).read_bytes()
+
+
 @pytest.mark.parametrize("written_by_us", [True, False])
 def test_slurm_local_down_removes_only_the_config_local_up_wrote(tmp_path, written_by_us):
     """With slurm-local-up's config left behind and no controller, every SLURM client call waited about 9 s,
