@@ -34,7 +34,7 @@ $(SLURM_STAMP): $(STAMP) pyproject.toml
 
 slurm-setup: $(SLURM_STAMP)  ## add Snakemake's SLURM executor plugin (hetfl[slurm]) to .venv
 
-slurm-up: slurm-setup  ## install and start a single-node SLURM on this machine (root; for tests/test_slurm.py)
+slurm-up: slurm-setup  ## install and start a SLURM on this machine (root; for tests/test_slurm.py; HETFL_LOCAL_NODES=2: two nodes)
 	scripts/slurm-local-up
 
 slurm-down:  ## stop that SLURM's daemons (slurm-up starts them again)

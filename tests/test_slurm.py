@@ -286,6 +286,32 @@ def _slurm_requests(jobids: list[str]) -> dict[str, tuple[str, int, int]]:
     return {i: (state, _minutes(limit), _megabytes(mem)) for i, state, limit, mem in rows}
 
 
+def _slurm_nodes(jobids: list[str]) -> dict[str, str]:
+    """The node each cluster job ran on (squeue's node list; one node a job here), by job id."""
+    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i %N"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return dict(line.split() for line in proc.stdout.splitlines())
+
+
+def _ran_beside(ours: list[str]) -> list[str]:
+    """Other cluster jobs that ran while any of `ours` did (another test's, under pytest's default
+    distribution; `make test` runs this file's tests one after another): squeue's start and end times."""
+    proc = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %S %e"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    times = {i: (start, end) for i, start, end in rows if "N/A" not in (start, end)}  # ISO: order by text
+    first, last = min(times[i][0] for i in ours), max(times[i][1] for i in ours)
+    return [i for i, (start, end) in times.items() if i not in ours and start < last and end > first]
+
+
+def _nodes() -> set[str]:
+    """The nodes of this SLURM (several where scripts/slurm-local-up ran with HETFL_LOCAL_NODES)."""
+    proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return set(proc.stdout.split())
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(_slurm_missing() is not None, reason=str(_slurm_missing()))
 def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
@@ -293,7 +319,9 @@ def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
     split a split_large cluster job (HETFL_SLURM_LOCAL_SPLIT_MB=0) asking for the memory and time
     limit hetfl.cluster.split_resources gives it, the light rules on this host, and splits, metrics and
     tables byte-identical to a local run of the same config. Then, with the variable unset, nothing is
-    rerun, and a split remade in the local rule split (on this host) is byte-identical too."""
+    rerun, and a split remade in the local rule split (on this host) is byte-identical too. On a SLURM of
+    several nodes (HETFL_LOCAL_NODES=2 scripts/slurm-local-up) the split jobs run on more than one, where
+    no other test's job held a node meanwhile."""
     expected = _tiny_grid()
     splits = {p for p in expected if p.endswith("/split.npz")}
     local = _timed("local (--cores 2)", _snakemake, tmp_path / "local", TINY, "--cores", "2")
@@ -324,6 +352,10 @@ def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
     assert (asked["mem_mb"], asked["runtime"]) == (256, 60)
     requests = _slurm_requests(split_jobs)
     assert requests == {i: ("COMPLETED", asked["runtime"], asked["mem_mb"]) for i in split_jobs}
+    ran_on, beside = _slurm_nodes(list(submitted)), _ran_beside(list(submitted))
+    print(f"nodes (job: node): {ran_on}; other jobs meanwhile: {beside}")
+    if len(_nodes()) > 1 and not beside:  # the 6 split jobs, submitted together, ask for 1 core each
+        assert len({ran_on[i] for i in split_jobs}) > 1, ran_on
 
     ours, theirs = _outputs(tmp_path / "local"), _outputs(tmp_path / "slurm")
     assert set(ours) == expected
