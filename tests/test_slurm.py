@@ -250,11 +250,18 @@ def _timed(label: str, run, *args, **kwargs):
     return result
 
 
+def _squeue(fields: str, jobids: list[str] | None = None) -> list[list[str]]:
+    """squeue's rows of `fields` (its -o format) for the cluster jobs `jobids` (all where None), in every
+    state: it keeps finished jobs for MinJobAge."""
+    only = ["-j", ",".join(jobids)] if jobids is not None else []
+    proc = subprocess.run(["squeue", "-h", "-t", "all", *only, "-o", fields], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return [line.split() for line in proc.stdout.splitlines()]
+
+
 def _slurm_elapsed(jobids: list[str]) -> str:
-    """squeue's state and elapsed time of the cluster jobs (it keeps finished ones for MinJobAge)."""
-    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i %T %M %C"],
-                          capture_output=True, text=True)
-    return (proc.stdout or proc.stderr).strip().replace("\n", "; ")
+    """squeue's state and elapsed time of the cluster jobs."""
+    return "; ".join(" ".join(row) for row in _squeue("%i %T %M %C", jobids))
 
 
 def _submitted(log: str) -> dict[str, str]:
@@ -279,28 +286,20 @@ def _megabytes(memory: str) -> int:
 
 def _slurm_requests(jobids: list[str]) -> dict[str, tuple[str, int, int]]:
     """squeue's (state, time limit in minutes, memory in MB) of the cluster jobs, by job id."""
-    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i %T %l %m"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()]
+    rows = _squeue("%i %T %l %m", jobids)
     return {i: (state, _minutes(limit), _megabytes(mem)) for i, state, limit, mem in rows}
 
 
 def _slurm_nodes(jobids: list[str]) -> dict[str, str]:
     """The node each cluster job ran on (squeue's node list; one node a job here), by job id."""
-    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i %N"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return dict(line.split() for line in proc.stdout.splitlines())
+    return dict(_squeue("%i %N", jobids))
 
 
 def _ran_beside(ours: list[str]) -> list[str]:
     """Other cluster jobs that ran while any of `ours` did (another test's, under pytest's default
     distribution; `make test` runs this file's tests one after another): squeue's start and end times."""
-    proc = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %S %e"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()]
-    times = {i: (start, end) for i, start, end in rows if "N/A" not in (start, end)}  # ISO: order by text
+    times = {i: (start, end) for i, start, end in _squeue("%i %S %e")  # ISO times: order by text
+             if "N/A" not in (start, end)}
     first, last = min(times[i][0] for i in ours), max(times[i][1] for i in ours)
     return [i for i, (start, end) in times.items() if i not in ours and start < last and end > first]
 
@@ -376,6 +375,15 @@ def test_tiny_grid_through_slurm_matches_a_local_run(tmp_path):
     assert (tmp_path / "slurm" / split).read_bytes() == ours[split]
 
 
+def _sitecustomize(tmp_path: Path, code: str) -> dict[str, str]:
+    """The environment that puts a sitecustomize.py of `code` on the path of every Python process of a
+    workflow run (the SLURM jobs inherit it), before the path it has."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(code)
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+
+
 def _memory_unenforced() -> str | None:
     """Why this SLURM lets a job use more memory than it asked for (None where it kills it: slurm-local-up's
     OverMemoryKill, or a site's task/cgroup)."""
@@ -436,10 +444,7 @@ def test_a_training_job_killed_at_its_limit_is_retried_with_twice_as_much(tmp_pa
     first, second = (train_resources(specs, ClusterOptions.from_environ({}), attempt) for attempt in (1, 2))
     assert second["mem_mb"] == 2 * first["mem_mb"] and second["runtime"] > first["runtime"]
     assert first["runtime"] < 10  # minutes: the "time" overrun's sleep outlasts the first job
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(OVERRUNS[limit])
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
+    env = {**_sitecustomize(tmp_path, OVERRUNS[limit]),
            "BALLAST_MB": str(int(1.3 * first["mem_mb"])), "STALL_MARK": str(tmp_path / "stalled")}
     proc = _snakemake(tmp_path / "wd", path, "--profile", str(PROFILE), *SQUEUE_STATUS, env=env)
     log = proc.stdout + proc.stderr
@@ -518,12 +523,8 @@ def test_a_capped_job_resumes_from_its_checkpoints_in_the_next_snakemake_run(tmp
     capped = ClusterOptions.from_environ({"HETFL_SLURM_MAX_RUNTIME": "1"})
     first, second = (train_resources([spec], capped, attempt) for attempt in (1, 2))
     assert first["runtime"] == second["runtime"] == 1 and second["mem_mb"] == 2 * first["mem_mb"]
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(STALLS_AFTER_EACH_CHECKPOINT)
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
-           "HETFL_SLURM_MAX_RUNTIME": "1", "STARTS": str(tmp_path / "starts"),
-           "ROUNDS_LOG": str(tmp_path / "rounds")}
+    env = {**_sitecustomize(tmp_path, STALLS_AFTER_EACH_CHECKPOINT), "HETFL_SLURM_MAX_RUNTIME": "1",
+           "STARTS": str(tmp_path / "starts"), "ROUNDS_LOG": str(tmp_path / "rounds")}
     metrics = f"results/long/{spec.run}/metrics.parquet"
 
     capped_run = _snakemake(tmp_path / "wd", path, "--profile", str(PROFILE), *SQUEUE_STATUS, env=env)
