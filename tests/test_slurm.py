@@ -574,3 +574,25 @@ def test_slurm_local_down_removes_only_the_config_local_up_wrote(tmp_path, writt
     assert out.returncode == 0, out.stderr
     assert conf.exists() is not written_by_us
     assert ("removed" in out.stdout) is written_by_us
+
+
+@pytest.mark.parametrize("nodes", ["0", "two", str(os.cpu_count() + 1)])
+def test_slurm_local_up_refuses_a_bad_node_count_before_it_installs_or_starts_anything(tmp_path, nodes):
+    """HETFL_LOCAL_NODES (docs/cluster.md) is a whole number from 1 to the CPUs, each node taking at least
+    one: anything else is refused, naming the variable, the value and what is allowed, before the script
+    installs packages or starts a daemon. Fakes of every such tool stand first on PATH and log any call.
+    The CPUs are the machine's: `nproc` gave 1 under an exported OMP_NUM_THREADS=1, so one node of one CPU."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for tool in ("apt-get", "mungekey", "munge", "unmunge", "munged", "runuser", "slurmctld", "slurmd",
+                 "sinfo", "scontrol", "install"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool} >> {calls}\n")
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HETFL_LOCAL_NODES": nodes,
+           "HETFL_SLURM_CONF_DIR": str(tmp_path / "conf"), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([str(ROOT / "scripts/slurm-local-up")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1
+    assert (f"HETFL_LOCAL_NODES has value '{nodes}'; allowed: a whole number from 1 to {os.cpu_count()}"
+            in out.stderr), out.stderr
+    assert not calls.exists() and not (tmp_path / "conf").exists()
