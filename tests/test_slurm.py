@@ -552,6 +552,17 @@ def test_a_capped_job_resumes_from_its_checkpoints_in_the_next_snakemake_run(tmp
     assert (tmp_path / "wd" / metrics).read_bytes() == (tmp_path / "local" / metrics).read_bytes()
 
 
+def _path_with_fakes(tmp_path: Path, tools: tuple[str, ...], body: str) -> str:
+    """A PATH whose first folder holds a shell script `body` under each name in `tools`, so that a script
+    under test calls them instead of the real ones."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in tools:
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body.format(tool=tool)}\n")
+        (bin_dir / tool).chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
 @pytest.mark.parametrize("written_by_us", [True, False])
 def test_slurm_local_down_removes_only_the_config_local_up_wrote(tmp_path, written_by_us):
     """With slurm-local-up's config left behind and no controller, every SLURM client call waited about 9 s,
@@ -560,15 +571,12 @@ def test_slurm_local_down_removes_only_the_config_local_up_wrote(tmp_path, writt
     afresh) and leaves one it did not write. Fake scontrol and scancel keep the test off any real cluster."""
     if any(Path(p).exists() for p in ("/run/slurmd.pid", "/run/slurmctld.pid", "/run/munge/munged.pid")):
         pytest.skip("a local SLURM is running (scripts/slurm-local-up): slurm-local-down would stop it")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("scontrol", "scancel"):  # `scontrol ping` fails: no controller, so nothing is cancelled
-        (bin_dir / tool).write_text("#!/bin/sh\nexit 1\n")
-        (bin_dir / tool).chmod(0o755)
+    # `scontrol ping` fails: no controller, so nothing is cancelled
+    path = _path_with_fakes(tmp_path, ("scontrol", "scancel"), "exit 1")
     conf = tmp_path / "slurm.conf"
     conf.write_text(("# written by hetfl scripts/slurm-local-up: a single-node cluster for tests\n"
                      if written_by_us else "# a site's own config\n") + "ClusterName=x\n")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HETFL_SLURM_CONF_DIR": str(tmp_path)}
+    env = {**os.environ, "PATH": path, "HETFL_SLURM_CONF_DIR": str(tmp_path)}
     out = subprocess.run([str(ROOT / "scripts/slurm-local-down")], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
@@ -582,13 +590,11 @@ def test_slurm_local_up_refuses_a_bad_node_count_before_it_installs_or_starts_an
     one: anything else is refused, naming the variable, the value and what is allowed, before the script
     installs packages or starts a daemon. Fakes of every such tool stand first on PATH and log any call.
     The CPUs are the machine's: `nproc` gave 1 under an exported OMP_NUM_THREADS=1, so one node of one CPU."""
-    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
-    bin_dir.mkdir()
-    for tool in ("apt-get", "mungekey", "munge", "unmunge", "munged", "runuser", "slurmctld", "slurmd",
-                 "sinfo", "scontrol", "install"):
-        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool} >> {calls}\n")
-        (bin_dir / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HETFL_LOCAL_NODES": nodes,
+    calls = tmp_path / "calls"
+    path = _path_with_fakes(tmp_path, ("apt-get", "mungekey", "munge", "unmunge", "munged", "runuser",
+                                       "slurmctld", "slurmd", "sinfo", "scontrol", "install"),
+                            f"echo {{tool}} >> {calls}")
+    env = {**os.environ, "PATH": path, "HETFL_LOCAL_NODES": nodes,
            "HETFL_SLURM_CONF_DIR": str(tmp_path / "conf"), "OMP_NUM_THREADS": "1"}
     out = subprocess.run([str(ROOT / "scripts/slurm-local-up")], env=env, capture_output=True, text=True,
                          timeout=60)
