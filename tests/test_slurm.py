@@ -463,7 +463,7 @@ def test_a_training_job_killed_at_its_limit_is_retried_with_twice_as_much(tmp_pa
 
 
 #: a sitecustomize.py for the capped-job test: `hetfl train` process k (counted in the file STARTS) logs each
-#: round it finishes to ROUNDS_LOG ("k tau") and, once round 20·k is finished and checkpointed, sleeps past
+#: round it finishes to ROUNDS_LOG ("k tau") and, once round EVERY·k is finished and checkpointed, sleeps past
 #: its job's time limit, unless that round is the run's last: a run needing three of its jobs' time limits,
 #: each of which ends in a checkpoint, whatever the host's speed. It patches RunLoop.finish when the runner is
 #: first imported, so that `hetfl train` itself imports torch as it always does.
@@ -480,7 +480,7 @@ if os.path.basename(sys.argv[0]) == "hetfl" and sys.argv[1:2] == ["train"]:
             finish(loop, tau, finals)
             with open(os.environ["ROUNDS_LOG"], "a") as f:
                 f.write(f"{_attempt} {tau}\\n")
-            if tau == 20 * _attempt and tau < loop.cfg.rounds:
+            if tau == int(os.environ["EVERY"]) * _attempt and tau < loop.cfg.rounds:
                 time.sleep(600)
         return finish_then_stall
 
@@ -506,17 +506,18 @@ if os.path.basename(sys.argv[0]) == "hetfl" and sys.argv[1:2] == ["train"]:
 @pytest.mark.skipif(_slurm_missing() is not None, reason=str(_slurm_missing()))
 def test_a_capped_job_resumes_from_its_checkpoints_in_the_next_snakemake_run(tmp_path):
     """docs/cluster.md: a job capped by HETFL_SLURM_MAX_RUNTIME asks for the cap again when retried and
-    resumes from its runs' checkpoints (every 20 rounds), so a cell that needs more than two caps of time
-    needs Snakemake run again. A 60-round run whose `hetfl train` stalls after round 20, then after round 40
-    (STALLS_AFTER_EACH_CHECKPOINT), under a 1-minute cap: the first Snakemake run's two jobs both end at the
-    cap (TIMEOUT), the second run's job resumes from round 40 and completes, and the run's metrics are
-    byte-identical to an uninterrupted local run of the same config."""
+    resumes from its runs' checkpoints (every 20 rounds, DEFAULT_CHECKPOINT_EVERY), so a cell that needs
+    more than two caps of time needs Snakemake run again. A 60-round run whose `hetfl train` stalls after
+    round 20, then after round 40 (STALLS_AFTER_EACH_CHECKPOINT), under a 1-minute cap: the first Snakemake
+    run's two jobs both end at the cap (TIMEOUT), the second run's job resumes from round 40 and completes,
+    and the run's metrics are byte-identical to an uninterrupted local run of the same config."""
     from hetfl.cluster import train_resources
     from hetfl.config import expand_runs, validate_config
+    from hetfl.pipeline import DEFAULT_CHECKPOINT_EVERY as every
 
     config = {"experiments": {"long": {
         "table": "none", "dataset": "synthetic", "settings": {"NIID": {"alpha": 1.0, "beta": 1.0}},
-        "num_devices": 4, "schemes": ["C"], "num_traces": [1], "rounds": 60, "seeds": [0]}}}
+        "num_devices": 4, "schemes": ["C"], "num_traces": [1], "rounds": 3 * every, "seeds": [0]}}}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     (spec,) = expand_runs(validate_config(config))
@@ -524,7 +525,7 @@ def test_a_capped_job_resumes_from_its_checkpoints_in_the_next_snakemake_run(tmp
     first, second = (train_resources([spec], capped, attempt) for attempt in (1, 2))
     assert first["runtime"] == second["runtime"] == 1 and second["mem_mb"] == 2 * first["mem_mb"]
     env = {**_sitecustomize(tmp_path, STALLS_AFTER_EACH_CHECKPOINT), "HETFL_SLURM_MAX_RUNTIME": "1",
-           "STARTS": str(tmp_path / "starts"), "ROUNDS_LOG": str(tmp_path / "rounds")}
+           "STARTS": str(tmp_path / "starts"), "ROUNDS_LOG": str(tmp_path / "rounds"), "EVERY": str(every)}
     metrics = f"results/long/{spec.run}/metrics.parquet"
 
     capped_run = _snakemake(tmp_path / "wd", path, "--profile", str(PROFILE), *SQUEUE_STATUS, env=env)
@@ -543,9 +544,9 @@ def test_a_capped_job_resumes_from_its_checkpoints_in_the_next_snakemake_run(tmp
     assert _slurm_requests([job]) == {job: ("COMPLETED", 1, first["mem_mb"])}  # a new run's first attempt
     rounds = [tuple(map(int, line.split())) for line in (tmp_path / "rounds").read_text().splitlines()]
     # each job went on from the last checkpoint, the round after the one its predecessor stalled at
-    assert rounds == [(1 + (tau - 1) // 20, tau) for tau in range(1, 61)], rounds
+    assert rounds == [(1 + (tau - 1) // every, tau) for tau in range(1, 3 * every + 1)], rounds
     run = json.loads((tmp_path / "wd" / f"results/long/{spec.run}/run.json").read_text())
-    assert run["rounds_done"] == 60 and run["resumed_from_round"] == 40
+    assert run["rounds_done"] == 3 * every and run["resumed_from_round"] == 2 * every
 
     local = _snakemake(tmp_path / "local", path, "--cores", "1")
     assert local.returncode == 0, local.stderr[-3000:]
